@@ -1,0 +1,80 @@
+//! Process wiring shared by the binary and the tests: load a config, open the log, bind,
+//! serve, reload on SIGHUP.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+
+use crate::config::{self, ConfigError, Live, Snapshot};
+use crate::provider::HttpClients;
+use crate::server::{self, AppState, Running};
+use crate::store::{RequestLog, StoreError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(
+        "demo mode only listens on loopback (127.0.0.1 or ::1), not {0}; write a config file to listen elsewhere"
+    )]
+    DemoNotLoopback(SocketAddr),
+}
+
+/// Loads the config from a file, or the embedded demo when `path` is `None`.
+pub fn load(path: Option<&Path>, clients: &HttpClients) -> Result<Snapshot, ConfigError> {
+    match path {
+        Some(p) => config::load_file(p, clients),
+        None => config::demo(clients),
+    }
+}
+
+/// Opens the log, binds (`listen` overrides the config's address) and starts serving.
+pub async fn start(
+    snapshot: Snapshot,
+    clients: HttpClients,
+    listen: Option<SocketAddr>,
+) -> Result<Running, StartError> {
+    let addr = listen.unwrap_or(snapshot.server.listen);
+    if snapshot.is_demo() && !addr.ip().is_loopback() {
+        return Err(StartError::DemoNotLoopback(addr));
+    }
+    let log = RequestLog::open(
+        Path::new(&snapshot.log.sqlite_path),
+        snapshot.log.queue_capacity,
+    )?;
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Bind { addr, source })?;
+    let state = AppState {
+        live: Arc::new(Live::new(snapshot, clients)),
+        log: Arc::new(log),
+    };
+    server::spawn(listener, state).map_err(|source| StartError::Bind { addr, source })
+}
+
+/// Reloads the config on every SIGHUP, for as long as the process runs.
+#[cfg(unix)]
+pub fn reload_on_sighup(live: Arc<Live>) -> std::io::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hup = signal(SignalKind::hangup())?;
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            match live.reload() {
+                Ok(s) => tracing::info!(channels = s.channels.len(), "config reloaded on SIGHUP"),
+                Err(e) => {
+                    tracing::error!(error = %e, "config reload refused; the running config stays")
+                }
+            }
+        }
+    });
+    Ok(())
+}

@@ -1,0 +1,354 @@
+//! The config file as written: serde structs with `deny_unknown_fields` and documented defaults.
+
+use serde::Deserialize;
+
+use super::ConfigError;
+use crate::provider::mock::MockSpec;
+
+pub(crate) const DEMO_TOML: &str = r#"
+[server]
+listen = "127.0.0.1:8080"
+
+[log]
+sqlite_path = "switchyard.db"
+
+[[keys]]
+name = "demo"
+key = "sk-switchyard-demo"
+
+[[channels]]
+name = "demo-primary"
+provider = "mock"
+models = ["demo", "demo-embed"]
+priority = 1
+mock = { text = "Hello from Switchyard's demo channel. Swap this mock for a real upstream in switchyard.toml.", ttft_ms = 20, chunk_ms = 5, chunks = 8 }
+
+[[channels]]
+name = "demo-backup"
+provider = "mock"
+models = ["demo", "demo-embed"]
+priority = 2
+mock = { text = "Hello from the backup demo channel.", ttft_ms = 20, chunk_ms = 5, chunks = 8 }
+"#;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    #[serde(default)]
+    pub server: ServerSection,
+    #[serde(default)]
+    pub log: LogSection,
+    #[serde(default)]
+    pub keys: Vec<KeyConfig>,
+    pub channels: Vec<ChannelConfig>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerSection {
+    pub listen: String,
+    /// Deadline for everything before the response commits, all attempts together.
+    pub request_timeout_ms: u64,
+    /// After commit: the longest gap allowed between two stream chunks.
+    pub stream_idle_timeout_ms: u64,
+    pub max_body_bytes: usize,
+    /// Cap on upstream attempts for one request, over all channels and retries.
+    pub max_attempts: u32,
+    /// Longest upstream `Retry-After` honoured before an in-channel retry.
+    pub max_retry_after_ms: u64,
+    /// Guards `/admin/*`; none = admin routes off.
+    pub admin_token: Option<String>,
+}
+
+impl Default for ServerSection {
+    fn default() -> Self {
+        ServerSection {
+            listen: "127.0.0.1:8080".into(),
+            request_timeout_ms: 300_000,
+            stream_idle_timeout_ms: 60_000,
+            max_body_bytes: 32 * 1024 * 1024,
+            max_attempts: 10,
+            max_retry_after_ms: 10_000,
+            admin_token: None,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogSection {
+    pub sqlite_path: String,
+    /// Rows waiting to be written; when full, rows are dropped and counted, never waited for.
+    pub queue_capacity: usize,
+}
+
+impl Default for LogSection {
+    fn default() -> Self {
+        LogSection {
+            sqlite_path: "switchyard.db".into(),
+            queue_capacity: 8192,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyConfig {
+    pub name: String,
+    pub key: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    /// Any OpenAI-compatible base URL (OpenAI, vLLM, Ollama, OpenRouter...).
+    Openai,
+    /// The built-in mock, answered in-process.
+    Mock,
+}
+
+impl ProviderKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::Openai => "openai",
+            ProviderKind::Mock => "mock",
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelConfig {
+    pub name: String,
+    pub provider: ProviderKind,
+    pub base_url: Option<String>,
+    #[serde(default)]
+    pub api_keys: Vec<String>,
+    pub models: Vec<ModelEntry>,
+    #[serde(default = "one")]
+    pub priority: u32,
+    #[serde(default = "one")]
+    pub weight: u32,
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    #[serde(default)]
+    pub max_retries: u32,
+    #[serde(default = "default_retry_interval")]
+    pub retry_interval_ms: u64,
+    /// Default 2000, or the attempt timeout if that is shorter.
+    pub connect_timeout_ms: Option<u64>,
+    /// One non-streaming attempt, to the complete response. Default 120000, or the request
+    /// deadline if that is shorter.
+    pub timeout_ms: Option<u64>,
+    /// Streaming: to the first content token. Default 60000, or the request deadline if shorter.
+    pub first_token_timeout_ms: Option<u64>,
+    /// Opt-in HTTP/2: a multiplexed connection can silently queue long streams.
+    #[serde(default)]
+    pub http2: bool,
+    pub mock: Option<MockSpec>,
+}
+
+fn one() -> u32 {
+    1
+}
+fn default_true() -> bool {
+    true
+}
+fn default_retry_interval() -> u64 {
+    100
+}
+
+/// The three attempt timeouts, defaults filled in so that they fit inside the request deadline.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    pub connect_ms: u64,
+    pub attempt_ms: u64,
+    pub first_token_ms: u64,
+}
+
+impl ChannelConfig {
+    pub fn timeouts(&self, request_timeout_ms: u64) -> Timeouts {
+        let attempt_ms = self.timeout_ms.unwrap_or(120_000.min(request_timeout_ms));
+        let first_token_ms = self
+            .first_token_timeout_ms
+            .unwrap_or(60_000.min(request_timeout_ms));
+        let connect_ms = self
+            .connect_timeout_ms
+            .unwrap_or(2_000.min(attempt_ms).min(first_token_ms));
+        Timeouts {
+            connect_ms,
+            attempt_ms,
+            first_token_ms,
+        }
+    }
+}
+
+/// `"gpt-4o"` or `{ name = "gpt-4o", upstream = "gpt-4o-2024-08-06" }`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum ModelEntry {
+    Name(String),
+    Mapped { name: String, upstream: String },
+}
+
+impl ModelEntry {
+    pub fn name(&self) -> &str {
+        match self {
+            ModelEntry::Name(n) | ModelEntry::Mapped { name: n, .. } => n,
+        }
+    }
+    pub fn upstream(&self) -> &str {
+        match self {
+            ModelEntry::Name(n) => n,
+            ModelEntry::Mapped { upstream, .. } => upstream,
+        }
+    }
+}
+
+/// TOML text → interpolated → typed, with field paths in every error.
+pub(crate) fn parse(
+    text: &str,
+    shown: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<FileConfig, ConfigError> {
+    let mut value: toml::Value = toml::from_str(text).map_err(|e| ConfigError::Syntax {
+        path: shown.to_string(),
+        message: e.message().to_string(),
+    })?;
+    interpolate(&mut value, &mut String::new(), shown, env)?;
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let field = e.path().to_string();
+        ConfigError::field(shown, field, e.into_inner().message().to_string())
+    })
+}
+
+/// Replaces `${VAR}` in string values only (never in keys or structure, so an environment value
+/// cannot change the shape of the config). A missing variable names itself and the field.
+fn interpolate(
+    value: &mut toml::Value,
+    path: &mut String,
+    shown: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(), ConfigError> {
+    match value {
+        toml::Value::String(s) if s.contains("${") => {
+            *s = expand(s, env).map_err(|msg| ConfigError::field(shown, path.clone(), msg))?;
+        }
+        toml::Value::Array(items) => {
+            for (i, item) in items.iter_mut().enumerate() {
+                let len = path.len();
+                path.push_str(&format!("[{i}]"));
+                interpolate(item, path, shown, env)?;
+                path.truncate(len);
+            }
+        }
+        toml::Value::Table(table) => {
+            for (k, v) in table.iter_mut() {
+                let len = path.len();
+                if !path.is_empty() {
+                    path.push('.');
+                }
+                path.push_str(k);
+                interpolate(v, path, shown, env)?;
+                path.truncate(len);
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+fn expand(s: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let end = after
+            .find('}')
+            .ok_or_else(|| "unterminated ${ in value".to_string())?;
+        let name = &after[..end];
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(format!("invalid environment variable name ${{{name}}}"));
+        }
+        match env(name) {
+            Some(v) => out.push_str(&v),
+            None => return Err(format!("environment variable {name} is not set")),
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(name: &str) -> Option<String> {
+        (name == "SET").then(|| "value".to_string())
+    }
+
+    #[test]
+    fn expands_set_variables_and_names_missing_ones() {
+        assert_eq!(expand("a-${SET}-b", &env).unwrap(), "a-value-b");
+        assert_eq!(expand("plain", &env).unwrap(), "plain");
+        let err = expand("${MISSING}", &env).unwrap_err();
+        assert!(err.contains("MISSING"), "{err}");
+        assert!(expand("${SET", &env).is_err());
+        assert!(expand("${BAD NAME}", &env).is_err());
+    }
+
+    #[test]
+    fn missing_variable_error_names_the_field() {
+        let text = r#"
+            [[channels]]
+            name = "a"
+            provider = "openai"
+            base_url = "http://127.0.0.1:1"
+            api_keys = ["${NOPE_NOT_SET}"]
+            models = ["m"]
+        "#;
+        let err = parse(text, "t.toml", &env).unwrap_err().to_string();
+        assert!(err.contains("channels[0].api_keys[0]"), "{err}");
+        assert!(err.contains("NOPE_NOT_SET"), "{err}");
+    }
+
+    #[test]
+    fn type_errors_name_the_field_path() {
+        let text = r#"
+            [[channels]]
+            name = "a"
+            provider = "mock"
+            models = ["m"]
+            [[channels]]
+            name = "b"
+            provider = "mock"
+            models = ["m"]
+            priority = "high"
+        "#;
+        let err = parse(text, "t.toml", &env).unwrap_err().to_string();
+        assert!(err.contains("channels[1].priority"), "{err}");
+    }
+
+    #[test]
+    fn unknown_fields_are_errors() {
+        let text = r#"
+            [server]
+            listen = "127.0.0.1:0"
+            colour = "blue"
+            [[channels]]
+            name = "a"
+            provider = "mock"
+            models = ["m"]
+        "#;
+        let err = parse(text, "t.toml", &env).unwrap_err().to_string();
+        assert!(err.contains("colour"), "{err}");
+    }
+
+    #[test]
+    fn demo_config_parses() {
+        let cfg = parse(DEMO_TOML, "<demo>", &env).unwrap();
+        assert_eq!(cfg.channels.len(), 2);
+    }
+}

@@ -1,0 +1,459 @@
+//! The compiled, immutable routing snapshot, validated once at load.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use subtle::ConstantTimeEq;
+
+use super::file::{ChannelConfig, FileConfig, ProviderKind, Timeouts};
+use super::{ConfigError, DEMO_KEY, Source};
+use crate::provider::{HttpClients, Upstream};
+
+/// A secret string: compared in constant time, never printed.
+#[derive(Clone)]
+pub struct Secret(Arc<str>);
+
+impl Secret {
+    pub fn new(s: impl Into<Arc<str>>) -> Self {
+        Secret(s.into())
+    }
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+    /// Constant-time equality (the length may leak; the content does not).
+    pub fn matches(&self, presented: &[u8]) -> bool {
+        self.0.as_bytes().ct_eq(presented).into()
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+#[derive(Debug)]
+pub struct ServerSettings {
+    pub listen: SocketAddr,
+    pub request_timeout: Duration,
+    pub stream_idle_timeout: Duration,
+    pub max_body_bytes: usize,
+    pub max_attempts: u32,
+    pub max_retry_after: Duration,
+    pub admin_token: Option<Secret>,
+}
+
+#[derive(Debug)]
+pub struct LogSettings {
+    pub sqlite_path: String,
+    pub queue_capacity: usize,
+}
+
+#[derive(Debug)]
+pub struct GatewayKey {
+    pub name: Arc<str>,
+    pub key: Secret,
+}
+
+/// One upstream endpoint, ready to call.
+#[derive(Debug)]
+pub struct Channel {
+    pub name: Arc<str>,
+    pub kind: ProviderKind,
+    pub priority: u32,
+    pub weight: u32,
+    pub enabled: bool,
+    pub max_retries: u32,
+    pub retry_interval: Duration,
+    pub timeout: Duration,
+    pub first_token_timeout: Duration,
+    pub upstream: Upstream,
+}
+
+/// One way to serve a model: a channel and the name the upstream knows the model by.
+#[derive(Debug, Clone)]
+pub struct ModelRoute {
+    pub channel: usize,
+    pub upstream_model: Arc<str>,
+}
+
+#[derive(Debug)]
+pub struct Snapshot {
+    pub server: ServerSettings,
+    pub log: LogSettings,
+    pub keys: Vec<GatewayKey>,
+    pub channels: Vec<Channel>,
+    /// Model name → the channels that list it, in config order. Sorted by name for listing.
+    pub models: BTreeMap<Arc<str>, Vec<ModelRoute>>,
+    pub source: Source,
+}
+
+impl Snapshot {
+    pub fn is_demo(&self) -> bool {
+        matches!(self.source, Source::Demo)
+    }
+
+    /// The key a client presented, compared against every key without an early exit.
+    pub fn authenticate(&self, presented: &str) -> Option<&GatewayKey> {
+        let mut found = None;
+        for k in &self.keys {
+            if k.key.matches(presented.as_bytes()) {
+                found = Some(k);
+            }
+        }
+        found
+    }
+
+    /// Human-readable plan of what would be served: models → channels by tier.
+    pub fn describe(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "listen {}  ·  {} key(s)  ·  {} channel(s)  ·  request log {}",
+            self.server.listen,
+            self.keys.len(),
+            self.channels.len(),
+            self.log.sqlite_path
+        );
+        for (model, routes) in &self.models {
+            let _ = writeln!(out, "model {model}");
+            let mut tiers: BTreeMap<u32, Vec<&ModelRoute>> = BTreeMap::new();
+            for r in routes {
+                tiers
+                    .entry(self.channels[r.channel].priority)
+                    .or_default()
+                    .push(r);
+            }
+            for (prio, rs) in tiers {
+                let list: Vec<String> = rs
+                    .iter()
+                    .map(|r| {
+                        let c = &self.channels[r.channel];
+                        let mut s = format!("{} ({}, weight {}", c.name, c.kind.as_str(), c.weight);
+                        if *r.upstream_model != **model {
+                            let _ = write!(s, ", upstream model {}", r.upstream_model);
+                        }
+                        if !c.enabled {
+                            s.push_str(", disabled");
+                        }
+                        s.push(')');
+                        s
+                    })
+                    .collect();
+                let _ = writeln!(out, "  tier {prio}: {}", list.join(", "));
+            }
+        }
+        out
+    }
+}
+
+pub(crate) fn compile(
+    cfg: FileConfig,
+    shown: &str,
+    source: Source,
+    clients: &HttpClients,
+) -> Result<Snapshot, ConfigError> {
+    let err = |field: String, msg: String| ConfigError::field(shown, field, msg);
+    let s = &cfg.server;
+    let listen: SocketAddr = s.listen.parse().map_err(|_| {
+        err(
+            "server.listen".into(),
+            format!("expected host:port with an IP address, got {:?}", s.listen),
+        )
+    })?;
+    if s.request_timeout_ms == 0 {
+        return Err(err(
+            "server.request_timeout_ms".into(),
+            "must be > 0".into(),
+        ));
+    }
+    if s.stream_idle_timeout_ms == 0 {
+        return Err(err(
+            "server.stream_idle_timeout_ms".into(),
+            "must be > 0".into(),
+        ));
+    }
+    if s.max_body_bytes == 0 {
+        return Err(err("server.max_body_bytes".into(), "must be > 0".into()));
+    }
+    if s.max_attempts == 0 {
+        return Err(err("server.max_attempts".into(), "must be >= 1".into()));
+    }
+    let admin_token = match &s.admin_token {
+        Some(t) if t.len() < 16 => {
+            return Err(err(
+                "server.admin_token".into(),
+                "must be at least 16 characters".into(),
+            ));
+        }
+        Some(t) => Some(Secret::new(t.as_str())),
+        None => None,
+    };
+    if cfg.log.sqlite_path.is_empty() {
+        return Err(err("log.sqlite_path".into(), "must not be empty".into()));
+    }
+    if cfg.log.queue_capacity == 0 {
+        return Err(err("log.queue_capacity".into(), "must be > 0".into()));
+    }
+
+    let mut key_names = HashSet::new();
+    let mut key_values = HashSet::new();
+    let mut keys = Vec::with_capacity(cfg.keys.len());
+    for (i, k) in cfg.keys.iter().enumerate() {
+        if k.name.is_empty() {
+            return Err(err(format!("keys[{i}].name"), "must not be empty".into()));
+        }
+        if !key_names.insert(k.name.as_str()) {
+            return Err(err(
+                format!("keys[{i}].name"),
+                format!("duplicate key name {:?}", k.name),
+            ));
+        }
+        if k.key.len() < 8 {
+            return Err(err(
+                format!("keys[{i}].key"),
+                "must be at least 8 characters".into(),
+            ));
+        }
+        if k.key == DEMO_KEY && !matches!(source, Source::Demo) {
+            return Err(err(
+                format!("keys[{i}].key"),
+                "the public demo key is only accepted in demo mode".into(),
+            ));
+        }
+        if !key_values.insert(k.key.as_str()) {
+            return Err(err(
+                format!("keys[{i}].key"),
+                "the same key is given twice".into(),
+            ));
+        }
+        keys.push(GatewayKey {
+            name: k.name.as_str().into(),
+            key: Secret::new(k.key.as_str()),
+        });
+    }
+
+    if cfg.channels.is_empty() {
+        return Err(err(
+            "channels".into(),
+            "at least one [[channels]] entry is required".into(),
+        ));
+    }
+    let mut channel_names = HashSet::new();
+    let mut channels = Vec::with_capacity(cfg.channels.len());
+    let mut models: BTreeMap<Arc<str>, Vec<ModelRoute>> = BTreeMap::new();
+    for (i, c) in cfg.channels.iter().enumerate() {
+        let at = |f: &str| format!("channels[{i}].{f}");
+        if c.name.is_empty() {
+            return Err(err(at("name"), "must not be empty".into()));
+        }
+        if !channel_names.insert(c.name.as_str()) {
+            return Err(err(
+                at("name"),
+                format!("duplicate channel name {:?}", c.name),
+            ));
+        }
+        let t = c.timeouts(s.request_timeout_ms);
+        validate_channel(c, t, s.request_timeout_ms).map_err(|(f, m)| err(at(f), m))?;
+        let upstream = Upstream::build(c, t.connect_ms, clients).map_err(|(f, m)| err(at(f), m))?;
+        let mut seen = HashMap::new();
+        for (j, m) in c.models.iter().enumerate() {
+            if m.name().is_empty() || m.upstream().is_empty() {
+                return Err(err(
+                    format!("channels[{i}].models[{j}]"),
+                    "model names must not be empty".into(),
+                ));
+            }
+            if seen.insert(m.name(), j).is_some() {
+                return Err(err(
+                    format!("channels[{i}].models[{j}]"),
+                    format!("model {:?} is listed twice", m.name()),
+                ));
+            }
+            models.entry(m.name().into()).or_default().push(ModelRoute {
+                channel: i,
+                upstream_model: m.upstream().into(),
+            });
+        }
+        channels.push(Channel {
+            name: c.name.as_str().into(),
+            kind: c.provider,
+            priority: c.priority,
+            weight: c.weight,
+            enabled: c.enabled,
+            max_retries: c.max_retries,
+            retry_interval: Duration::from_millis(c.retry_interval_ms),
+            timeout: Duration::from_millis(t.attempt_ms),
+            first_token_timeout: Duration::from_millis(t.first_token_ms),
+            upstream,
+        });
+    }
+
+    Ok(Snapshot {
+        server: ServerSettings {
+            listen,
+            request_timeout: Duration::from_millis(s.request_timeout_ms),
+            stream_idle_timeout: Duration::from_millis(s.stream_idle_timeout_ms),
+            max_body_bytes: s.max_body_bytes,
+            max_attempts: s.max_attempts,
+            max_retry_after: Duration::from_millis(s.max_retry_after_ms),
+            admin_token,
+        },
+        log: LogSettings {
+            sqlite_path: cfg.log.sqlite_path.clone(),
+            queue_capacity: cfg.log.queue_capacity,
+        },
+        keys,
+        channels,
+        models,
+        source,
+    })
+}
+
+/// Field-local checks and the timeout taxonomy: connect < attempt ≤ request deadline.
+fn validate_channel(
+    c: &ChannelConfig,
+    t: Timeouts,
+    request_timeout_ms: u64,
+) -> Result<(), (&'static str, String)> {
+    if c.models.is_empty() {
+        return Err(("models", "at least one model is required".into()));
+    }
+    if c.weight == 0 {
+        return Err((
+            "weight",
+            "must be >= 1 (set enabled = false to take a channel out)".into(),
+        ));
+    }
+    for (field, v) in [
+        ("connect_timeout_ms", t.connect_ms),
+        ("timeout_ms", t.attempt_ms),
+        ("first_token_timeout_ms", t.first_token_ms),
+    ] {
+        if v == 0 {
+            return Err((field, "must be > 0".into()));
+        }
+    }
+    if t.attempt_ms > request_timeout_ms {
+        return Err((
+            "timeout_ms",
+            format!(
+                "{} ms is longer than server.request_timeout_ms ({request_timeout_ms} ms); the attempt could never time out",
+                t.attempt_ms
+            ),
+        ));
+    }
+    if t.first_token_ms > request_timeout_ms {
+        return Err((
+            "first_token_timeout_ms",
+            format!(
+                "{} ms is longer than server.request_timeout_ms ({request_timeout_ms} ms)",
+                t.first_token_ms
+            ),
+        ));
+    }
+    if t.connect_ms > t.attempt_ms.min(t.first_token_ms) {
+        return Err((
+            "connect_timeout_ms",
+            "must not be longer than timeout_ms or first_token_timeout_ms".into(),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::load_str;
+    use crate::provider::HttpClients;
+
+    fn load(text: &str) -> Result<super::Snapshot, String> {
+        load_str(text, "t.toml", &|_| None, &HttpClients::default()).map_err(|e| e.to_string())
+    }
+
+    const BASE: &str = r#"
+        [[channels]]
+        name = "a"
+        provider = "mock"
+        models = ["m", { name = "big", upstream = "big-2024" }]
+        priority = 1
+        [[channels]]
+        name = "b"
+        provider = "openai"
+        base_url = "http://127.0.0.1:9/v1"
+        api_keys = ["k1"]
+        models = ["m"]
+        priority = 2
+    "#;
+
+    #[test]
+    fn compiles_models_to_channels() {
+        let s = load(BASE).unwrap();
+        assert_eq!(s.models["m"].len(), 2);
+        assert_eq!(&*s.models["big"][0].upstream_model, "big-2024");
+        let d = s.describe();
+        assert!(d.contains("tier 1: a (mock"), "{d}");
+        assert!(d.contains("tier 2: b (openai"), "{d}");
+        assert!(d.contains("upstream model big-2024"), "{d}");
+    }
+
+    #[test]
+    fn attempt_timeout_longer_than_deadline_is_an_error() {
+        let text = format!(
+            "[server]\nrequest_timeout_ms = 1000\n{}",
+            BASE.replace("priority = 2", "priority = 2\ntimeout_ms = 5000")
+        );
+        let err = load(&text).unwrap_err();
+        assert!(err.contains("channels[1].timeout_ms"), "{err}");
+        // Defaults shrink to fit a short deadline instead of failing.
+        let text = format!("[server]\nrequest_timeout_ms = 1000\n{BASE}");
+        let s = load(&text).unwrap();
+        assert_eq!(s.channels[0].timeout.as_millis(), 1000);
+    }
+
+    #[test]
+    fn duplicate_channel_names_and_bad_urls_are_errors() {
+        let err = load(&BASE.replace("name = \"b\"", "name = \"a\"")).unwrap_err();
+        assert!(err.contains("channels[1].name"), "{err}");
+        let err = load(&BASE.replace("http://127.0.0.1:9/v1", "not a url")).unwrap_err();
+        assert!(err.contains("channels[1].base_url"), "{err}");
+    }
+
+    #[test]
+    fn openai_channel_needs_base_url_and_weight_must_be_positive() {
+        let err = load(&BASE.replace("base_url = \"http://127.0.0.1:9/v1\"", "")).unwrap_err();
+        assert!(err.contains("channels[1].base_url"), "{err}");
+        let err = load(&BASE.replace("priority = 1", "priority = 1\nweight = 0")).unwrap_err();
+        assert!(err.contains("channels[0].weight"), "{err}");
+    }
+
+    #[test]
+    fn demo_key_is_refused_outside_demo_mode() {
+        let text = format!("[[keys]]\nname = \"x\"\nkey = \"sk-switchyard-demo\"\n{BASE}");
+        let err = load_str(&text, "t.toml", &|_| None, &HttpClients::default());
+        // load_str compiles as demo (no file), so it is accepted there...
+        assert!(err.is_ok());
+        // ...but never from a real file.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, &text).unwrap();
+        let err = super::super::load_file(&path, &HttpClients::default())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("keys[0].key"), "{err}");
+    }
+
+    #[test]
+    fn authenticate_finds_the_matching_key() {
+        let text = format!(
+            "[[keys]]\nname = \"x\"\nkey = \"sk-xxxxxxxx1\"\n[[keys]]\nname = \"y\"\nkey = \"sk-yyyyyyyy2\"\n{BASE}"
+        );
+        let s = load(&text).unwrap();
+        assert_eq!(&*s.authenticate("sk-yyyyyyyy2").unwrap().name, "y");
+        assert!(s.authenticate("sk-yyyyyyyy").is_none());
+        assert!(s.authenticate("").is_none());
+    }
+}

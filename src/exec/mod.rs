@@ -1,0 +1,391 @@
+//! The attempt loop: attempts in plan order, per-channel retries with backoff, failover by
+//! outcome class, the request deadline, the streaming commit point, and the failover report.
+
+mod outcome;
+mod relay;
+
+pub use outcome::{Failure, OutcomeClass, Passthrough, classify};
+pub use relay::{Relay, RelayItem};
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use tokio::time::{Instant, timeout_at};
+
+use crate::config::{Channel, Snapshot};
+use crate::protocol::{ChatRequest, ChatResponse, EmbeddingsRequest, StreamChunk};
+use crate::provider::ChunkStream;
+use crate::router::{self, RouteError};
+
+/// One upstream call as reported to clients and the log. Never carries upstream error text.
+#[derive(Debug, Clone)]
+pub struct AttemptRecord {
+    pub channel: Arc<str>,
+    pub model: Arc<str>,
+    pub status: Option<u16>,
+    /// `None` = success.
+    pub class: Option<OutcomeClass>,
+    pub latency_ms: u64,
+}
+
+impl AttemptRecord {
+    pub fn to_json(&self) -> Value {
+        json!({
+            "channel": &*self.channel,
+            "model": &*self.model,
+            "status": self.status,
+            "reason": self.class.map_or("ok", OutcomeClass::as_str),
+            "latency_ms": self.latency_ms,
+        })
+    }
+}
+
+/// What happened to a request: the failover report.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    pub requested_model: String,
+    pub attempts: Vec<AttemptRecord>,
+    /// The channel and model that served (set at success / the commit point).
+    pub served: Option<(Arc<str>, Arc<str>)>,
+}
+
+impl Report {
+    pub fn new(requested_model: &str) -> Self {
+        Report {
+            requested_model: requested_model.to_string(),
+            ..Report::default()
+        }
+    }
+
+    pub fn attempts_json(&self) -> Value {
+        Value::Array(self.attempts.iter().map(AttemptRecord::to_json).collect())
+    }
+
+    /// The body extension, present only when failover occurred (more than one attempt).
+    pub fn body_extension(&self) -> Option<Value> {
+        if self.attempts.len() <= 1 {
+            return None;
+        }
+        let (channel, model) = self.served.clone()?;
+        Some(json!({
+            "requested_model": self.requested_model,
+            "served_model": &*model,
+            "served_channel": &*channel,
+            "failover": {"occurred": true, "attempts": self.attempts_json()},
+        }))
+    }
+
+    /// The last failure's class: what the request log calls the outcome of a failed request.
+    pub fn last_class(&self) -> Option<OutcomeClass> {
+        self.attempts.last().and_then(|a| a.class)
+    }
+}
+
+/// Why a request was not served. Each variant maps to exactly one HTTP status and code.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    #[error(transparent)]
+    Route(#[from] RouteError),
+    #[error("every upstream for this request is rate limited")]
+    AllRateLimited { retry_after: Duration },
+    #[error("every upstream attempt for this request failed")]
+    AllAttemptsFailed,
+    #[error("the request deadline passed before any upstream answered")]
+    Deadline,
+    /// The upstream judged the request itself malformed (400/413/422): its answer, as is.
+    #[error("the upstream rejected the request (HTTP {})", .0.status)]
+    Rejected(Passthrough),
+}
+
+impl ExecError {
+    pub fn status(&self) -> u16 {
+        match self {
+            ExecError::Route(RouteError::ModelNotFound(_)) => 404,
+            ExecError::Route(RouteError::NoAvailableChannel(_)) => 503,
+            ExecError::AllRateLimited { .. } => 429,
+            ExecError::AllAttemptsFailed => 502,
+            ExecError::Deadline => 504,
+            ExecError::Rejected(p) => p.status,
+        }
+    }
+
+    pub fn code(&self) -> &'static str {
+        match self {
+            ExecError::Route(RouteError::ModelNotFound(_)) => "model_not_found",
+            ExecError::Route(RouteError::NoAvailableChannel(_)) => "no_available_channel",
+            ExecError::AllRateLimited { .. } => "all_rate_limited",
+            ExecError::AllAttemptsFailed => "all_attempts_failed",
+            ExecError::Deadline => "request_timeout",
+            ExecError::Rejected(_) => "upstream_rejected_request",
+        }
+    }
+
+    /// The gateway itself gave up: SDKs must not multiply the attempts by retrying.
+    pub fn exhausted(&self) -> bool {
+        matches!(
+            self,
+            ExecError::Route(RouteError::NoAvailableChannel(_))
+                | ExecError::AllRateLimited { .. }
+                | ExecError::AllAttemptsFailed
+                | ExecError::Deadline
+        )
+    }
+}
+
+/// Backoff before an in-channel retry: exponential with full jitter on top, or the upstream's
+/// Retry-After when it gave one, capped.
+fn backoff(
+    base: Duration,
+    retry: u32,
+    retry_after: Option<Duration>,
+    cap: Duration,
+    rng: &mut fastrand::Rng,
+) -> Duration {
+    if let Some(ra) = retry_after {
+        return ra.min(cap);
+    }
+    let exp = base.saturating_mul(1u32 << retry.min(16));
+    let jitter =
+        Duration::from_micros(rng.u64(0..=base.as_micros().min(u128::from(u64::MAX)) as u64));
+    (exp + jitter).min(cap)
+}
+
+/// Runs attempts in plan order until one succeeds, the client's own mistake is found, the
+/// attempt cap or the deadline is reached, or nothing is left.
+async fn run<'s, T, F, Fut>(
+    snap: &'s Snapshot,
+    model: &str,
+    deadline: Instant,
+    report: &mut Report,
+    mut call: F,
+) -> Result<T, ExecError>
+where
+    F: FnMut(&'s Channel, Arc<str>) -> Fut,
+    Fut: Future<Output = Result<T, Failure>>,
+{
+    let mut rng = fastrand::Rng::new();
+    let plan = router::plan(snap, model, &mut rng)?;
+    let model_name: Arc<str> = model.into();
+    let mut retry_after: Option<Duration> = None;
+    'channels: for cand in plan {
+        let Some(ch) = snap.channels.get(cand.channel) else {
+            continue;
+        };
+        let mut retries = 0;
+        loop {
+            if report.attempts.len() >= snap.server.max_attempts as usize {
+                break 'channels;
+            }
+            let t0 = Instant::now();
+            let res = timeout_at(deadline, call(ch, cand.upstream_model.clone())).await;
+            let mut record = AttemptRecord {
+                channel: ch.name.clone(),
+                model: model_name.clone(),
+                status: None,
+                class: None,
+                latency_ms: t0.elapsed().as_millis() as u64,
+            };
+            let failure = match res {
+                Err(_) => {
+                    record.class = Some(OutcomeClass::Timeout);
+                    report.attempts.push(record);
+                    return Err(ExecError::Deadline);
+                }
+                Ok(Ok(v)) => {
+                    record.status = Some(200);
+                    report.attempts.push(record);
+                    report.served = Some((ch.name.clone(), model_name));
+                    return Ok(v);
+                }
+                Ok(Err(f)) => f,
+            };
+            record.status = failure.status;
+            record.class = Some(failure.class);
+            report.attempts.push(record);
+            match failure.class {
+                OutcomeClass::Misrouted => tracing::error!(
+                    channel = &*ch.name,
+                    model,
+                    upstream_model = &*cand.upstream_model,
+                    "upstream says this model does not exist there: the channel is misconfigured; failing over"
+                ),
+                OutcomeClass::AuthError => tracing::warn!(
+                    channel = &*ch.name,
+                    status = failure.status,
+                    "upstream refused the channel's credential; failing over"
+                ),
+                _ => tracing::debug!(
+                    channel = &*ch.name, class = failure.class.as_str(), detail = %failure.detail,
+                    "attempt failed"
+                ),
+            }
+            if !failure.class.fail_over() {
+                return match failure.passthrough {
+                    Some(p) => Err(ExecError::Rejected(p)),
+                    None => Err(ExecError::AllAttemptsFailed),
+                };
+            }
+            if failure.class == OutcomeClass::RateLimit {
+                let ra = failure.retry_after.unwrap_or(Duration::from_secs(1));
+                retry_after = Some(retry_after.map_or(ra, |r| r.min(ra)));
+                continue 'channels; // no sleep on a rate-limited channel: move on at once
+            }
+            if failure.class.retry_same_channel() && retries < ch.max_retries {
+                let wait = backoff(
+                    ch.retry_interval,
+                    retries,
+                    failure.retry_after,
+                    snap.server.max_retry_after,
+                    &mut rng,
+                );
+                if Instant::now() + wait >= deadline {
+                    continue 'channels;
+                }
+                tokio::time::sleep(wait).await;
+                retries += 1;
+                continue;
+            }
+            continue 'channels;
+        }
+    }
+    let all_rate_limited = !report.attempts.is_empty()
+        && report
+            .attempts
+            .iter()
+            .all(|a| a.class == Some(OutcomeClass::RateLimit));
+    if all_rate_limited {
+        return Err(ExecError::AllRateLimited {
+            retry_after: retry_after.unwrap_or(Duration::from_secs(1)),
+        });
+    }
+    Err(ExecError::AllAttemptsFailed)
+}
+
+/// Non-streaming chat: each attempt bounded by the channel's `timeout_ms`.
+pub async fn chat(
+    snap: &Snapshot,
+    req: &ChatRequest,
+    deadline: Instant,
+    report: &mut Report,
+) -> Result<ChatResponse, ExecError> {
+    run(snap, &req.model, deadline, report, |ch, up| async move {
+        match timeout_at(Instant::now() + ch.timeout, ch.upstream.chat(req, &up)).await {
+            Err(_) => Err(Failure::timeout("attempt timeout")),
+            Ok(r) => r.map_err(classify),
+        }
+    })
+    .await
+}
+
+pub async fn embeddings(
+    snap: &Snapshot,
+    req: &EmbeddingsRequest,
+    deadline: Instant,
+    report: &mut Report,
+) -> Result<Value, ExecError> {
+    run(snap, &req.model, deadline, report, |ch, up| async move {
+        match timeout_at(
+            Instant::now() + ch.timeout,
+            ch.upstream.embeddings(req, &up),
+        )
+        .await
+        {
+            Err(_) => Err(Failure::timeout("attempt timeout")),
+            Ok(r) => r.map_err(classify),
+        }
+    })
+    .await
+}
+
+/// A stream past its commit point: the chunks read before commit (role-only chunks and the
+/// first content), and the rest of the same upstream stream.
+pub struct Committed {
+    pub head: Vec<StreamChunk>,
+    pub rest: ChunkStream,
+}
+
+/// Streaming chat: an attempt succeeds only when its upstream yields the first content (or a
+/// finished empty answer) within `first_token_timeout_ms`. Everything before that is invisible
+/// to the client, so any failure there just moves on to the next attempt.
+pub async fn chat_stream(
+    snap: &Snapshot,
+    req: &ChatRequest,
+    deadline: Instant,
+    report: &mut Report,
+) -> Result<Committed, ExecError> {
+    run(snap, &req.model, deadline, report, |ch, up| async move {
+        let open = async {
+            let mut rest = ch.upstream.chat_stream(req, &up).await?;
+            let mut head = Vec::new();
+            while let Some(item) = rest.next().await {
+                let chunk = item?;
+                let commit = chunk.has_content() || chunk.has_finish();
+                head.push(chunk);
+                if commit {
+                    break;
+                }
+            }
+            Ok(Committed { head, rest })
+        };
+        match timeout_at(Instant::now() + ch.first_token_timeout, open).await {
+            Err(_) => Err(Failure::timeout("first token timeout")),
+            Ok(r) => r.map_err(classify),
+        }
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_and_honours_retry_after_up_to_the_cap() {
+        let mut rng = fastrand::Rng::with_seed(3);
+        let base = Duration::from_millis(100);
+        let cap = Duration::from_secs(5);
+        let b0 = backoff(base, 0, None, cap, &mut rng);
+        let b3 = backoff(base, 3, None, cap, &mut rng);
+        assert!(b0 >= base && b0 <= base * 2, "{b0:?}");
+        assert!(b3 >= base * 8 && b3 <= base * 9, "{b3:?}");
+        assert_eq!(backoff(base, 30, None, cap, &mut rng), cap);
+        assert_eq!(
+            backoff(base, 0, Some(Duration::from_secs(2)), cap, &mut rng),
+            Duration::from_secs(2)
+        );
+        assert_eq!(
+            backoff(base, 0, Some(Duration::from_secs(60)), cap, &mut rng),
+            cap
+        );
+    }
+
+    #[test]
+    fn report_extension_only_when_failover_occurred() {
+        let mut r = Report::new("m");
+        let ok = AttemptRecord {
+            channel: "a".into(),
+            model: "m".into(),
+            status: Some(200),
+            class: None,
+            latency_ms: 1,
+        };
+        r.attempts.push(ok.clone());
+        r.served = Some(("a".into(), "m".into()));
+        assert!(r.body_extension().is_none());
+        r.attempts.insert(
+            0,
+            AttemptRecord {
+                class: Some(OutcomeClass::ServerError),
+                status: Some(500),
+                channel: "b".into(),
+                ..ok
+            },
+        );
+        let ext = r.body_extension().unwrap();
+        assert_eq!(ext["failover"]["attempts"][0]["reason"], "server_error");
+        assert_eq!(ext["served_channel"], "a");
+    }
+}

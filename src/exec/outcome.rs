@@ -1,0 +1,175 @@
+//! Outcome classes (DESIGN.md "Outcome classes"): what one attempt's failure means for the
+//! request. Whether a class is retried or failed over is an explicit property, never a default.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::provider::UpstreamError;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutcomeClass {
+    ConnectionError,
+    Timeout,
+    ServerError,
+    RateLimit,
+    Misrouted,
+    ClientError,
+    AuthError,
+}
+
+impl OutcomeClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutcomeClass::ConnectionError => "connection_error",
+            OutcomeClass::Timeout => "timeout",
+            OutcomeClass::ServerError => "server_error",
+            OutcomeClass::RateLimit => "rate_limit",
+            OutcomeClass::Misrouted => "misrouted",
+            OutcomeClass::ClientError => "client_error",
+            OutcomeClass::AuthError => "auth_error",
+        }
+    }
+
+    /// May the same channel be tried again (when the channel allows retries)?
+    pub fn retry_same_channel(self) -> bool {
+        matches!(
+            self,
+            OutcomeClass::ConnectionError | OutcomeClass::Timeout | OutcomeClass::ServerError
+        )
+    }
+
+    /// May another channel be tried? Only the client's own mistake stops the request.
+    pub fn fail_over(self) -> bool {
+        !matches!(self, OutcomeClass::ClientError)
+    }
+}
+
+/// The upstream's own answer to a request it judged malformed: returned to the client as is.
+#[derive(Debug, Clone)]
+pub struct Passthrough {
+    pub status: u16,
+    pub body: Bytes,
+    pub content_type: Option<String>,
+}
+
+/// One failed attempt, classified.
+#[derive(Debug)]
+pub struct Failure {
+    pub class: OutcomeClass,
+    pub status: Option<u16>,
+    pub retry_after: Option<Duration>,
+    pub passthrough: Option<Passthrough>,
+    /// For the operator's log only: never sent to a client (it can quote upstream text).
+    pub detail: String,
+}
+
+impl Failure {
+    pub fn timeout(what: &str) -> Failure {
+        Failure {
+            class: OutcomeClass::Timeout,
+            status: None,
+            retry_after: None,
+            passthrough: None,
+            detail: what.to_string(),
+        }
+    }
+}
+
+pub fn classify(err: UpstreamError) -> Failure {
+    let detail = err.to_string();
+    let plain = |class| Failure {
+        class,
+        status: None,
+        retry_after: None,
+        passthrough: None,
+        detail: detail.clone(),
+    };
+    match err {
+        UpstreamError::Connect(_) | UpstreamError::Broken(_) => {
+            plain(OutcomeClass::ConnectionError)
+        }
+        UpstreamError::Invalid(_) | UpstreamError::StreamError => plain(OutcomeClass::ServerError),
+        UpstreamError::Status {
+            status,
+            retry_after,
+            body,
+            content_type,
+        } => {
+            let class = match status {
+                429 => OutcomeClass::RateLimit,
+                401..=403 => OutcomeClass::AuthError,
+                404 => OutcomeClass::Misrouted,
+                408 => OutcomeClass::Timeout,
+                400..=499 => OutcomeClass::ClientError,
+                _ => OutcomeClass::ServerError,
+            };
+            let passthrough = (class == OutcomeClass::ClientError).then_some(Passthrough {
+                status,
+                body,
+                content_type,
+            });
+            Failure {
+                class,
+                status: Some(status),
+                retry_after,
+                passthrough,
+                detail,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(s: u16) -> OutcomeClass {
+        classify(UpstreamError::Status {
+            status: s,
+            retry_after: None,
+            body: Bytes::new(),
+            content_type: None,
+        })
+        .class
+    }
+
+    #[test]
+    fn statuses_map_to_the_design_table() {
+        assert_eq!(status(500), OutcomeClass::ServerError);
+        assert_eq!(status(529), OutcomeClass::ServerError);
+        assert_eq!(status(429), OutcomeClass::RateLimit);
+        assert_eq!(status(404), OutcomeClass::Misrouted);
+        assert_eq!(status(401), OutcomeClass::AuthError);
+        assert_eq!(status(403), OutcomeClass::AuthError);
+        for s in [400, 413, 422] {
+            assert_eq!(status(s), OutcomeClass::ClientError);
+            assert!(!status(s).fail_over());
+        }
+        assert!(!OutcomeClass::RateLimit.retry_same_channel());
+        assert!(OutcomeClass::RateLimit.fail_over());
+        assert!(OutcomeClass::ServerError.retry_same_channel());
+        assert_eq!(
+            classify(UpstreamError::Connect("refused".into())).class,
+            OutcomeClass::ConnectionError
+        );
+    }
+
+    #[test]
+    fn only_client_errors_carry_the_upstream_body() {
+        let f = classify(UpstreamError::Status {
+            status: 500,
+            retry_after: None,
+            body: Bytes::from_static(b"secret upstream text"),
+            content_type: None,
+        });
+        assert!(f.passthrough.is_none());
+        let f = classify(UpstreamError::Status {
+            status: 400,
+            retry_after: None,
+            body: Bytes::from_static(b"{}"),
+            content_type: None,
+        });
+        assert_eq!(f.passthrough.unwrap().status, 400);
+    }
+}

@@ -1,0 +1,78 @@
+//! After the commit point: the serving channel never changes. The relay replays the chunks read
+//! before commit, then passes the upstream on chunk by chunk (pull-driven, so the client's pace
+//! is the upstream's pace: backpressure without a buffer of our own). A gap longer than the idle
+//! timeout or an upstream fault ends the stream with a fault item, never a clean end.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_util::{Stream, StreamExt};
+use tokio::time::{Instant, Sleep};
+
+use super::{Committed, OutcomeClass, classify};
+use crate::protocol::StreamChunk;
+use crate::provider::ChunkStream;
+
+#[derive(Debug)]
+pub enum RelayItem {
+    Chunk(Box<StreamChunk>),
+    /// The stream broke after commit; the client gets an error frame and no `[DONE]`.
+    Fault(OutcomeClass),
+}
+
+pub struct Relay {
+    head: VecDeque<StreamChunk>,
+    rest: ChunkStream,
+    idle: Duration,
+    timer: Pin<Box<Sleep>>,
+    done: bool,
+}
+
+impl Relay {
+    pub fn new(c: Committed, idle: Duration) -> Self {
+        Relay {
+            head: c.head.into(),
+            rest: c.rest,
+            idle,
+            timer: Box::pin(tokio::time::sleep(idle)),
+            done: false,
+        }
+    }
+}
+
+impl Stream for Relay {
+    type Item = RelayItem;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<RelayItem>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        if let Some(c) = self.head.pop_front() {
+            return Poll::Ready(Some(RelayItem::Chunk(Box::new(c))));
+        }
+        match self.rest.poll_next_unpin(cx) {
+            Poll::Ready(Some(Ok(c))) => {
+                let next = Instant::now() + self.idle;
+                self.timer.as_mut().reset(next);
+                Poll::Ready(Some(RelayItem::Chunk(Box::new(c))))
+            }
+            Poll::Ready(Some(Err(e))) => {
+                self.done = true;
+                Poll::Ready(Some(RelayItem::Fault(classify(e).class)))
+            }
+            Poll::Ready(None) => {
+                self.done = true;
+                Poll::Ready(None)
+            }
+            Poll::Pending => match self.timer.as_mut().poll(cx) {
+                Poll::Ready(()) => {
+                    self.done = true;
+                    Poll::Ready(Some(RelayItem::Fault(OutcomeClass::Timeout)))
+                }
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+}

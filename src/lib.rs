@@ -1,0 +1,16 @@
+//! Switchyard: an AI routing gateway. One OpenAI-compatible endpoint in front of many upstream
+//! channels, failing over before the client sees a byte.
+//!
+//! The request path, one module per stage (see `docs/architecture.md`):
+//! `server` (ingress, auth) → `protocol` (wire ↔ canonical) → `router` (plan, pure) →
+//! `exec` (attempts, commit point) → `provider` (upstream calls) → `store` (request log).
+
+pub mod config;
+pub mod exec;
+pub mod protocol;
+pub mod provider;
+pub mod router;
+pub mod server;
+pub mod store;
+
+pub mod app;

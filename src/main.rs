@@ -1,0 +1,132 @@
+//! The `switchyard` binary: a thin CLI over the library.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use switchyard::provider::mock::{MockServer, MockSpec};
+use switchyard::provider::{HttpClients, install_crypto_provider};
+use tracing_subscriber::filter::LevelFilter;
+
+#[derive(Parser)]
+#[command(name = "switchyard", version, about = "An AI routing gateway")]
+struct Cli {
+    /// Log level: error, warn, info, debug, trace.
+    #[arg(long, global = true, default_value = "info", env = "SWITCHYARD_LOG")]
+    log_level: LevelFilter,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway. Without --config: the embedded demo (mock channels, demo key, loopback).
+    Serve {
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// Override the config's listen address (e.g. 127.0.0.1:0 for any free port).
+        #[arg(long)]
+        listen: Option<SocketAddr>,
+    },
+    /// Validate a config and print what would be served, without starting.
+    Check {
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Run the mock provider as a standalone OpenAI-compatible server.
+    Mock {
+        #[arg(long, default_value_t = 0)]
+        port: u16,
+        #[arg(long, default_value = "127.0.0.1")]
+        host: std::net::IpAddr,
+        #[arg(long, default_value = "Hello from the mock.")]
+        text: String,
+        #[arg(long, default_value_t = 0)]
+        ttft_ms: u64,
+        #[arg(long, default_value_t = 0)]
+        chunk_ms: u64,
+        #[arg(long, default_value_t = 4)]
+        chunks: u32,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_max_level(cli.log_level)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+    install_crypto_provider();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(cli.command)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cmd: Command) -> Result<(), Box<dyn std::error::Error>> {
+    match cmd {
+        Command::Check { config } => {
+            let snap = switchyard::app::load(Some(&config), &HttpClients::default())?;
+            print!("{}", snap.describe());
+            println!("config OK");
+            Ok(())
+        }
+        Command::Serve { config, listen } => {
+            let clients = HttpClients::default();
+            let snap = switchyard::app::load(config.as_deref(), &clients)?;
+            let demo = snap.is_demo();
+            let running = switchyard::app::start(snap, clients, listen).await?;
+            if demo {
+                tracing::warn!(
+                    "DEMO MODE: no --config given. Serving model `demo` from two mock channels; \
+                     the public demo key `{}` is accepted, on loopback only.",
+                    switchyard::config::DEMO_KEY
+                );
+            }
+            #[cfg(unix)]
+            switchyard::app::reload_on_sighup(running.state.live.clone())?;
+            print!("{}", running.state.live.load().describe());
+            println!("switchyard listening on http://{}", running.addr);
+            tokio::signal::ctrl_c().await?;
+            tracing::info!("shutting down");
+            running.abort();
+            Ok(())
+        }
+        Command::Mock {
+            port,
+            host,
+            text,
+            ttft_ms,
+            chunk_ms,
+            chunks,
+        } => {
+            let spec = MockSpec {
+                text,
+                ttft_ms,
+                chunk_ms,
+                chunks,
+                ..MockSpec::default()
+            };
+            let listener = tokio::net::TcpListener::bind((host, port)).await?;
+            let server = MockServer::on(listener, spec, false)?;
+            println!("switchyard mock listening on {}", server.base_url());
+            tokio::signal::ctrl_c().await?;
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,277 @@
+//! Protocol-neutral canonical request / response / stream types, and one module per wire format
+//! that translates to and from them. Translation is pure: no I/O, no global state.
+//!
+//! Every canonical type keeps an `extra` map of the fields it does not model, in their original
+//! order, so that same-protocol traffic passes through losslessly: a parameter Switchyard does not
+//! know still reaches the upstream.
+
+pub mod openai;
+
+use serde_json::{Map, Value};
+
+/// The wire formats a client or upstream may speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    OpenAiChat,
+}
+
+/// A client's mistake in the request body. Maps to 400 `invalid_request_error` with `param`.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct InvalidRequest {
+    pub param: Option<String>,
+    pub message: String,
+}
+
+impl InvalidRequest {
+    pub fn new(param: impl Into<String>, message: impl Into<String>) -> Self {
+        InvalidRequest {
+            param: Some(param.into()),
+            message: message.into(),
+        }
+    }
+}
+
+/// What an upstream sent that is not valid in its own protocol (a broken upstream, not a client
+/// mistake): classified as a server error of that attempt.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("upstream sent an invalid {what}: {message}")]
+pub struct InvalidUpstream {
+    pub what: &'static str,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Role {
+    System,
+    Developer,
+    User,
+    Assistant,
+    Tool,
+    Other(String),
+}
+
+impl Role {
+    pub fn parse(s: String) -> Role {
+        match s.as_str() {
+            "system" => Role::System,
+            "developer" => Role::Developer,
+            "user" => Role::User,
+            "assistant" => Role::Assistant,
+            "tool" => Role::Tool,
+            _ => Role::Other(s),
+        }
+    }
+    pub fn as_str(&self) -> &str {
+        match self {
+            Role::System => "system",
+            Role::Developer => "developer",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+            Role::Other(s) => s,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Content {
+    Text(String),
+    Parts(Vec<Part>),
+}
+
+impl Content {
+    /// The visible text, parts joined; used for logging sizes and, later, token counting.
+    pub fn text_len(&self) -> usize {
+        match self {
+            Content::Text(t) => t.len(),
+            Content::Parts(ps) => ps
+                .iter()
+                .map(|p| match p {
+                    Part::Text { text, .. } => text.len(),
+                    _ => 0,
+                })
+                .sum(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Part {
+    Text {
+        text: String,
+        extra: Map<String, Value>,
+    },
+    Image {
+        url: String,
+        detail: Option<String>,
+        extra: Map<String, Value>,
+    },
+    /// A part kind the canonical type does not model (audio, file...), kept as sent.
+    Other(Value),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolCall {
+    Function {
+        id: String,
+        name: String,
+        /// JSON text, as the model wrote it (possibly invalid JSON; not ours to fix).
+        arguments: String,
+        extra: Map<String, Value>,
+    },
+    Other(Value),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Message {
+    pub role: Role,
+    pub content: Option<Content>,
+    pub name: Option<String>,
+    pub tool_calls: Vec<ToolCall>,
+    pub tool_call_id: Option<String>,
+    /// Visible reasoning text some upstreams return (`reasoning_content`).
+    pub reasoning: Option<String>,
+    pub extra: Map<String, Value>,
+}
+
+impl Message {
+    pub fn new(role: Role, text: impl Into<String>) -> Self {
+        Message {
+            role,
+            content: Some(Content::Text(text.into())),
+            name: None,
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            reasoning: None,
+            extra: Map::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Tool {
+    Function {
+        name: String,
+        description: Option<String>,
+        parameters: Option<Value>,
+        extra: Map<String, Value>,
+    },
+    Other(Value),
+}
+
+/// Which spelling of the output-token limit the client used; kept so it goes back the same way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MaxTokensField {
+    MaxTokens,
+    MaxCompletionTokens,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatRequest {
+    pub model: String,
+    pub messages: Vec<Message>,
+    pub stream: bool,
+    /// The client asked for a usage chunk at the end of the stream.
+    pub stream_include_usage: bool,
+    pub max_tokens: Option<(MaxTokensField, u64)>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub stop: Vec<String>,
+    pub tools: Vec<Tool>,
+    pub tool_choice: Option<Value>,
+    /// Fields not modelled above, in order; passed on to same-protocol upstreams.
+    pub extra: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// Provider details (cached tokens, reasoning tokens...), as sent.
+    pub extra: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Choice {
+    pub index: u32,
+    pub message: Message,
+    pub finish_reason: Option<String>,
+    pub extra: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatResponse {
+    pub id: String,
+    pub model: String,
+    pub created: u64,
+    pub choices: Vec<Choice>,
+    pub usage: Option<Usage>,
+    pub extra: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCallDelta {
+    pub index: u32,
+    pub id: Option<String>,
+    pub name: Option<String>,
+    pub arguments: Option<String>,
+    pub extra: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Delta {
+    pub role: Option<Role>,
+    pub content: Option<String>,
+    pub reasoning: Option<String>,
+    pub tool_calls: Vec<ToolCallDelta>,
+    pub extra: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChunkChoice {
+    pub index: u32,
+    pub delta: Delta,
+    pub finish_reason: Option<String>,
+    pub extra: Map<String, Value>,
+}
+
+/// One stream event: a delta per choice, and usage at the end.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamChunk {
+    pub id: String,
+    pub model: String,
+    pub created: u64,
+    pub choices: Vec<ChunkChoice>,
+    pub usage: Option<Usage>,
+    pub extra: Map<String, Value>,
+}
+
+impl StreamChunk {
+    /// Content the client can see: text, reasoning or a tool-call delta. The streaming commit
+    /// point is the first chunk for which this holds.
+    pub fn has_content(&self) -> bool {
+        self.choices.iter().any(|c| {
+            c.delta.content.as_deref().is_some_and(|s| !s.is_empty())
+                || c.delta.reasoning.as_deref().is_some_and(|s| !s.is_empty())
+                || !c.delta.tool_calls.is_empty()
+        })
+    }
+
+    pub fn has_finish(&self) -> bool {
+        self.choices.iter().any(|c| c.finish_reason.is_some())
+    }
+
+    /// The trailing usage-only chunk that `stream_options.include_usage` asks for.
+    pub fn is_usage_only(&self) -> bool {
+        self.choices.is_empty() && self.usage.is_some()
+    }
+}
+
+/// An embeddings request: routed like chat, passed through as is (model swapped).
+#[derive(Debug, Clone, PartialEq)]
+pub struct EmbeddingsRequest {
+    pub model: String,
+    pub input: Value,
+    pub extra: Map<String, Value>,
+}

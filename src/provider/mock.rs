@@ -1,0 +1,781 @@
+//! The built-in mock provider: configurable text, latency, chunking and scripted faults, so that
+//! demos, tests and benchmarks need no network and no upstream keys.
+//!
+//! The same spec drives two forms: [`MockUpstream`] answers in-process (`provider = "mock"`),
+//! and [`MockServer`] is a real OpenAI-compatible HTTP server (`switchyard mock --port P`) that
+//! also records what it received, for tests that must see what crossed the wire.
+
+use std::collections::hash_map::DefaultHasher;
+use std::convert::Infallible;
+use std::hash::{Hash, Hasher};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use futures_util::{Stream, StreamExt, stream};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+
+use super::{ChunkStream, UpstreamError};
+use crate::protocol::openai::{ChunkBody, ResponseBody};
+use crate::protocol::{
+    ChatRequest, ChatResponse, Choice, ChunkChoice, Content, Delta, EmbeddingsRequest, Message,
+    Role, StreamChunk, Usage,
+};
+
+/// How a mock channel or server answers.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MockSpec {
+    /// The reply text, split into `chunks` pieces when streamed.
+    pub text: String,
+    /// Time to the first token (and to the whole answer, plus chunk times, when not streamed).
+    pub ttft_ms: u64,
+    /// Gap between two streamed chunks.
+    pub chunk_ms: u64,
+    pub chunks: u32,
+    /// Length of the deterministic embedding vectors.
+    pub embedding_dims: usize,
+    /// Applied to every request that the script does not cover.
+    pub fault: Option<Fault>,
+    /// Applied to the 1st, 2nd... request this mock sees; then `fault` (or a normal answer).
+    pub script: Vec<Fault>,
+}
+
+impl Default for MockSpec {
+    fn default() -> Self {
+        MockSpec {
+            text: "Hello from the mock.".into(),
+            ttft_ms: 0,
+            chunk_ms: 0,
+            chunks: 4,
+            embedding_dims: 8,
+            fault: None,
+            script: Vec::new(),
+        }
+    }
+}
+
+/// One scripted behaviour. Exactly one of the fields is set.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Fault {
+    /// A normal answer (useful inside a script).
+    pub ok: bool,
+    /// Answer with this HTTP status and an OpenAI error body.
+    pub status: Option<u16>,
+    /// With `status`: a `Retry-After` header, in seconds.
+    pub retry_after_seconds: Option<u64>,
+    /// Never answer (a stream sends its role chunk, then nothing).
+    pub hang: bool,
+    /// Stream this many content chunks, then break the connection.
+    pub cut_after: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Behaviour {
+    Normal,
+    Status(u16, Option<u64>),
+    Hang,
+    CutAfter(u32),
+}
+
+impl Fault {
+    fn behaviour(&self) -> Behaviour {
+        if let Some(s) = self.status {
+            Behaviour::Status(s, self.retry_after_seconds)
+        } else if self.hang {
+            Behaviour::Hang
+        } else if let Some(k) = self.cut_after {
+            Behaviour::CutAfter(k)
+        } else {
+            Behaviour::Normal
+        }
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        let set = [
+            self.ok,
+            self.status.is_some(),
+            self.hang,
+            self.cut_after.is_some(),
+        ]
+        .iter()
+        .filter(|b| **b)
+        .count();
+        if set != 1 {
+            return Err("a fault sets exactly one of ok, status, hang, cut_after".into());
+        }
+        if let Some(s) = self.status
+            && !(400..=599).contains(&s)
+        {
+            return Err(format!("fault status {s} must be 400..=599"));
+        }
+        if self.retry_after_seconds.is_some() && self.status.is_none() {
+            return Err("retry_after_seconds goes with status".into());
+        }
+        Ok(())
+    }
+}
+
+impl MockSpec {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.embedding_dims == 0 || self.embedding_dims > 8192 {
+            return Err("embedding_dims must be 1..=8192".into());
+        }
+        if let Some(f) = &self.fault {
+            f.validate()?;
+        }
+        for f in &self.script {
+            f.validate()?;
+        }
+        Ok(())
+    }
+
+    fn behaviour(&self, n: u64) -> Behaviour {
+        match self.script.get(n as usize) {
+            Some(f) => f.behaviour(),
+            None => self
+                .fault
+                .as_ref()
+                .map_or(Behaviour::Normal, Fault::behaviour),
+        }
+    }
+
+    /// The text in `chunks` pieces of near-equal length (by characters).
+    fn pieces(&self) -> Vec<String> {
+        let chars: Vec<char> = self.text.chars().collect();
+        let n = (self.chunks.max(1) as usize).min(chars.len().max(1));
+        if chars.is_empty() {
+            return Vec::new();
+        }
+        let per = chars.len().div_ceil(n);
+        chars.chunks(per).map(|c| c.iter().collect()).collect()
+    }
+
+    fn total_time(&self) -> Duration {
+        Duration::from_millis(
+            self.ttft_ms + self.chunk_ms * u64::from(self.chunks.saturating_sub(1)),
+        )
+    }
+}
+
+fn estimate_prompt_tokens(req: &ChatRequest) -> u64 {
+    let chars: usize = req
+        .messages
+        .iter()
+        .map(|m| m.content.as_ref().map_or(0, Content::text_len))
+        .sum();
+    (chars as u64).div_ceil(4) + 3 * req.messages.len() as u64
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn reply(spec: &MockSpec, model: &str, req: &ChatRequest, n: u64) -> ChatResponse {
+    let pieces = spec.pieces();
+    ChatResponse {
+        id: format!("chatcmpl-mock-{n}"),
+        model: model.to_string(),
+        created: now_secs(),
+        choices: vec![Choice {
+            index: 0,
+            message: Message::new(Role::Assistant, spec.text.clone()),
+            finish_reason: Some("stop".into()),
+            extra: Map::new(),
+        }],
+        usage: Some(Usage {
+            input_tokens: estimate_prompt_tokens(req),
+            output_tokens: pieces.len() as u64,
+            extra: Map::new(),
+        }),
+        extra: Map::new(),
+    }
+}
+
+/// Role chunk, content chunks, finish chunk, usage chunk, in the order OpenAI sends them.
+fn reply_chunks(spec: &MockSpec, model: &str, req: &ChatRequest, n: u64) -> Vec<StreamChunk> {
+    let created = now_secs();
+    let id = format!("chatcmpl-mock-{n}");
+    let chunk = |delta: Delta, finish: Option<&str>| StreamChunk {
+        id: id.clone(),
+        model: model.to_string(),
+        created,
+        choices: vec![ChunkChoice {
+            index: 0,
+            delta,
+            finish_reason: finish.map(str::to_string),
+            extra: Map::new(),
+        }],
+        usage: None,
+        extra: Map::new(),
+    };
+    let pieces = spec.pieces();
+    let output_tokens = pieces.len() as u64;
+    let mut out = Vec::with_capacity(pieces.len() + 3);
+    out.push(chunk(
+        Delta {
+            role: Some(Role::Assistant),
+            content: Some(String::new()),
+            ..Delta::default()
+        },
+        None,
+    ));
+    for p in pieces {
+        out.push(chunk(
+            Delta {
+                content: Some(p),
+                ..Delta::default()
+            },
+            None,
+        ));
+    }
+    out.push(chunk(Delta::default(), Some("stop")));
+    out.push(StreamChunk {
+        id: id.clone(),
+        model: model.to_string(),
+        created,
+        choices: Vec::new(),
+        usage: Some(Usage {
+            input_tokens: estimate_prompt_tokens(req),
+            output_tokens,
+            extra: Map::new(),
+        }),
+        extra: Map::new(),
+    });
+    out
+}
+
+/// One paced stream item: a chunk after a delay, or the break of a `cut_after` fault.
+enum Item {
+    Chunk(Duration, Box<StreamChunk>),
+    Break(Duration),
+    Hang,
+}
+
+/// The schedule of a streamed answer under a behaviour.
+fn schedule(spec: &MockSpec, b: Behaviour, chunks: Vec<StreamChunk>) -> Vec<Item> {
+    let ttft = Duration::from_millis(spec.ttft_ms);
+    let gap = Duration::from_millis(spec.chunk_ms);
+    let mut out = Vec::with_capacity(chunks.len() + 1);
+    let mut content_sent = 0u32;
+    for (i, c) in chunks.into_iter().enumerate() {
+        let has_content = c.has_content();
+        if let Behaviour::CutAfter(k) = b
+            && has_content
+            && content_sent == k
+        {
+            out.push(Item::Break(gap));
+            return out;
+        }
+        let delay = match i {
+            0 => Duration::ZERO,
+            1 => ttft,
+            _ if has_content => gap,
+            _ => Duration::ZERO,
+        };
+        out.push(Item::Chunk(delay, Box::new(c)));
+        if b == Behaviour::Hang {
+            out.push(Item::Hang);
+            return out;
+        }
+        if has_content {
+            content_sent += 1;
+        }
+    }
+    out
+}
+
+fn error_json(status: u16) -> Value {
+    let (kind, code) = match status {
+        404 => ("invalid_request_error", "model_not_found"),
+        429 => ("rate_limit_error", "rate_limit_exceeded"),
+        400..=499 => ("invalid_request_error", "mock_client_error"),
+        _ => ("server_error", "mock_server_error"),
+    };
+    json!({"error": {"message": format!("mock fault: HTTP {status}"), "type": kind, "param": null, "code": code}})
+}
+
+fn embedding(input: &str, dims: usize) -> Vec<f32> {
+    let mut v: Vec<f32> = (0..dims)
+        .map(|i| {
+            let mut h = DefaultHasher::new();
+            (input, i).hash(&mut h);
+            (h.finish() % 2001) as f32 / 1000.0 - 1.0
+        })
+        .collect();
+    let norm = v
+        .iter()
+        .map(|x| x * x)
+        .sum::<f32>()
+        .sqrt()
+        .max(f32::EPSILON);
+    v.iter_mut().for_each(|x| *x /= norm);
+    v
+}
+
+fn embeddings_reply(spec: &MockSpec, model: &str, input: &Value) -> Value {
+    let texts: Vec<String> = match input {
+        Value::String(s) => vec![s.clone()],
+        Value::Array(a) => a
+            .iter()
+            .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+            .collect(),
+        other => vec![other.to_string()],
+    };
+    let tokens: u64 = texts.iter().map(|t| (t.len() as u64).div_ceil(4)).sum();
+    let data: Vec<Value> = texts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| json!({"object": "embedding", "index": i, "embedding": embedding(t, spec.embedding_dims)}))
+        .collect();
+    json!({"object": "list", "data": data, "model": model,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+}
+
+// ---------------------------------------------------------------------------------------------
+// In-process
+
+#[derive(Debug)]
+pub struct MockUpstream {
+    spec: MockSpec,
+    seen: AtomicU64,
+}
+
+impl MockUpstream {
+    pub fn new(spec: MockSpec) -> Self {
+        MockUpstream {
+            spec,
+            seen: AtomicU64::new(0),
+        }
+    }
+
+    fn next(&self) -> (u64, Behaviour) {
+        let n = self.seen.fetch_add(1, Ordering::Relaxed);
+        (n, self.spec.behaviour(n))
+    }
+
+    fn status_error(status: u16, retry_after: Option<u64>) -> UpstreamError {
+        UpstreamError::Status {
+            status,
+            retry_after: retry_after.map(Duration::from_secs),
+            body: Bytes::from(error_json(status).to_string()),
+            content_type: Some("application/json".into()),
+        }
+    }
+
+    pub async fn chat(
+        &self,
+        req: &ChatRequest,
+        model: &str,
+    ) -> Result<ChatResponse, UpstreamError> {
+        let (n, b) = self.next();
+        match b {
+            Behaviour::Status(s, ra) => Err(Self::status_error(s, ra)),
+            Behaviour::Hang => std::future::pending().await,
+            Behaviour::CutAfter(_) => {
+                tokio::time::sleep(Duration::from_millis(self.spec.ttft_ms)).await;
+                Err(UpstreamError::Broken("mock cut the connection".into()))
+            }
+            Behaviour::Normal => {
+                tokio::time::sleep(self.spec.total_time()).await;
+                Ok(reply(&self.spec, model, req, n))
+            }
+        }
+    }
+
+    pub async fn chat_stream(
+        &self,
+        req: &ChatRequest,
+        model: &str,
+    ) -> Result<ChunkStream, UpstreamError> {
+        let (n, b) = self.next();
+        if let Behaviour::Status(s, ra) = b {
+            return Err(Self::status_error(s, ra));
+        }
+        let items = schedule(&self.spec, b, reply_chunks(&self.spec, model, req, n));
+        Ok(Box::pin(paced(items).filter_map(|item| async move {
+            match item {
+                Paced::Chunk(c) => Some(Ok(*c)),
+                Paced::Break => Some(Err(UpstreamError::Broken("mock cut the stream".into()))),
+            }
+        })))
+    }
+
+    pub async fn embeddings(
+        &self,
+        req: &EmbeddingsRequest,
+        model: &str,
+    ) -> Result<Value, UpstreamError> {
+        let (_, b) = self.next();
+        match b {
+            Behaviour::Status(s, ra) => Err(Self::status_error(s, ra)),
+            Behaviour::Hang => std::future::pending().await,
+            Behaviour::CutAfter(_) => Err(UpstreamError::Broken("mock cut the connection".into())),
+            Behaviour::Normal => {
+                tokio::time::sleep(Duration::from_millis(self.spec.ttft_ms)).await;
+                Ok(embeddings_reply(&self.spec, model, &req.input))
+            }
+        }
+    }
+}
+
+enum Paced {
+    Chunk(Box<StreamChunk>),
+    Break,
+}
+
+/// Plays a schedule in time; a hang never yields again.
+fn paced(items: Vec<Item>) -> impl Stream<Item = Paced> + Send {
+    stream::unfold(items.into_iter(), |mut it| async move {
+        match it.next()? {
+            Item::Chunk(d, c) => {
+                if !d.is_zero() {
+                    tokio::time::sleep(d).await;
+                }
+                Some((Paced::Chunk(c), it))
+            }
+            Item::Break(d) => {
+                tokio::time::sleep(d).await;
+                Some((Paced::Break, it))
+            }
+            Item::Hang => std::future::pending().await,
+        }
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Standalone server
+
+/// What the mock server received: path, headers and JSON body of one request.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub path: String,
+    pub headers: HeaderMap,
+    pub body: Value,
+}
+
+struct MockState {
+    spec: Mutex<MockSpec>,
+    seen: AtomicU64,
+    record: bool,
+    received: Mutex<Vec<Received>>,
+    /// Responses whose connection went away before the answer was complete.
+    aborted: AtomicU64,
+    changed: Notify,
+}
+
+/// A running standalone mock server on 127.0.0.1.
+pub struct MockServer {
+    addr: SocketAddr,
+    state: Arc<MockState>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for MockServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl MockServer {
+    /// Starts on 127.0.0.1 with an OS-chosen port, recording every request (for tests).
+    pub async fn start(spec: MockSpec) -> std::io::Result<MockServer> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        Self::on(listener, spec, true)
+    }
+
+    /// Serves on a bound listener. `record` keeps every request body (tests only).
+    pub fn on(listener: TcpListener, spec: MockSpec, record: bool) -> std::io::Result<MockServer> {
+        spec.validate()
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let addr = listener.local_addr()?;
+        let state = Arc::new(MockState {
+            spec: Mutex::new(spec),
+            seen: AtomicU64::new(0),
+            record,
+            received: Mutex::new(Vec::new()),
+            aborted: AtomicU64::new(0),
+            changed: Notify::new(),
+        });
+        let app = axum::Router::new()
+            .route("/v1/chat/completions", post(chat))
+            .route("/chat/completions", post(chat))
+            .route("/v1/embeddings", post(embeddings))
+            .route("/embeddings", post(embeddings))
+            .route("/v1/models", get(models))
+            .with_state(state.clone());
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(MockServer { addr, state, task })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The base URL to put in a channel's `base_url`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// Requests received so far (all endpoints).
+    pub fn requests(&self) -> u64 {
+        self.state.seen.load(Ordering::SeqCst)
+    }
+
+    pub fn received(&self) -> Vec<Received> {
+        self.state
+            .received
+            .lock()
+            .map(|r| r.clone())
+            .unwrap_or_default()
+    }
+
+    pub fn aborted(&self) -> u64 {
+        self.state.aborted.load(Ordering::SeqCst)
+    }
+
+    /// Replaces the spec; the request counter (and so the script position) starts over.
+    pub fn set_spec(&self, spec: MockSpec) {
+        if let Ok(mut s) = self.state.spec.lock() {
+            *s = spec;
+        }
+        self.state.seen.store(0, Ordering::SeqCst);
+    }
+
+    /// Waits until `pred` holds for this server, re-checking on every request or abort.
+    pub async fn wait_until(&self, pred: impl Fn(&MockServer) -> bool) {
+        loop {
+            let notified = self.state.changed.notified();
+            if pred(self) {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+fn begin(state: &MockState, path: &str, headers: &HeaderMap, body: &Value) -> (u64, MockSpec) {
+    let n = state.seen.fetch_add(1, Ordering::SeqCst);
+    if state.record
+        && let Ok(mut r) = state.received.lock()
+    {
+        r.push(Received {
+            path: path.to_string(),
+            headers: headers.clone(),
+            body: body.clone(),
+        });
+    }
+    state.changed.notify_waiters();
+    let spec = state.spec.lock().map(|s| s.clone()).unwrap_or_default();
+    (n, spec)
+}
+
+/// Counts an abort when dropped before `done` is set: the peer went away mid-answer.
+struct AbortGuard {
+    state: Arc<MockState>,
+    done: bool,
+}
+
+impl Drop for AbortGuard {
+    fn drop(&mut self) {
+        if !self.done {
+            self.state.aborted.fetch_add(1, Ordering::SeqCst);
+            self.state.changed.notify_waiters();
+        }
+    }
+}
+
+fn status_response(status: u16, retry_after: Option<u64>) -> Response {
+    let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut resp = (
+        code,
+        [(header::CONTENT_TYPE, "application/json")],
+        error_json(status).to_string(),
+    )
+        .into_response();
+    if let Some(s) = retry_after
+        && let Ok(v) = s.to_string().parse()
+    {
+        resp.headers_mut().insert(header::RETRY_AFTER, v);
+    }
+    resp
+}
+
+fn bad_request(msg: &str) -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        [(header::CONTENT_TYPE, "application/json")],
+        json!({"error": {"message": msg, "type": "invalid_request_error", "param": null, "code": null}})
+            .to_string(),
+    )
+        .into_response()
+}
+
+async fn chat(State(state): State<Arc<MockState>>, headers: HeaderMap, body: Bytes) -> Response {
+    let v: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return bad_request(&format!("invalid JSON: {e}")),
+    };
+    let (n, spec) = begin(&state, "/chat/completions", &headers, &v);
+    let req = match crate::protocol::openai::request_from_value(v) {
+        Ok(r) => r,
+        Err(e) => return bad_request(&e.message),
+    };
+    let model = req.model.clone();
+    let mut guard = AbortGuard {
+        state: state.clone(),
+        done: false,
+    };
+    match spec.behaviour(n) {
+        Behaviour::Status(s, ra) => {
+            guard.done = true;
+            return status_response(s, ra);
+        }
+        Behaviour::Hang if !req.stream => std::future::pending::<()>().await,
+        Behaviour::CutAfter(_) if !req.stream => {
+            tokio::time::sleep(Duration::from_millis(spec.ttft_ms)).await;
+            let broken = stream::iter([
+                Ok(Bytes::from_static(b"{\"id\":\"chatcmpl-mock\",")),
+                Err(std::io::Error::other("mock cut the connection")),
+            ]);
+            return Response::new(Body::from_stream(broken));
+        }
+        _ => {}
+    }
+    if !req.stream {
+        tokio::time::sleep(spec.total_time()).await;
+        guard.done = true;
+        let resp = reply(&spec, &model, &req, n);
+        let body = serde_json::to_vec(&ResponseBody {
+            resp: &resp,
+            report: None,
+        })
+        .unwrap_or_default();
+        return ([(header::CONTENT_TYPE, "application/json")], body).into_response();
+    }
+    let include_usage = req.stream_include_usage;
+    let mut chunks = reply_chunks(&spec, &model, &req, n);
+    if !include_usage {
+        chunks.pop();
+    }
+    let items = schedule(&spec, spec.behaviour(n), chunks);
+    let ends_clean = !matches!(spec.behaviour(n), Behaviour::CutAfter(_) | Behaviour::Hang);
+    let body = paced(items)
+        .map(|p| match p {
+            Paced::Chunk(c) => {
+                let mut line = b"data: ".to_vec();
+                line.extend(serde_json::to_vec(&ChunkBody(&c)).unwrap_or_default());
+                line.extend_from_slice(b"\n\n");
+                Ok(Bytes::from(line))
+            }
+            Paced::Break => Err(std::io::Error::other("mock cut the stream")),
+        })
+        .chain(stream::iter(ends_clean.then(|| {
+            Ok::<_, std::io::Error>(Bytes::from_static(b"data: [DONE]\n\n"))
+        })))
+        .chain(stream::once(async move {
+            // Reached only when the whole stream was sent: not an abort.
+            guard.done = true;
+            drop(guard);
+            Ok::<_, std::io::Error>(Bytes::new())
+        }));
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(Body::from_stream(body))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+async fn embeddings(
+    State(state): State<Arc<MockState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let v: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return bad_request(&format!("invalid JSON: {e}")),
+    };
+    let (n, spec) = begin(&state, "/embeddings", &headers, &v);
+    match spec.behaviour(n) {
+        Behaviour::Status(s, ra) => return status_response(s, ra),
+        Behaviour::Hang => std::future::pending::<()>().await,
+        _ => {}
+    }
+    let model = v.get("model").and_then(Value::as_str).unwrap_or("mock");
+    let input = v.get("input").cloned().unwrap_or(Value::Null);
+    tokio::time::sleep(Duration::from_millis(spec.ttft_ms)).await;
+    let out = embeddings_reply(&spec, model, &input);
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        out.to_string(),
+    )
+        .into_response()
+}
+
+async fn models() -> Result<Response, Infallible> {
+    Ok(axum::Json(json!({"object": "list", "data": [{"id": "mock", "object": "model", "owned_by": "switchyard-mock"}]})).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_split_text_evenly() {
+        let spec = MockSpec {
+            text: "abcdefgh".into(),
+            chunks: 3,
+            ..MockSpec::default()
+        };
+        assert_eq!(spec.pieces(), ["abc", "def", "gh"]);
+        let spec = MockSpec {
+            text: "ab".into(),
+            chunks: 8,
+            ..MockSpec::default()
+        };
+        assert_eq!(spec.pieces(), ["a", "b"]);
+    }
+
+    #[test]
+    fn script_then_fault_then_normal() {
+        let spec: MockSpec = toml::from_str(
+            "script = [{ status = 500 }, { ok = true }]\nfault = { status = 429, retry_after_seconds = 2 }",
+        )
+        .unwrap();
+        spec.validate().unwrap();
+        assert_eq!(spec.behaviour(0), Behaviour::Status(500, None));
+        assert_eq!(spec.behaviour(1), Behaviour::Normal);
+        assert_eq!(spec.behaviour(2), Behaviour::Status(429, Some(2)));
+    }
+
+    #[test]
+    fn faults_must_set_exactly_one_thing() {
+        let bad: MockSpec = toml::from_str("fault = { hang = true, status = 500 }").unwrap();
+        assert!(bad.validate().is_err());
+        let bad: MockSpec = toml::from_str("fault = { status = 200 }").unwrap();
+        assert!(bad.validate().is_err());
+    }
+
+    #[test]
+    fn embeddings_are_deterministic_and_normalised() {
+        let a = embedding("x", 16);
+        assert_eq!(a, embedding("x", 16));
+        assert_ne!(a, embedding("y", 16));
+        let norm: f32 = a.iter().map(|v| v * v).sum();
+        assert!((norm - 1.0).abs() < 1e-4);
+    }
+}

@@ -1,0 +1,260 @@
+//! Upstream clients, one per provider kind, behind one enum with `chat`, `chat_stream` and
+//! `embeddings`. Providers call and report; they never decide routing or retries (that is
+//! `exec`'s job, from the typed [`UpstreamError`] they return).
+
+pub mod mock;
+mod openai;
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::Stream;
+use serde_json::Value;
+
+use crate::config::ChannelConfig;
+use crate::config::ProviderKind;
+use crate::protocol::{ChatRequest, ChatResponse, EmbeddingsRequest, InvalidUpstream, StreamChunk};
+
+pub use mock::MockSpec;
+
+/// What went wrong with one upstream call, before any classification.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// Refused, reset, DNS, TLS: no HTTP response at all.
+    #[error("connection failed: {0}")]
+    Connect(String),
+    /// The upstream answered with a non-success status.
+    #[error("upstream answered HTTP {status}")]
+    Status {
+        status: u16,
+        retry_after: Option<Duration>,
+        /// The upstream's body; only ever returned to a client for its own 400/413/422.
+        body: Bytes,
+        content_type: Option<String>,
+    },
+    /// The body was not valid in the upstream's own protocol.
+    #[error(transparent)]
+    Invalid(#[from] InvalidUpstream),
+    /// The connection broke while reading the body or stream.
+    #[error("stream broke: {0}")]
+    Broken(String),
+    /// An error event inside a 200 stream.
+    #[error("upstream sent an error event in the stream")]
+    StreamError,
+}
+
+pub type ChunkStream = Pin<Box<dyn Stream<Item = Result<StreamChunk, UpstreamError>> + Send>>;
+
+/// Shared pooled HTTP clients, one per distinct transport setting, kept across reloads so a
+/// config swap does not drop warm connections.
+#[derive(Clone, Default)]
+pub struct HttpClients {
+    inner: Arc<Mutex<HashMap<(u64, Transport), reqwest::Client>>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Transport {
+    Http1,
+    Alpn,
+    H2c,
+}
+
+impl HttpClients {
+    fn get(&self, connect_timeout_ms: u64, mode: Transport) -> Result<reqwest::Client, String> {
+        let mut map = self
+            .inner
+            .lock()
+            .map_err(|_| "client cache poisoned".to_string())?;
+        if let Some(c) = map.get(&(connect_timeout_ms, mode)) {
+            return Ok(c.clone());
+        }
+        install_crypto_provider();
+        let mut b = reqwest::Client::builder()
+            .connect_timeout(Duration::from_millis(connect_timeout_ms))
+            .pool_idle_timeout(Duration::from_secs(90))
+            .tcp_nodelay(true)
+            .no_proxy();
+        // HTTP/1.1 unless asked: one multiplexed connection can queue long streams behind its
+        // stream limit without saying so.
+        b = match mode {
+            Transport::Http1 => b.http1_only(),
+            Transport::Alpn => b,
+            Transport::H2c => b.http2_prior_knowledge(),
+        };
+        let c = b.build().map_err(|e| e.without_url().to_string())?;
+        map.insert((connect_timeout_ms, mode), c.clone());
+        Ok(c)
+    }
+}
+
+/// rustls needs one process-wide crypto provider; we use ring (no C toolchain needed beyond cc).
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// One channel's upstream, ready to call.
+#[derive(Debug)]
+pub enum Upstream {
+    OpenAi(openai::OpenAi),
+    Mock(mock::MockUpstream),
+}
+
+impl Upstream {
+    /// Builds the upstream for a channel; errors name the offending field of the channel.
+    pub fn build(
+        c: &ChannelConfig,
+        connect_timeout_ms: u64,
+        clients: &HttpClients,
+    ) -> Result<Upstream, (&'static str, String)> {
+        match c.provider {
+            ProviderKind::Openai => {
+                if c.mock.is_some() {
+                    return Err(("mock", "only allowed with provider = \"mock\"".into()));
+                }
+                let base = c.base_url.as_deref().ok_or((
+                    "base_url",
+                    "is required for provider = \"openai\"".to_string(),
+                ))?;
+                let url = reqwest::Url::parse(base)
+                    .map_err(|e| ("base_url", format!("not a valid URL: {e}")))?;
+                if !matches!(url.scheme(), "http" | "https") {
+                    return Err(("base_url", "must be an http:// or https:// URL".into()));
+                }
+                // https negotiates HTTP/2 by ALPN; cleartext needs prior knowledge (h2c).
+                let mode = match (c.http2, url.scheme()) {
+                    (false, _) => Transport::Http1,
+                    (true, "https") => Transport::Alpn,
+                    (true, _) => Transport::H2c,
+                };
+                let client = clients
+                    .get(connect_timeout_ms, mode)
+                    .map_err(|e| ("base_url", e))?;
+                let o = openai::OpenAi::new(base, &c.api_keys, client)
+                    .map_err(|e| ("base_url", format!("not a valid URL: {e}")))?;
+                Ok(Upstream::OpenAi(o))
+            }
+            ProviderKind::Mock => {
+                if c.base_url.is_some() || !c.api_keys.is_empty() {
+                    return Err((
+                        "base_url",
+                        "a mock channel takes no base_url or api_keys".into(),
+                    ));
+                }
+                let spec = c.mock.clone().unwrap_or_default();
+                spec.validate().map_err(|m| ("mock", m))?;
+                Ok(Upstream::Mock(mock::MockUpstream::new(spec)))
+            }
+        }
+    }
+
+    pub async fn chat(
+        &self,
+        req: &ChatRequest,
+        model: &str,
+    ) -> Result<ChatResponse, UpstreamError> {
+        match self {
+            Upstream::OpenAi(o) => o.chat(req, model).await,
+            Upstream::Mock(m) => m.chat(req, model).await,
+        }
+    }
+
+    /// Opens a stream; the future resolves when the upstream has answered with a status.
+    pub async fn chat_stream(
+        &self,
+        req: &ChatRequest,
+        model: &str,
+    ) -> Result<ChunkStream, UpstreamError> {
+        match self {
+            Upstream::OpenAi(o) => o.chat_stream(req, model).await,
+            Upstream::Mock(m) => m.chat_stream(req, model).await,
+        }
+    }
+
+    pub async fn embeddings(
+        &self,
+        req: &EmbeddingsRequest,
+        model: &str,
+    ) -> Result<Value, UpstreamError> {
+        match self {
+            Upstream::OpenAi(o) => o.embeddings(req, model).await,
+            Upstream::Mock(m) => m.embeddings(req, model).await,
+        }
+    }
+}
+
+/// `Retry-After: <seconds>` or OpenAI's `retry-after-ms`. HTTP dates are ignored (rare upstream).
+pub fn parse_retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    if let Some(ms) = headers
+        .get("retry-after-ms")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .filter(|v| v.is_finite() && *v >= 0.0)
+    {
+        return Some(Duration::from_millis(ms as u64));
+    }
+    headers
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .filter(|v| v.is_finite() && *v >= 0.0)
+        .map(|s| Duration::from_millis((s * 1000.0) as u64))
+}
+
+/// Removes credentials from a URL before it is logged or traced (`?key=`, `?api_key=`, userinfo).
+pub fn redact_url(url: &str) -> String {
+    let Ok(mut u) = reqwest::Url::parse(url) else {
+        return "<unparseable url>".into();
+    };
+    if !u.username().is_empty() || u.password().is_some() {
+        let _ = u.set_username("***");
+        let _ = u.set_password(None);
+    }
+    let pairs: Vec<(String, String)> = u
+        .query_pairs()
+        .map(|(k, v)| {
+            let secret = matches!(
+                k.to_ascii_lowercase().as_str(),
+                "key" | "api_key" | "apikey" | "api-key" | "token" | "access_token" | "sig"
+            );
+            (
+                k.into_owned(),
+                if secret { "***".into() } else { v.into_owned() },
+            )
+        })
+        .collect();
+    if !pairs.is_empty() {
+        u.query_pairs_mut().clear().extend_pairs(pairs);
+    }
+    u.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_credentials_in_urls() {
+        let r = redact_url("https://user:pw@example.com/v1?key=SECRET&alt=sse");
+        assert!(!r.contains("SECRET") && !r.contains("pw"), "{r}");
+        assert!(r.contains("alt=sse"), "{r}");
+        assert_eq!(redact_url("::"), "<unparseable url>");
+    }
+
+    #[test]
+    fn parses_retry_after_forms() {
+        let mut h = reqwest::header::HeaderMap::new();
+        h.insert("retry-after", "2".parse().unwrap());
+        assert_eq!(parse_retry_after(&h), Some(Duration::from_secs(2)));
+        h.insert("retry-after-ms", "150".parse().unwrap());
+        assert_eq!(parse_retry_after(&h), Some(Duration::from_millis(150)));
+        let mut h = reqwest::header::HeaderMap::new();
+        h.insert(
+            "retry-after",
+            "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap(),
+        );
+        assert_eq!(parse_retry_after(&h), None);
+    }
+}

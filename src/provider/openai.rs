@@ -1,0 +1,285 @@
+//! OpenAI-compatible upstreams (OpenAI, vLLM, Ollama, OpenRouter...): `/chat/completions` and
+//! `/embeddings` under the channel's base URL, SSE streams.
+
+use std::fmt;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use eventsource_stream::{EventStream, Eventsource};
+use futures_util::{Stream, StreamExt};
+use reqwest::Url;
+use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderValue};
+use serde_json::Value;
+
+use super::{ChunkStream, UpstreamError, parse_retry_after};
+use crate::config::Secret;
+use crate::protocol::openai::{EmbeddingsBody, RequestBody, chunk_from_value, response_from_value};
+use crate::protocol::{ChatRequest, ChatResponse, EmbeddingsRequest, InvalidUpstream, StreamChunk};
+
+/// Largest upstream error body kept (for a 400 passed back to the client).
+const MAX_ERROR_BODY: usize = 64 * 1024;
+
+pub struct OpenAi {
+    chat_url: Url,
+    embeddings_url: Url,
+    keys: Vec<Secret>,
+    next_key: AtomicUsize,
+    client: reqwest::Client,
+}
+
+impl fmt::Debug for OpenAi {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OpenAi")
+            .field("chat_url", &super::redact_url(self.chat_url.as_str()))
+            .field("keys", &self.keys.len())
+            .finish()
+    }
+}
+
+impl OpenAi {
+    pub fn new(base_url: &str, keys: &[String], client: reqwest::Client) -> Result<Self, String> {
+        let base = base_url.trim_end_matches('/');
+        Ok(OpenAi {
+            chat_url: Url::parse(&format!("{base}/chat/completions")).map_err(|e| e.to_string())?,
+            embeddings_url: Url::parse(&format!("{base}/embeddings")).map_err(|e| e.to_string())?,
+            keys: keys.iter().map(|k| Secret::new(k.as_str())).collect(),
+            next_key: AtomicUsize::new(0),
+            client,
+        })
+    }
+
+    /// Round robin over the channel's keys (credential health comes with the health issue).
+    fn key(&self) -> Option<&Secret> {
+        if self.keys.is_empty() {
+            return None;
+        }
+        let i = self.next_key.fetch_add(1, Ordering::Relaxed) % self.keys.len();
+        self.keys.get(i)
+    }
+
+    async fn post(
+        &self,
+        url: &Url,
+        body: Vec<u8>,
+        stream: bool,
+    ) -> Result<reqwest::Response, UpstreamError> {
+        // Built from scratch: no client header, cookie or credential ever reaches the upstream.
+        let mut rb = self
+            .client
+            .post(url.clone())
+            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+            .header(
+                ACCEPT,
+                HeaderValue::from_static(if stream {
+                    "text/event-stream"
+                } else {
+                    "application/json"
+                }),
+            )
+            .body(body);
+        if let Some(k) = self.key() {
+            let mut v = HeaderValue::from_str(&format!("Bearer {}", k.expose())).map_err(|_| {
+                UpstreamError::Connect("api key is not a valid header value".into())
+            })?;
+            v.set_sensitive(true);
+            rb = rb.header(AUTHORIZATION, v);
+        }
+        let resp = rb.send().await.map_err(|e| {
+            // `without_url`: the URL may carry credentials (`?key=`); it never reaches a log.
+            UpstreamError::Connect(error_chain(&e.without_url()))
+        })?;
+        if resp.status().is_success() {
+            return Ok(resp);
+        }
+        Err(status_error(resp).await)
+    }
+
+    pub async fn chat(
+        &self,
+        req: &ChatRequest,
+        model: &str,
+    ) -> Result<ChatResponse, UpstreamError> {
+        let body = serialize(&RequestBody {
+            req,
+            model,
+            force_usage: false,
+        })?;
+        let resp = self.post(&self.chat_url, body, false).await?;
+        let bytes = resp
+            .bytes()
+            .await
+            .map_err(|e| UpstreamError::Broken(error_chain(&e.without_url())))?;
+        let v: Value = serde_json::from_slice(&bytes).map_err(|e| InvalidUpstream {
+            what: "chat completion",
+            message: e.to_string(),
+        })?;
+        Ok(response_from_value(v)?)
+    }
+
+    pub async fn chat_stream(
+        &self,
+        req: &ChatRequest,
+        model: &str,
+    ) -> Result<ChunkStream, UpstreamError> {
+        let body = serialize(&RequestBody {
+            req,
+            model,
+            force_usage: true,
+        })?;
+        let resp = self.post(&self.chat_url, body, true).await?;
+        Ok(Box::pin(SseChunks {
+            inner: resp.bytes_stream().eventsource(),
+            done: false,
+            finished: false,
+        }))
+    }
+
+    pub async fn embeddings(
+        &self,
+        req: &EmbeddingsRequest,
+        model: &str,
+    ) -> Result<Value, UpstreamError> {
+        let body = serialize(&EmbeddingsBody { req, model })?;
+        let resp = self.post(&self.embeddings_url, body, false).await?;
+        let bytes = resp
+            .bytes()
+            .await
+            .map_err(|e| UpstreamError::Broken(error_chain(&e.without_url())))?;
+        let v: Value = serde_json::from_slice(&bytes).map_err(|e| InvalidUpstream {
+            what: "embeddings response",
+            message: e.to_string(),
+        })?;
+        if !v.get("data").is_some_and(Value::is_array) {
+            return Err(InvalidUpstream {
+                what: "embeddings response",
+                message: "missing data array".into(),
+            }
+            .into());
+        }
+        Ok(v)
+    }
+}
+
+fn serialize<T: serde::Serialize>(body: &T) -> Result<Vec<u8>, UpstreamError> {
+    // Serialising our own canonical types cannot fail in practice (no non-string map keys);
+    // report it as an upstream-side problem rather than panic.
+    serde_json::to_vec(body).map_err(|e| {
+        UpstreamError::Invalid(InvalidUpstream {
+            what: "request body",
+            message: e.to_string(),
+        })
+    })
+}
+
+/// The error and its sources, without URLs (the caller strips them first).
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(inner) = cur {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        cur = inner.source();
+    }
+    s
+}
+
+async fn status_error(resp: reqwest::Response) -> UpstreamError {
+    let status = resp.status().as_u16();
+    let retry_after = parse_retry_after(resp.headers());
+    let content_type = resp
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let mut body = Vec::new();
+    let mut s = resp.bytes_stream();
+    while let Some(Ok(chunk)) = s.next().await {
+        let room = MAX_ERROR_BODY.saturating_sub(body.len());
+        body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        if body.len() >= MAX_ERROR_BODY {
+            break;
+        }
+    }
+    UpstreamError::Status {
+        status,
+        retry_after,
+        body: Bytes::from(body),
+        content_type,
+    }
+}
+
+/// SSE events → canonical chunks. Ends at `[DONE]`; an end without `[DONE]` and without a
+/// finish reason is a broken stream, never a clean close.
+struct SseChunks<S> {
+    inner: EventStream<S>,
+    done: bool,
+    finished: bool,
+}
+
+impl<S> Stream for SseChunks<S>
+where
+    S: Stream<Item = Result<Bytes, reqwest::Error>> + Unpin,
+{
+    type Item = Result<StreamChunk, UpstreamError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        loop {
+            match std::task::ready!(self.inner.poll_next_unpin(cx)) {
+                Some(Ok(ev)) => {
+                    let data = ev.data.trim();
+                    if data.is_empty() {
+                        continue;
+                    }
+                    if data == "[DONE]" {
+                        self.done = true;
+                        return Poll::Ready(None);
+                    }
+                    let v: Value = match serde_json::from_str(data) {
+                        Ok(v) => v,
+                        Err(e) => {
+                            self.done = true;
+                            return Poll::Ready(Some(Err(InvalidUpstream {
+                                what: "stream chunk",
+                                message: e.to_string(),
+                            }
+                            .into())));
+                        }
+                    };
+                    if v.get("error").is_some() && v.get("choices").is_none() {
+                        self.done = true;
+                        return Poll::Ready(Some(Err(UpstreamError::StreamError)));
+                    }
+                    let chunk = chunk_from_value(v);
+                    if let Ok(c) = &chunk {
+                        self.finished |= c.has_finish();
+                    }
+                    return Poll::Ready(Some(chunk.map_err(Into::into)));
+                }
+                Some(Err(e)) => {
+                    self.done = true;
+                    let msg = match e {
+                        eventsource_stream::EventStreamError::Transport(t) => {
+                            error_chain(&t.without_url())
+                        }
+                        other => other.to_string(),
+                    };
+                    return Poll::Ready(Some(Err(UpstreamError::Broken(msg))));
+                }
+                None => {
+                    self.done = true;
+                    if self.finished {
+                        return Poll::Ready(None);
+                    }
+                    return Poll::Ready(Some(Err(UpstreamError::Broken(
+                        "stream ended before [DONE]".into(),
+                    ))));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! Every error a client can see, each mapped to exactly one HTTP status and code and rendered in
+//! the OpenAI error envelope.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+
+use crate::exec::ExecError;
+use crate::protocol::InvalidRequest;
+use crate::protocol::openai::error_body;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("missing or invalid API key; send `Authorization: Bearer <key>` or `x-api-key: <key>`")]
+    Unauthorized,
+    #[error("the request body is not valid JSON: {0}")]
+    InvalidJson(String),
+    #[error("{0}")]
+    Invalid(#[from] InvalidRequest),
+    #[error("the request body is larger than the limit of {limit} bytes")]
+    TooLarge { limit: usize },
+    #[error("could not read the request body")]
+    BodyRead,
+    #[error("unknown route {0}")]
+    NotFound(String),
+    #[error("method not allowed on this route")]
+    MethodNotAllowed,
+    /// The request was routed and attempted; carries the attempts for the body.
+    #[error("{err}")]
+    Exec {
+        err: Box<ExecError>,
+        attempts: Value,
+    },
+    #[error("{0}")]
+    Admin(String),
+    #[error("the request log is unavailable")]
+    LogUnavailable,
+}
+
+impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        let code = match self {
+            ApiError::Unauthorized => 401,
+            ApiError::InvalidJson(_) | ApiError::Invalid(_) | ApiError::BodyRead => 400,
+            ApiError::TooLarge { .. } => 413,
+            ApiError::NotFound(_) => 404,
+            ApiError::MethodNotAllowed => 405,
+            ApiError::Exec { err, .. } => err.status(),
+            ApiError::Admin(_) => 400,
+            ApiError::LogUnavailable => 503,
+        };
+        StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_GATEWAY)
+    }
+
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::Unauthorized => "invalid_api_key",
+            ApiError::InvalidJson(_) => "invalid_json",
+            ApiError::Invalid(_) => "invalid_request",
+            ApiError::TooLarge { .. } => "request_too_large",
+            ApiError::BodyRead => "body_read_error",
+            ApiError::NotFound(_) => "not_found",
+            ApiError::MethodNotAllowed => "method_not_allowed",
+            ApiError::Exec { err, .. } => err.code(),
+            ApiError::Admin(_) => "invalid_config",
+            ApiError::LogUnavailable => "log_unavailable",
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            ApiError::Unauthorized => "authentication_error",
+            ApiError::Exec { err, .. } => match err.status() {
+                429 => "rate_limit_error",
+                400..=499 => "invalid_request_error",
+                _ => "server_error",
+            },
+            ApiError::LogUnavailable => "server_error",
+            _ => "invalid_request_error",
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        // The upstream's own verdict on the client's request goes back as it came.
+        if let ApiError::Exec { err, .. } = &self
+            && let ExecError::Rejected(p) = &**err
+        {
+            let ct = p
+                .content_type
+                .as_deref()
+                .and_then(|c| HeaderValue::from_str(c).ok())
+                .unwrap_or(HeaderValue::from_static("application/json"));
+            return (status, [(header::CONTENT_TYPE, ct)], p.body.clone()).into_response();
+        }
+        let param = match &self {
+            ApiError::Invalid(e) => e.param.clone(),
+            _ => None,
+        };
+        let extra = match &self {
+            ApiError::Exec { attempts, .. } => Some(("attempts", attempts.clone())),
+            _ => None,
+        };
+        let body = error_body(
+            &self.to_string(),
+            self.kind(),
+            self.code(),
+            param.as_deref(),
+            extra,
+        );
+        let mut resp = (
+            status,
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
+            body.to_string(),
+        )
+            .into_response();
+        if let ApiError::Exec { err, .. } = &self {
+            if err.exhausted() {
+                resp.headers_mut()
+                    .insert("x-should-retry", HeaderValue::from_static("false"));
+            }
+            if let ExecError::AllRateLimited { retry_after } = &**err {
+                let secs = retry_after.as_secs_f64().ceil().max(1.0) as u64;
+                if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+                    resp.headers_mut().insert(header::RETRY_AFTER, v);
+                }
+            }
+        }
+        if let ApiError::Unauthorized = self {
+            resp.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        resp
+    }
+}

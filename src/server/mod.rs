@@ -1,0 +1,521 @@
+//! HTTP (axum): routes, authentication, body limits, the failover report headers, admin API.
+//! Handlers parse, call `exec`, and render; they hold no lock across an await.
+
+mod error;
+mod sse;
+
+pub use error::ApiError;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Uri, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use futures_util::StreamExt;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+
+use crate::config::{GatewayKey, Live, Snapshot};
+use crate::exec::{self, Report};
+use crate::protocol::openai;
+use crate::store::{LogRow, RequestLog};
+
+/// Shared by every handler: the live config and the request log.
+#[derive(Clone)]
+pub struct AppState {
+    pub live: Arc<Live>,
+    pub log: Arc<RequestLog>,
+}
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/embeddings", post(embeddings))
+        .route("/v1/models", get(models))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/admin/requests", get(admin_requests))
+        .route("/admin/reload", post(admin_reload))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state)
+}
+
+/// A gateway serving on a bound listener, until the task is dropped or aborted.
+pub struct Running {
+    pub addr: SocketAddr,
+    pub state: AppState,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    pub fn abort(&self) {
+        self.task.abort();
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Starts serving on `listener` in a background task.
+pub fn spawn(listener: TcpListener, state: AppState) -> std::io::Result<Running> {
+    let addr = listener.local_addr()?;
+    let app = router(state.clone());
+    let task = tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "server stopped");
+        }
+    });
+    Ok(Running { addr, state, task })
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+
+/// Request ids: unique per process and sortable by start (time prefix, then a counter).
+fn request_id() -> String {
+    let ms = now_ms();
+    let n = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    format!("req_{ms:x}{n:06x}")
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Per-request context carried through a handler, then turned into one log row.
+struct Ctx {
+    id: String,
+    started: Instant,
+    ts_ms: i64,
+    snap: Arc<Snapshot>,
+    endpoint: &'static str,
+    key: Option<Arc<str>>,
+    requested_model: Option<String>,
+    stream: bool,
+}
+
+impl Ctx {
+    fn new(state: &AppState, endpoint: &'static str) -> Ctx {
+        Ctx {
+            id: request_id(),
+            started: Instant::now(),
+            ts_ms: now_ms(),
+            snap: state.live.load(),
+            endpoint,
+            key: None,
+            requested_model: None,
+            stream: false,
+        }
+    }
+
+    /// The deadline for everything before commit, measured from the request's arrival.
+    fn deadline(&self) -> tokio::time::Instant {
+        tokio::time::Instant::from_std(self.started) + self.snap.server.request_timeout
+    }
+
+    fn row(&self, status: u16, outcome: &str, report: Option<&Report>) -> LogRow {
+        let served = report.and_then(|r| r.served.clone());
+        LogRow {
+            id: self.id.clone(),
+            ts_ms: self.ts_ms,
+            key_name: self.key.as_deref().map(str::to_string),
+            endpoint: self.endpoint,
+            requested_model: self.requested_model.clone(),
+            served_model: served.as_ref().map(|s| s.1.to_string()),
+            channel: served.as_ref().map(|s| s.0.to_string()),
+            status,
+            outcome: outcome.to_string(),
+            attempts: report.map_or_else(|| "[]".into(), |r| r.attempts_json().to_string()),
+            stream: self.stream,
+            total_ms: self.started.elapsed().as_millis() as u64,
+            ..LogRow::default()
+        }
+    }
+
+    fn authenticate(&mut self, headers: &HeaderMap) -> Result<&GatewayKey, ApiError> {
+        let presented = bearer(headers).ok_or(ApiError::Unauthorized)?;
+        let key = self
+            .snap
+            .authenticate(presented)
+            .ok_or(ApiError::Unauthorized)?;
+        self.key = Some(key.name.clone());
+        Ok(key)
+    }
+}
+
+/// `Authorization: Bearer <key>` or `x-api-key: <key>`.
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    if let Some(v) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+    {
+        let v = v.trim();
+        if v.len() > 7 && v[..7].eq_ignore_ascii_case("bearer ") {
+            return Some(v[7..].trim());
+        }
+        return None;
+    }
+    headers
+        .get("x-api-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+}
+
+/// Reads the body up to `limit` bytes; more is a 413 (checked against Content-Length first, so
+/// an honest oversized upload is refused before it is read).
+async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    if let Some(len) = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|s| s.parse::<u64>().ok())
+        && len > limit as u64
+    {
+        return Err(ApiError::TooLarge { limit });
+    }
+    let mut stream = body.into_data_stream();
+    // The common case is one frame: keep it as is, without a copy.
+    let mut first: Option<Bytes> = None;
+    let mut buf = Vec::new();
+    let mut total = 0usize;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|_| ApiError::BodyRead)?;
+        total += chunk.len();
+        if total > limit {
+            return Err(ApiError::TooLarge { limit });
+        }
+        match first.take() {
+            None if buf.is_empty() => first = Some(chunk),
+            prev => {
+                if let Some(p) = prev {
+                    buf.extend_from_slice(&p);
+                }
+                buf.extend_from_slice(&chunk);
+            }
+        }
+    }
+    Ok(first.unwrap_or_else(|| Bytes::from(buf)))
+}
+
+fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
+    serde_json::from_slice(bytes).map_err(|e| ApiError::InvalidJson(e.to_string()))
+}
+
+fn set_header(resp: &mut Response, name: &'static str, value: &str) {
+    if let Ok(v) = HeaderValue::from_str(value) {
+        resp.headers_mut().insert(HeaderName::from_static(name), v);
+    }
+}
+
+/// The failover report headers: true at the moment they are sent (the commit point).
+fn report_headers(resp: &mut Response, report: &Report) {
+    if let Some((channel, model)) = &report.served {
+        set_header(resp, "x-switchyard-channel", channel);
+        set_header(resp, "x-switchyard-model", model);
+    }
+    set_header(
+        resp,
+        "x-switchyard-attempts",
+        &report.attempts.len().to_string(),
+    );
+}
+
+fn json_response(body: Vec<u8>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response()
+}
+
+/// Logs a failed request and renders its error, with the request id.
+fn fail(state: &AppState, ctx: &Ctx, err: ApiError, report: Option<&Report>) -> Response {
+    let status = err.status().as_u16();
+    let outcome = match (&err, report.and_then(Report::last_class)) {
+        (ApiError::Exec { err: e, .. }, _) if e.exhausted() => e.code(),
+        (_, Some(class)) => class.as_str(),
+        _ => err.code(),
+    };
+    if !matches!(err, ApiError::Unauthorized) {
+        state.log.record(ctx.row(status, outcome, report));
+    }
+    let mut resp = err.into_response();
+    if let Some(r) = report {
+        set_header(
+            &mut resp,
+            "x-switchyard-attempts",
+            &r.attempts.len().to_string(),
+        );
+    }
+    set_header(&mut resp, "x-request-id", &ctx.id);
+    resp
+}
+
+async fn chat_completions(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let mut ctx = Ctx::new(&state, "chat.completions");
+    let req = match parse_chat(&mut ctx, &headers, body).await {
+        Ok(r) => r,
+        Err(e) => return fail(&state, &ctx, e, None),
+    };
+    let mut report = Report::new(&req.model);
+    let snap = ctx.snap.clone();
+    if req.stream {
+        return match exec::chat_stream(&snap, &req, ctx.deadline(), &mut report).await {
+            Ok(committed) => {
+                let ttfb = ctx.started.elapsed();
+                let row = ctx.row(200, "ok", Some(&report));
+                let mut resp = sse::response(
+                    committed,
+                    snap.server.stream_idle_timeout,
+                    req.stream_include_usage,
+                    sse::StreamLog::new(state.log.clone(), row, ctx.started, ttfb),
+                );
+                report_headers(&mut resp, &report);
+                set_header(&mut resp, "x-request-id", &ctx.id);
+                resp
+            }
+            Err(err) => {
+                let attempts = report.attempts_json();
+                fail(
+                    &state,
+                    &ctx,
+                    ApiError::Exec {
+                        err: Box::new(err),
+                        attempts,
+                    },
+                    Some(&report),
+                )
+            }
+        };
+    }
+    match exec::chat(&snap, &req, ctx.deadline(), &mut report).await {
+        Ok(resp) => {
+            let ext = report.body_extension();
+            let body = serde_json::to_vec(&openai::ResponseBody {
+                resp: &resp,
+                report: ext.as_ref(),
+            })
+            .unwrap_or_default();
+            let mut row = ctx.row(200, "ok", Some(&report));
+            row.ttfb_ms = Some(row.total_ms);
+            if let Some(u) = &resp.usage {
+                row.input_tokens = Some(u.input_tokens);
+                row.output_tokens = Some(u.output_tokens);
+                let secs = ctx.started.elapsed().as_secs_f64();
+                row.tokens_per_s = (secs > 0.0).then(|| u.output_tokens as f64 / secs);
+            }
+            state.log.record(row);
+            let mut out = json_response(body);
+            report_headers(&mut out, &report);
+            set_header(&mut out, "x-request-id", &ctx.id);
+            out
+        }
+        Err(err) => {
+            let attempts = report.attempts_json();
+            fail(
+                &state,
+                &ctx,
+                ApiError::Exec {
+                    err: Box::new(err),
+                    attempts,
+                },
+                Some(&report),
+            )
+        }
+    }
+}
+
+async fn parse_chat(
+    ctx: &mut Ctx,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<crate::protocol::ChatRequest, ApiError> {
+    ctx.authenticate(headers)?;
+    let bytes = read_body(headers, body, ctx.snap.server.max_body_bytes).await?;
+    let value = parse_json(&bytes)?;
+    // Record what we can even if the rest of the body is invalid.
+    ctx.requested_model = value
+        .get("model")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    ctx.stream = value
+        .get("stream")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    Ok(openai::request_from_value(value)?)
+}
+
+async fn embeddings(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    let mut ctx = Ctx::new(&state, "embeddings");
+    let parsed = async {
+        ctx.authenticate(&headers)?;
+        let bytes = read_body(&headers, body, ctx.snap.server.max_body_bytes).await?;
+        let value = parse_json(&bytes)?;
+        ctx.requested_model = value
+            .get("model")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        Ok::<_, ApiError>(openai::embeddings_from_value(value)?)
+    }
+    .await;
+    let req = match parsed {
+        Ok(r) => r,
+        Err(e) => return fail(&state, &ctx, e, None),
+    };
+    let mut report = Report::new(&req.model);
+    let snap = ctx.snap.clone();
+    match exec::embeddings(&snap, &req, ctx.deadline(), &mut report).await {
+        Ok(mut v) => {
+            let mut row = ctx.row(200, "ok", Some(&report));
+            row.ttfb_ms = Some(row.total_ms);
+            row.input_tokens = v.pointer("/usage/prompt_tokens").and_then(Value::as_u64);
+            state.log.record(row);
+            if let (Some(ext), Some(obj)) = (report.body_extension(), v.as_object_mut()) {
+                obj.insert("switchyard".into(), ext);
+            }
+            let mut out = json_response(serde_json::to_vec(&v).unwrap_or_default());
+            report_headers(&mut out, &report);
+            set_header(&mut out, "x-request-id", &ctx.id);
+            out
+        }
+        Err(err) => {
+            let attempts = report.attempts_json();
+            fail(
+                &state,
+                &ctx,
+                ApiError::Exec {
+                    err: Box::new(err),
+                    attempts,
+                },
+                Some(&report),
+            )
+        }
+    }
+}
+
+async fn models(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let mut ctx = Ctx::new(&state, "models");
+    if let Err(e) = ctx.authenticate(&headers) {
+        return e.into_response();
+    }
+    let data: Vec<Value> = ctx
+        .snap
+        .models
+        .keys()
+        .map(|m| json!({"id": &**m, "object": "model", "created": 0, "owned_by": "switchyard"}))
+        .collect();
+    axum::Json(json!({"object": "list", "data": data})).into_response()
+}
+
+async fn healthz() -> Response {
+    axum::Json(json!({"status": "ok"})).into_response()
+}
+
+async fn readyz(State(state): State<AppState>) -> Response {
+    let alive = state.log.alive();
+    let snap = state.live.load();
+    let body = json!({
+        "status": if alive { "ready" } else { "not_ready" },
+        "config": {"channels": snap.channels.len(), "models": snap.models.len()},
+        "request_log": {"writer_alive": alive, "dropped_rows": state.log.dropped()},
+    });
+    let status = if alive {
+        axum::http::StatusCode::OK
+    } else {
+        axum::http::StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, axum::Json(body)).into_response()
+}
+
+/// Admin routes exist only when an admin token is configured; anything else looks like 404.
+fn admin_guard(snap: &Snapshot, headers: &HeaderMap, uri: &Uri) -> Result<(), ApiError> {
+    let Some(token) = &snap.server.admin_token else {
+        return Err(ApiError::NotFound(uri.path().to_string()));
+    };
+    match bearer(headers) {
+        Some(p) if token.matches(p.as_bytes()) => Ok(()),
+        _ => Err(ApiError::Unauthorized),
+    }
+}
+
+#[derive(Deserialize)]
+struct RecentQuery {
+    limit: Option<u32>,
+}
+
+async fn admin_requests(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    uri: Uri,
+    query: Result<Query<RecentQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let snap = state.live.load();
+    if let Err(e) = admin_guard(&snap, &headers, &uri) {
+        return e.into_response();
+    }
+    let Ok(Query(q)) = query else {
+        return ApiError::Invalid(crate::protocol::InvalidRequest::new(
+            "limit",
+            "expected a non-negative integer",
+        ))
+        .into_response();
+    };
+    let limit = q.limit.unwrap_or(50).min(1000);
+    let log = state.log.clone();
+    match tokio::task::spawn_blocking(move || log.recent(limit)).await {
+        Ok(Ok(rows)) => axum::Json(json!({"object": "list", "data": rows})).into_response(),
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "reading the request log failed");
+            ApiError::LogUnavailable.into_response()
+        }
+        Err(_) => ApiError::LogUnavailable.into_response(),
+    }
+}
+
+async fn admin_reload(State(state): State<AppState>, headers: HeaderMap, uri: Uri) -> Response {
+    let snap = state.live.load();
+    if let Err(e) = admin_guard(&snap, &headers, &uri) {
+        return e.into_response();
+    }
+    match state.live.reload() {
+        Ok(next) => {
+            tracing::info!(channels = next.channels.len(), "config reloaded");
+            axum::Json(json!({
+                "reloaded": true,
+                "channels": next.channels.len(),
+                "models": next.models.len(),
+            }))
+            .into_response()
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "config reload refused; the running config stays");
+            ApiError::Admin(e.to_string()).into_response()
+        }
+    }
+}
+
+async fn not_found(uri: Uri) -> Response {
+    ApiError::NotFound(uri.path().to_string()).into_response()
+}
+
+async fn method_not_allowed() -> Response {
+    ApiError::MethodNotAllowed.into_response()
+}

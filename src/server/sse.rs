@@ -1,0 +1,178 @@
+//! The client side of a committed stream: OpenAI SSE framing, usage stripping, the error frame
+//! after a mid-stream fault, and the request-log row written when the stream ends (completed,
+//! broken, or abandoned by the client).
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderValue, header};
+use axum::response::Response;
+use futures_util::{Stream, StreamExt};
+
+use crate::exec::{Committed, OutcomeClass, Relay, RelayItem};
+use crate::protocol::StreamChunk;
+use crate::protocol::openai::{ChunkBody, error_body};
+use crate::store::{LogRow, RequestLog};
+
+/// How the stream ended, for the log.
+enum End {
+    Running,
+    Completed,
+    Fault(OutcomeClass),
+}
+
+/// Writes the stream's log row when dropped, whatever ended it.
+pub struct StreamLog {
+    log: Arc<RequestLog>,
+    row: LogRow,
+    started: Instant,
+    ttfb: Duration,
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+    content_chunks: u64,
+    end: End,
+}
+
+impl StreamLog {
+    pub fn new(log: Arc<RequestLog>, row: LogRow, started: Instant, ttfb: Duration) -> Self {
+        StreamLog {
+            log,
+            row,
+            started,
+            ttfb,
+            input_tokens: None,
+            output_tokens: None,
+            content_chunks: 0,
+            end: End::Running,
+        }
+    }
+
+    fn observe(&mut self, c: &StreamChunk) {
+        if let Some(u) = &c.usage {
+            self.input_tokens = Some(u.input_tokens);
+            self.output_tokens = Some(u.output_tokens);
+        }
+        if c.has_content() {
+            self.content_chunks += 1;
+        }
+    }
+}
+
+impl Drop for StreamLog {
+    fn drop(&mut self) {
+        let total = self.started.elapsed();
+        let mut row = std::mem::take(&mut self.row);
+        row.total_ms = total.as_millis() as u64;
+        row.ttfb_ms = Some(self.ttfb.as_millis() as u64);
+        row.input_tokens = self.input_tokens;
+        // Without an upstream usage chunk, content chunks are the best count we have.
+        let out = self.output_tokens.unwrap_or(self.content_chunks);
+        row.output_tokens = Some(out);
+        let visible = total.saturating_sub(self.ttfb).as_secs_f64();
+        row.tokens_per_s = (visible > 0.0).then(|| out as f64 / visible);
+        match self.end {
+            End::Completed => {}
+            End::Fault(class) => {
+                row.outcome = format!("stream_{}", class.as_str());
+            }
+            End::Running => {
+                // nginx's convention for "client closed the request".
+                row.status = 499;
+                row.outcome = "client_closed".into();
+            }
+        }
+        self.log.record(row);
+    }
+}
+
+struct SseBody {
+    relay: Relay,
+    include_usage: bool,
+    log: StreamLog,
+    finished: bool,
+}
+
+fn frame(json: &[u8]) -> Bytes {
+    let mut out = Vec::with_capacity(json.len() + 8);
+    out.extend_from_slice(b"data: ");
+    out.extend_from_slice(json);
+    out.extend_from_slice(b"\n\n");
+    Bytes::from(out)
+}
+
+fn error_frame(class: OutcomeClass) -> Bytes {
+    let (code, message) = match class {
+        OutcomeClass::Timeout => (
+            "stream_timeout",
+            "the upstream stopped sending for longer than the idle timeout after the response began",
+        ),
+        _ => (
+            "stream_interrupted",
+            "the upstream stream failed after the response began",
+        ),
+    };
+    let body = error_body(message, "server_error", code, None, None);
+    frame(body.to_string().as_bytes())
+}
+
+impl Stream for SseBody {
+    type Item = Result<Bytes, std::convert::Infallible>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.finished {
+            return Poll::Ready(None);
+        }
+        loop {
+            match std::task::ready!(self.relay.poll_next_unpin(cx)) {
+                Some(RelayItem::Chunk(mut c)) => {
+                    self.log.observe(&c);
+                    if !self.include_usage {
+                        // We asked the upstream for usage for the log; the client did not.
+                        if c.is_usage_only() {
+                            continue;
+                        }
+                        c.usage = None;
+                    }
+                    let json = serde_json::to_vec(&ChunkBody(&c)).unwrap_or_default();
+                    return Poll::Ready(Some(Ok(frame(&json))));
+                }
+                Some(RelayItem::Fault(class)) => {
+                    self.log.end = End::Fault(class);
+                    self.finished = true;
+                    return Poll::Ready(Some(Ok(error_frame(class))));
+                }
+                None => {
+                    self.log.end = End::Completed;
+                    self.finished = true;
+                    return Poll::Ready(Some(Ok(Bytes::from_static(b"data: [DONE]\n\n"))));
+                }
+            }
+        }
+    }
+}
+
+pub fn response(
+    committed: Committed,
+    idle: Duration,
+    include_usage: bool,
+    log: StreamLog,
+) -> Response {
+    let body = SseBody {
+        relay: Relay::new(committed, idle),
+        include_usage,
+        log,
+        finished: false,
+    };
+    let mut resp = Response::new(Body::from_stream(body));
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    resp
+}
