@@ -7,6 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 
+use tokio::sync::oneshot;
+
 use rusqlite::{Connection, OpenFlags, params};
 use serde_json::{Value, json};
 
@@ -67,8 +69,14 @@ CREATE TABLE IF NOT EXISTS requests (
 CREATE INDEX IF NOT EXISTS requests_ts ON requests (ts_ms);
 ";
 
+enum LogMsg {
+    Row(Box<LogRow>),
+    /// Answered once every row queued before it is written.
+    Flush(oneshot::Sender<()>),
+}
+
 pub struct RequestLog {
-    tx: SyncSender<LogRow>,
+    tx: SyncSender<LogMsg>,
     path: PathBuf,
     dropped: AtomicU64,
     alive: Arc<AtomicBool>,
@@ -108,7 +116,7 @@ impl RequestLog {
 
     /// Queues a row; never blocks. A full queue drops the row and counts it.
     pub fn record(&self, row: LogRow) {
-        match self.tx.try_send(row) {
+        match self.tx.try_send(LogMsg::Row(Box::new(row))) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
                 let n = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
@@ -119,6 +127,16 @@ impl RequestLog {
                     );
                 }
             }
+        }
+    }
+
+    /// Waits until every row queued so far is written (tests, shutdown). Waits for queue room.
+    pub async fn flush(&self) {
+        let (ack, done) = oneshot::channel();
+        let tx = self.tx.clone();
+        let sent = tokio::task::spawn_blocking(move || tx.send(LogMsg::Flush(ack)).is_ok()).await;
+        if matches!(sent, Ok(true)) {
+            let _ = done.await;
         }
     }
 
@@ -184,21 +202,30 @@ impl Drop for AliveGuard {
 }
 
 /// Drains the queue in batches, one transaction per batch.
-fn writer(mut conn: Connection, rx: Receiver<LogRow>, path: &Path) {
+fn writer(mut conn: Connection, rx: Receiver<LogMsg>, path: &Path) {
     const BATCH: usize = 256;
     let mut batch = Vec::with_capacity(BATCH);
+    let mut acks = Vec::new();
     while let Ok(first) = rx.recv() {
-        batch.push(first);
-        while batch.len() < BATCH {
-            match rx.try_recv() {
-                Ok(r) => batch.push(r),
-                Err(_) => break,
+        let mut next = Some(first);
+        while let Some(msg) = next.take() {
+            match msg {
+                LogMsg::Row(r) => batch.push(*r),
+                LogMsg::Flush(ack) => acks.push(ack),
+            }
+            if batch.len() < BATCH {
+                next = rx.try_recv().ok();
             }
         }
-        if let Err(e) = write_batch(&mut conn, &batch) {
+        if !batch.is_empty()
+            && let Err(e) = write_batch(&mut conn, &batch)
+        {
             tracing::error!(path = %path.display(), error = %e, rows = batch.len(), "request log write failed");
         }
         batch.clear();
+        for ack in acks.drain(..) {
+            let _ = ack.send(());
+        }
     }
 }
 
@@ -238,8 +265,8 @@ fn write_batch(conn: &mut Connection, rows: &[LogRow]) -> rusqlite::Result<()> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn rows_written_off_thread_are_read_back_newest_first() {
+    #[tokio::test]
+    async fn rows_written_off_thread_are_read_back_newest_first() {
         let dir = tempfile::tempdir().unwrap();
         let log = RequestLog::open(&dir.path().join("log.db"), 16).unwrap();
         for i in 0..3 {
@@ -254,19 +281,28 @@ mod tests {
                 ..LogRow::default()
             });
         }
-        // The writer is asynchronous: poll until it has caught up (bounded).
-        let mut rows = Vec::new();
-        for _ in 0..200 {
-            rows = log.recent(10).unwrap();
-            if rows.len() == 3 {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
+        log.flush().await;
+        let rows = log.recent(10).unwrap();
         assert_eq!(rows.len(), 3);
         assert_eq!(rows[0]["id"], "r2");
         assert_eq!(rows[0]["output_tokens"], 5);
         assert!(log.alive());
         assert_eq!(log.dropped(), 0);
+    }
+
+    #[test]
+    fn a_full_queue_drops_and_counts_instead_of_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = RequestLog::open(&dir.path().join("log.db"), 1).unwrap();
+        for i in 0..10_000 {
+            log.record(LogRow {
+                id: format!("r{i}"),
+                endpoint: "chat",
+                attempts: "[]".into(),
+                ..LogRow::default()
+            });
+        }
+        // A one-slot queue cannot keep up with 10k rows sent without pause.
+        assert!(log.dropped() > 0);
     }
 }

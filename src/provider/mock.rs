@@ -78,6 +78,8 @@ pub struct Fault {
     pub hang: bool,
     /// Stream this many content chunks, then break the connection.
     pub cut_after: Option<u32>,
+    /// Stream this many content chunks, then send nothing more (a stalled upstream).
+    pub stall_after: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -86,6 +88,7 @@ enum Behaviour {
     Status(u16, Option<u64>),
     Hang,
     CutAfter(u32),
+    StallAfter(u32),
 }
 
 impl Fault {
@@ -96,6 +99,8 @@ impl Fault {
             Behaviour::Hang
         } else if let Some(k) = self.cut_after {
             Behaviour::CutAfter(k)
+        } else if let Some(k) = self.stall_after {
+            Behaviour::StallAfter(k)
         } else {
             Behaviour::Normal
         }
@@ -107,12 +112,15 @@ impl Fault {
             self.status.is_some(),
             self.hang,
             self.cut_after.is_some(),
+            self.stall_after.is_some(),
         ]
         .iter()
         .filter(|b| **b)
         .count();
         if set != 1 {
-            return Err("a fault sets exactly one of ok, status, hang, cut_after".into());
+            return Err(
+                "a fault sets exactly one of ok, status, hang, cut_after, stall_after".into(),
+            );
         }
         if let Some(s) = self.status
             && !(400..=599).contains(&s)
@@ -272,12 +280,18 @@ fn schedule(spec: &MockSpec, b: Behaviour, chunks: Vec<StreamChunk>) -> Vec<Item
     let mut content_sent = 0u32;
     for (i, c) in chunks.into_iter().enumerate() {
         let has_content = c.has_content();
-        if let Behaviour::CutAfter(k) = b
-            && has_content
-            && content_sent == k
-        {
-            out.push(Item::Break(gap));
-            return out;
+        if has_content {
+            match b {
+                Behaviour::CutAfter(k) if content_sent == k => {
+                    out.push(Item::Break(gap));
+                    return out;
+                }
+                Behaviour::StallAfter(k) if content_sent == k => {
+                    out.push(Item::Hang);
+                    return out;
+                }
+                _ => {}
+            }
         }
         let delay = match i {
             0 => Duration::ZERO,
@@ -388,6 +402,7 @@ impl MockUpstream {
                 tokio::time::sleep(Duration::from_millis(self.spec.ttft_ms)).await;
                 Err(UpstreamError::Broken("mock cut the connection".into()))
             }
+            Behaviour::StallAfter(_) => std::future::pending().await,
             Behaviour::Normal => {
                 tokio::time::sleep(self.spec.total_time()).await;
                 Ok(reply(&self.spec, model, req, n))
@@ -423,6 +438,7 @@ impl MockUpstream {
             Behaviour::Status(s, ra) => Err(Self::status_error(s, ra)),
             Behaviour::Hang => std::future::pending().await,
             Behaviour::CutAfter(_) => Err(UpstreamError::Broken("mock cut the connection".into())),
+            Behaviour::StallAfter(_) => std::future::pending().await,
             Behaviour::Normal => {
                 tokio::time::sleep(Duration::from_millis(self.spec.ttft_ms)).await;
                 Ok(embeddings_reply(&self.spec, model, &req.input))
@@ -645,7 +661,9 @@ async fn chat(State(state): State<Arc<MockState>>, headers: HeaderMap, body: Byt
             guard.done = true;
             return status_response(s, ra);
         }
-        Behaviour::Hang if !req.stream => std::future::pending::<()>().await,
+        Behaviour::Hang | Behaviour::StallAfter(_) if !req.stream => {
+            std::future::pending::<()>().await
+        }
         Behaviour::CutAfter(_) if !req.stream => {
             tokio::time::sleep(Duration::from_millis(spec.ttft_ms)).await;
             let broken = stream::iter([
@@ -673,7 +691,7 @@ async fn chat(State(state): State<Arc<MockState>>, headers: HeaderMap, body: Byt
         chunks.pop();
     }
     let items = schedule(&spec, spec.behaviour(n), chunks);
-    let ends_clean = !matches!(spec.behaviour(n), Behaviour::CutAfter(_) | Behaviour::Hang);
+    let ends_clean = matches!(spec.behaviour(n), Behaviour::Normal);
     let body = paced(items)
         .map(|p| match p {
             Paced::Chunk(c) => {
@@ -712,7 +730,7 @@ async fn embeddings(
     let (n, spec) = begin(&state, "/embeddings", &headers, &v);
     match spec.behaviour(n) {
         Behaviour::Status(s, ra) => return status_response(s, ra),
-        Behaviour::Hang => std::future::pending::<()>().await,
+        Behaviour::Hang | Behaviour::StallAfter(_) => std::future::pending::<()>().await,
         _ => {}
     }
     let model = v.get("model").and_then(Value::as_str).unwrap_or("mock");

@@ -94,16 +94,21 @@ fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-/// Per-request context carried through a handler, then turned into one log row.
+/// Per-request context carried through a handler. It owns the failover report and writes the
+/// request's one log row: explicitly when the handler answers, or on drop when the client went
+/// away first (499 `client_closed`), so an abandoned request is never missing from the log.
 struct Ctx {
     id: String,
     started: Instant,
     ts_ms: i64,
     snap: Arc<Snapshot>,
+    log: Arc<RequestLog>,
     endpoint: &'static str,
     key: Option<Arc<str>>,
     requested_model: Option<String>,
     stream: bool,
+    report: Report,
+    logged: bool,
 }
 
 impl Ctx {
@@ -113,10 +118,13 @@ impl Ctx {
             started: Instant::now(),
             ts_ms: now_ms(),
             snap: state.live.load(),
+            log: state.log.clone(),
             endpoint,
             key: None,
             requested_model: None,
             stream: false,
+            report: Report::default(),
+            logged: false,
         }
     }
 
@@ -125,8 +133,10 @@ impl Ctx {
         tokio::time::Instant::from_std(self.started) + self.snap.server.request_timeout
     }
 
-    fn row(&self, status: u16, outcome: &str, report: Option<&Report>) -> LogRow {
-        let served = report.and_then(|r| r.served.clone());
+    /// The row as it stands; taking it means the caller records it (now or at stream end).
+    fn take_row(&mut self, status: u16, outcome: &str) -> LogRow {
+        self.logged = true;
+        let served = self.report.served.clone();
         LogRow {
             id: self.id.clone(),
             ts_ms: self.ts_ms,
@@ -137,7 +147,7 @@ impl Ctx {
             channel: served.as_ref().map(|s| s.0.to_string()),
             status,
             outcome: outcome.to_string(),
-            attempts: report.map_or_else(|| "[]".into(), |r| r.attempts_json().to_string()),
+            attempts: self.report.attempts_json().to_string(),
             stream: self.stream,
             total_ms: self.started.elapsed().as_millis() as u64,
             ..LogRow::default()
@@ -145,13 +155,22 @@ impl Ctx {
     }
 
     fn authenticate(&mut self, headers: &HeaderMap) -> Result<&GatewayKey, ApiError> {
-        let presented = bearer(headers).ok_or(ApiError::Unauthorized)?;
-        let key = self
-            .snap
-            .authenticate(presented)
-            .ok_or(ApiError::Unauthorized)?;
+        let Some(key) = bearer(headers).and_then(|p| self.snap.authenticate(p)) else {
+            // Unauthenticated traffic is not logged: it would let anyone fill the log.
+            self.logged = true;
+            return Err(ApiError::Unauthorized);
+        };
         self.key = Some(key.name.clone());
         Ok(key)
+    }
+}
+
+impl Drop for Ctx {
+    fn drop(&mut self) {
+        if !self.logged {
+            let row = self.take_row(499, "client_closed");
+            self.log.record(row);
+        }
     }
 }
 
@@ -243,26 +262,31 @@ fn json_response(body: Vec<u8>) -> Response {
 }
 
 /// Logs a failed request and renders its error, with the request id.
-fn fail(state: &AppState, ctx: &Ctx, err: ApiError, report: Option<&Report>) -> Response {
+fn fail(mut ctx: Ctx, err: ApiError) -> Response {
     let status = err.status().as_u16();
-    let outcome = match (&err, report.and_then(Report::last_class)) {
+    let outcome = match (&err, ctx.report.last_class()) {
         (ApiError::Exec { err: e, .. }, _) if e.exhausted() => e.code(),
-        (_, Some(class)) => class.as_str(),
+        (ApiError::Exec { .. }, Some(class)) => class.as_str(),
         _ => err.code(),
     };
-    if !matches!(err, ApiError::Unauthorized) {
-        state.log.record(ctx.row(status, outcome, report));
+    if !ctx.logged {
+        let row = ctx.take_row(status, outcome);
+        ctx.log.record(row);
     }
     let mut resp = err.into_response();
-    if let Some(r) = report {
-        set_header(
-            &mut resp,
-            "x-switchyard-attempts",
-            &r.attempts.len().to_string(),
-        );
+    if !ctx.report.attempts.is_empty() {
+        let n = ctx.report.attempts.len().to_string();
+        set_header(&mut resp, "x-switchyard-attempts", &n);
     }
     set_header(&mut resp, "x-request-id", &ctx.id);
     resp
+}
+
+fn exec_error(ctx: &Ctx, err: exec::ExecError) -> ApiError {
+    ApiError::Exec {
+        err: Box::new(err),
+        attempts: ctx.report.attempts_json(),
+    }
 }
 
 async fn chat_completions(
@@ -273,48 +297,41 @@ async fn chat_completions(
     let mut ctx = Ctx::new(&state, "chat.completions");
     let req = match parse_chat(&mut ctx, &headers, body).await {
         Ok(r) => r,
-        Err(e) => return fail(&state, &ctx, e, None),
+        Err(e) => return fail(ctx, e),
     };
-    let mut report = Report::new(&req.model);
+    ctx.report = Report::new(&req.model);
     let snap = ctx.snap.clone();
+    let deadline = ctx.deadline();
     if req.stream {
-        return match exec::chat_stream(&snap, &req, ctx.deadline(), &mut report).await {
+        return match exec::chat_stream(&snap, &req, deadline, &mut ctx.report).await {
             Ok(committed) => {
                 let ttfb = ctx.started.elapsed();
-                let row = ctx.row(200, "ok", Some(&report));
+                let row = ctx.take_row(200, "ok");
                 let mut resp = sse::response(
                     committed,
                     snap.server.stream_idle_timeout,
                     req.stream_include_usage,
                     sse::StreamLog::new(state.log.clone(), row, ctx.started, ttfb),
                 );
-                report_headers(&mut resp, &report);
+                report_headers(&mut resp, &ctx.report);
                 set_header(&mut resp, "x-request-id", &ctx.id);
                 resp
             }
             Err(err) => {
-                let attempts = report.attempts_json();
-                fail(
-                    &state,
-                    &ctx,
-                    ApiError::Exec {
-                        err: Box::new(err),
-                        attempts,
-                    },
-                    Some(&report),
-                )
+                let e = exec_error(&ctx, err);
+                fail(ctx, e)
             }
         };
     }
-    match exec::chat(&snap, &req, ctx.deadline(), &mut report).await {
+    match exec::chat(&snap, &req, deadline, &mut ctx.report).await {
         Ok(resp) => {
-            let ext = report.body_extension();
+            let ext = ctx.report.body_extension();
             let body = serde_json::to_vec(&openai::ResponseBody {
                 resp: &resp,
                 report: ext.as_ref(),
             })
             .unwrap_or_default();
-            let mut row = ctx.row(200, "ok", Some(&report));
+            let mut row = ctx.take_row(200, "ok");
             row.ttfb_ms = Some(row.total_ms);
             if let Some(u) = &resp.usage {
                 row.input_tokens = Some(u.input_tokens);
@@ -324,21 +341,13 @@ async fn chat_completions(
             }
             state.log.record(row);
             let mut out = json_response(body);
-            report_headers(&mut out, &report);
+            report_headers(&mut out, &ctx.report);
             set_header(&mut out, "x-request-id", &ctx.id);
             out
         }
         Err(err) => {
-            let attempts = report.attempts_json();
-            fail(
-                &state,
-                &ctx,
-                ApiError::Exec {
-                    err: Box::new(err),
-                    attempts,
-                },
-                Some(&report),
-            )
+            let e = exec_error(&ctx, err);
+            fail(ctx, e)
         }
     }
 }
@@ -378,46 +387,41 @@ async fn embeddings(State(state): State<AppState>, headers: HeaderMap, body: Bod
     .await;
     let req = match parsed {
         Ok(r) => r,
-        Err(e) => return fail(&state, &ctx, e, None),
+        Err(e) => return fail(ctx, e),
     };
-    let mut report = Report::new(&req.model);
+    ctx.report = Report::new(&req.model);
     let snap = ctx.snap.clone();
-    match exec::embeddings(&snap, &req, ctx.deadline(), &mut report).await {
+    let deadline = ctx.deadline();
+    match exec::embeddings(&snap, &req, deadline, &mut ctx.report).await {
         Ok(mut v) => {
-            let mut row = ctx.row(200, "ok", Some(&report));
+            let mut row = ctx.take_row(200, "ok");
             row.ttfb_ms = Some(row.total_ms);
             row.input_tokens = v.pointer("/usage/prompt_tokens").and_then(Value::as_u64);
             state.log.record(row);
-            if let (Some(ext), Some(obj)) = (report.body_extension(), v.as_object_mut()) {
+            if let (Some(ext), Some(obj)) = (ctx.report.body_extension(), v.as_object_mut()) {
                 obj.insert("switchyard".into(), ext);
             }
             let mut out = json_response(serde_json::to_vec(&v).unwrap_or_default());
-            report_headers(&mut out, &report);
+            report_headers(&mut out, &ctx.report);
             set_header(&mut out, "x-request-id", &ctx.id);
             out
         }
         Err(err) => {
-            let attempts = report.attempts_json();
-            fail(
-                &state,
-                &ctx,
-                ApiError::Exec {
-                    err: Box::new(err),
-                    attempts,
-                },
-                Some(&report),
-            )
+            let e = exec_error(&ctx, err);
+            fail(ctx, e)
         }
     }
 }
 
 async fn models(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    let mut ctx = Ctx::new(&state, "models");
-    if let Err(e) = ctx.authenticate(&headers) {
-        return e.into_response();
+    let snap = state.live.load();
+    if bearer(&headers)
+        .and_then(|p| snap.authenticate(p))
+        .is_none()
+    {
+        return ApiError::Unauthorized.into_response();
     }
-    let data: Vec<Value> = ctx
-        .snap
+    let data: Vec<Value> = snap
         .models
         .keys()
         .map(|m| json!({"id": &**m, "object": "model", "created": 0, "owned_by": "switchyard"}))

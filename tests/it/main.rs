@@ -1,1 +1,10 @@
+//! Integration tests: the gateway over real HTTP on 127.0.0.1 (port 0), in front of mock
+//! upstream servers started by each test.
 
+mod admin;
+mod cli;
+mod errors;
+mod failover;
+mod hygiene;
+mod streaming;
+mod support;

@@ -1,0 +1,188 @@
+//! The client's mistakes and the gateway's exhaustion: every error is the OpenAI envelope with
+//! the right status, never a panic and never a 5xx for the client's own mistake.
+
+use serde_json::json;
+
+use crate::support::*;
+
+async fn one_good_channel() -> (switchyard::provider::mock::MockServer, Gateway) {
+    let up = mock(text_spec("ok")).await;
+    let gw = gateway_with(
+        "max_body_bytes = 2048",
+        &openai_channel("up", &up.base_url(), 1, ""),
+    )
+    .await;
+    (up, gw)
+}
+
+#[tokio::test]
+async fn missing_or_wrong_keys_are_401() {
+    let (up, gw) = one_good_channel().await;
+    let c = client();
+    let resp = c
+        .post(gw.chat_url())
+        .json(&chat_body(false))
+        .send()
+        .await
+        .unwrap();
+    let e = error_envelope(resp, 401).await;
+    assert_eq!(e["code"], "invalid_api_key");
+    let resp = c
+        .post(gw.chat_url())
+        .bearer_auth("sk-wrong")
+        .json(&chat_body(false))
+        .send()
+        .await
+        .unwrap();
+    error_envelope(resp, 401).await;
+    // x-api-key works as well as Bearer.
+    let resp = c
+        .post(gw.chat_url())
+        .header("x-api-key", KEY)
+        .json(&chat_body(false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(up.requests(), 1);
+}
+
+#[tokio::test]
+async fn malformed_bodies_are_400_with_the_param() {
+    let (up, gw) = one_good_channel().await;
+    let c = client();
+    let resp = c
+        .post(gw.chat_url())
+        .bearer_auth(KEY)
+        .body("{\"model\": \"m\", \"messages\": [")
+        .send()
+        .await
+        .unwrap();
+    let e = error_envelope(resp, 400).await;
+    assert_eq!(e["code"], "invalid_json");
+
+    let cases = [
+        (json!({"model": 42, "messages": []}), "model"),
+        (json!({"model": "m", "messages": "hi"}), "messages"),
+        (
+            json!({"model": "m", "messages": [{"role": "user", "content": 1}]}),
+            "messages[0].content",
+        ),
+        (
+            json!({"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": "yes"}),
+            "stream",
+        ),
+        (
+            json!({"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": "hot"}),
+            "temperature",
+        ),
+    ];
+    for (body, param) in cases {
+        let resp = c
+            .post(gw.chat_url())
+            .bearer_auth(KEY)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let e = error_envelope(resp, 400).await;
+        assert_eq!(e["param"], param, "{body}");
+        assert_eq!(e["type"], "invalid_request_error");
+    }
+    let resp = c
+        .post(gw.chat_url())
+        .bearer_auth(KEY)
+        .json(&json!([1, 2]))
+        .send()
+        .await
+        .unwrap();
+    error_envelope(resp, 400).await;
+    assert_eq!(up.requests(), 0);
+}
+
+#[tokio::test]
+async fn bodies_over_the_limit_are_413_even_without_content_length() {
+    let (up, gw) = one_good_channel().await;
+    let big = json!({"model": "m", "messages": [{"role": "user", "content": "x".repeat(4096)}]});
+    let resp = gw.chat(big.clone()).await;
+    let e = error_envelope(resp, 413).await;
+    assert_eq!(e["code"], "request_too_large");
+    // Chunked upload: no Content-Length to check up front.
+    let bytes = serde_json::to_vec(&big).unwrap();
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+        bytes.chunks(512).map(|c| Ok(c.to_vec())).collect();
+    let resp = client()
+        .post(gw.chat_url())
+        .bearer_auth(KEY)
+        .body(reqwest::Body::wrap_stream(futures_util::stream::iter(
+            chunks,
+        )))
+        .send()
+        .await
+        .unwrap();
+    error_envelope(resp, 413).await;
+    assert_eq!(up.requests(), 0);
+}
+
+#[tokio::test]
+async fn unknown_model_is_404_and_unknown_routes_are_enveloped() {
+    let (_up, gw) = one_good_channel().await;
+    let resp = gw
+        .chat(json!({"model": "nope", "messages": [{"role": "user", "content": "x"}]}))
+        .await;
+    let e = error_envelope(resp, 404).await;
+    assert_eq!(e["code"], "model_not_found");
+    let resp = client()
+        .get(format!("{}/v1/nothing", gw.url))
+        .send()
+        .await
+        .unwrap();
+    error_envelope(resp, 404).await;
+    let resp = client().get(gw.chat_url()).send().await.unwrap();
+    error_envelope(resp, 405).await;
+}
+
+#[tokio::test]
+async fn no_enabled_channel_is_503() {
+    let up = mock(text_spec("ok")).await;
+    let gw = gateway(&openai_channel("off", &up.base_url(), 1, "enabled = false")).await;
+    let resp = gw.chat(chat_body(false)).await;
+    assert_eq!(header(&resp, "x-should-retry"), "false");
+    let e = error_envelope(resp, 503).await;
+    assert_eq!(e["code"], "no_available_channel");
+    assert_eq!(up.requests(), 0);
+}
+
+#[tokio::test]
+async fn all_failed_is_502_listing_attempts_without_upstream_text() {
+    let a = mock(faulty("x", status(500))).await;
+    let gw = gateway(&format!(
+        "{}{}",
+        openai_channel("a", &a.base_url(), 1, ""),
+        openai_channel("dead", &refused_url().await, 2, "")
+    ))
+    .await;
+    let resp = gw.chat(chat_body(false)).await;
+    assert_eq!(header(&resp, "x-should-retry"), "false");
+    let raw = resp.text().await.unwrap();
+    assert!(!raw.contains("mock fault"), "upstream text leaked: {raw}");
+    assert!(!raw.contains(UPSTREAM_KEY));
+    let v: serde_json::Value = serde_json::from_str(&raw).unwrap();
+    assert_eq!(v["error"]["code"], "all_attempts_failed");
+    let attempts = v["error"]["attempts"].as_array().unwrap();
+    assert_eq!(attempts[0]["channel"], "a");
+    assert_eq!(attempts[0]["model"], "m");
+    assert_eq!(attempts[0]["status"], 500);
+    assert_eq!(attempts[0]["reason"], "server_error");
+    assert_eq!(attempts[1]["reason"], "connection_error");
+}
+
+#[tokio::test]
+async fn streaming_requests_get_json_errors_before_commit() {
+    let a = mock(faulty("x", status(500))).await;
+    let gw = gateway(&openai_channel("a", &a.base_url(), 1, "")).await;
+    let resp = gw.chat(chat_body(true)).await;
+    assert_eq!(header(&resp, "content-type"), "application/json");
+    let e = error_envelope(resp, 502).await;
+    assert_eq!(e["attempts"][0]["reason"], "server_error");
+}

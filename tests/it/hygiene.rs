@@ -1,0 +1,133 @@
+//! What crosses to the upstream: unknown fields do, client credentials never do.
+
+use serde_json::json;
+
+use crate::support::*;
+
+#[tokio::test]
+async fn unknown_fields_reach_the_upstream_and_gateway_fields_do_not() {
+    let up = mock(text_spec("ok")).await;
+    let gw = gateway(&openai_channel("up", &up.base_url(), 1, "")).await;
+    let body = json!({
+        "model": "m",
+        "messages": [{"role": "user", "content": "hi", "future_message_field": 1}],
+        "some_future_param": {"nested": [1, 2, 3]},
+        "reasoning_effort": "high",
+        "logit_bias": {"50256": -100},
+        "fallback_models": ["x"],
+        "redundancy": 2
+    });
+    assert_eq!(gw.chat(body).await.status(), 200);
+    let got = &up.received()[0].body;
+    assert_eq!(got["some_future_param"], json!({"nested": [1, 2, 3]}));
+    assert_eq!(got["reasoning_effort"], "high");
+    assert_eq!(got["logit_bias"], json!({"50256": -100}));
+    assert_eq!(got["messages"][0]["future_message_field"], 1);
+    assert!(got.get("fallback_models").is_none());
+    assert!(got.get("redundancy").is_none());
+}
+
+#[tokio::test]
+async fn mapped_models_use_the_upstream_name() {
+    let up = mock(text_spec("ok")).await;
+    let gw = gateway(&format!(
+        "[[channels]]\nname = \"up\"\nprovider = \"openai\"\nbase_url = \"{}\"\n\
+         models = [{{ name = \"friendly\", upstream = \"vendor-model-2024-08-06\" }}]\n",
+        up.base_url()
+    ))
+    .await;
+    let resp = gw
+        .chat(json!({"model": "friendly", "messages": [{"role": "user", "content": "x"}]}))
+        .await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(header(&resp, "x-switchyard-model"), "friendly");
+    assert_eq!(up.received()[0].body["model"], "vendor-model-2024-08-06");
+    // No api_keys configured: no Authorization header at all (Ollama-style upstream).
+    assert!(up.received()[0].headers.get("authorization").is_none());
+}
+
+#[tokio::test]
+async fn client_credentials_and_headers_never_reach_the_upstream() {
+    let up = mock(text_spec("ok")).await;
+    let gw = gateway(&openai_channel("up", &up.base_url(), 1, "")).await;
+    let resp = client()
+        .post(gw.chat_url())
+        .bearer_auth(KEY)
+        .header("cookie", "session=client-cookie")
+        .header("x-custom-secret", "client-secret")
+        .header("openai-organization", "org-client")
+        .json(&chat_body(false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let raw = resp.text().await.unwrap();
+    assert!(!raw.contains(UPSTREAM_KEY));
+    let h = &up.received()[0].headers;
+    assert_eq!(
+        h.get("authorization").unwrap().to_str().unwrap(),
+        format!("Bearer {UPSTREAM_KEY}")
+    );
+    assert!(h.get("cookie").is_none());
+    assert!(h.get("x-custom-secret").is_none());
+    assert!(h.get("openai-organization").is_none());
+    let all: String = h
+        .iter()
+        .map(|(k, v)| format!("{k}: {}\n", v.to_str().unwrap_or("")))
+        .collect();
+    assert!(!all.contains(KEY), "gateway key leaked upstream: {all}");
+}
+
+#[tokio::test]
+async fn api_keys_rotate_round_robin() {
+    let up = mock(text_spec("ok")).await;
+    let gw = gateway(&format!(
+        "[[channels]]\nname = \"up\"\nprovider = \"openai\"\nbase_url = \"{}\"\n\
+         api_keys = [\"sk-one-1111\", \"sk-two-2222\"]\nmodels = [\"m\"]\n",
+        up.base_url()
+    ))
+    .await;
+    for _ in 0..4 {
+        assert_eq!(gw.chat(chat_body(false)).await.status(), 200);
+    }
+    let keys: Vec<String> = up
+        .received()
+        .iter()
+        .map(|r| r.headers["authorization"].to_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "Bearer sk-one-1111",
+            "Bearer sk-two-2222",
+            "Bearer sk-one-1111",
+            "Bearer sk-two-2222"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn models_lists_what_the_key_can_use() {
+    let up = mock(text_spec("ok")).await;
+    let gw = gateway(&openai_channel("up", &up.base_url(), 1, "")).await;
+    let resp = client()
+        .get(format!("{}/v1/models", gw.url))
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap();
+    let v: serde_json::Value = resp.json().await.unwrap();
+    let ids: Vec<&str> = v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["e", "m"]);
+    let resp = client()
+        .get(format!("{}/v1/models", gw.url))
+        .send()
+        .await
+        .unwrap();
+    error_envelope(resp, 401).await;
+}

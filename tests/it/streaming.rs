@@ -1,0 +1,236 @@
+//! The streaming commit point: failover before the first token is invisible; after it, the
+//! channel never changes and a fault becomes an error frame.
+
+use serde_json::Value;
+use switchyard::provider::mock::{Fault, MockSpec};
+
+use crate::support::*;
+
+fn stream_body(include_usage: bool) -> Value {
+    let mut b = chat_body(true);
+    if include_usage {
+        b["stream_options"] = serde_json::json!({"include_usage": true});
+    }
+    b
+}
+
+#[tokio::test]
+async fn streams_chunk_by_chunk_and_ends_with_done() {
+    let up = mock(text_spec("abcdefghi")).await;
+    let gw = gateway(&openai_channel("up", &up.base_url(), 1, "")).await;
+    let resp = gw.chat(stream_body(false)).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(header(&resp, "content-type"), "text/event-stream");
+    assert_eq!(header(&resp, "x-switchyard-channel"), "up");
+    let body = resp.text().await.unwrap();
+    let data = sse_data(&body);
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
+    assert_eq!(sse_text(&body), "abcdefghi");
+    // The usage chunk the gateway asked for is stripped: the client did not ask.
+    assert!(!body.contains("\"usage\""), "{body}");
+    assert_eq!(
+        up.received()[0].body["stream_options"]["include_usage"],
+        true
+    );
+}
+
+#[tokio::test]
+async fn usage_chunk_is_passed_when_the_client_asks() {
+    let up = mock(text_spec("abc")).await;
+    let gw = gateway(&openai_channel("up", &up.base_url(), 1, "")).await;
+    let body = gw.chat(stream_body(true)).await.text().await.unwrap();
+    let data = sse_data(&body);
+    let usage: Value = serde_json::from_str(&data[data.len() - 2]).unwrap();
+    assert_eq!(usage["choices"], serde_json::json!([]));
+    assert_eq!(usage["usage"]["completion_tokens"], 3);
+}
+
+#[tokio::test]
+async fn a_500_before_the_first_byte_is_invisible() {
+    let bad = mock(faulty("BAD", status(500))).await;
+    let good = mock(text_spec("good answer")).await;
+    let gw = gateway(&format!(
+        "{}{}",
+        openai_channel("bad", &bad.base_url(), 1, ""),
+        openai_channel("good", &good.base_url(), 2, "")
+    ))
+    .await;
+    let resp = gw.chat(stream_body(false)).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(header(&resp, "x-switchyard-channel"), "good");
+    assert_eq!(header(&resp, "x-switchyard-attempts"), "2");
+    let body = resp.text().await.unwrap();
+    assert_eq!(sse_text(&body), "good answer");
+    assert!(body.ends_with("data: [DONE]\n\n"));
+}
+
+#[tokio::test]
+async fn a_hang_past_first_token_timeout_fails_over_invisibly() {
+    // The hanging upstream sends headers and a role-only chunk, then nothing.
+    let hang = mock(faulty(
+        "HANG",
+        Fault {
+            hang: true,
+            ..Fault::default()
+        },
+    ))
+    .await;
+    let good = mock(text_spec("served by backup")).await;
+    let gw = gateway(&format!(
+        "{}{}",
+        openai_channel("hang", &hang.base_url(), 1, "first_token_timeout_ms = 300"),
+        openai_channel("good", &good.base_url(), 2, "")
+    ))
+    .await;
+    let resp = gw.chat(stream_body(false)).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(header(&resp, "x-switchyard-channel"), "good");
+    let body = resp.text().await.unwrap();
+    assert_eq!(sse_text(&body), "served by backup");
+    // Exactly one role chunk reached the client: the hung channel's buffered one was discarded.
+    assert_eq!(body.matches("\"role\":\"assistant\"").count(), 1);
+    eventually(&hang, "aborted >= 1", |m| m.aborted() >= 1).await;
+}
+
+#[tokio::test]
+async fn a_cut_after_the_first_token_is_an_error_frame_without_done() {
+    let cut = mock(MockSpec {
+        chunks: 4,
+        ..faulty(
+            "AAAABBBBCCCCDDDD",
+            Fault {
+                cut_after: Some(2),
+                ..Fault::default()
+            },
+        )
+    })
+    .await;
+    let backup = mock(text_spec("backup")).await;
+    let gw = gateway(&format!(
+        "{}{}",
+        openai_channel("cut", &cut.base_url(), 1, ""),
+        openai_channel("backup", &backup.base_url(), 2, "")
+    ))
+    .await;
+    let resp = gw.chat(stream_body(false)).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(header(&resp, "x-switchyard-channel"), "cut");
+    let body = resp.text().await.unwrap();
+    let data = sse_data(&body);
+    assert!(!body.contains("[DONE]"), "{body}");
+    let last: Value = serde_json::from_str(data.last().unwrap()).unwrap();
+    assert_eq!(last["error"]["code"], "stream_interrupted");
+    // Content from one channel only, and the backup never asked.
+    assert_eq!(sse_text(&body), "AAAABBBB");
+    assert_eq!(backup.requests(), 0);
+}
+
+#[tokio::test]
+async fn a_stall_after_commit_ends_with_a_timeout_frame() {
+    let stall = mock(MockSpec {
+        chunks: 4,
+        ..faulty(
+            "AAAABBBBCCCCDDDD",
+            Fault {
+                stall_after: Some(1),
+                ..Fault::default()
+            },
+        )
+    })
+    .await;
+    let gw = gateway_with(
+        "stream_idle_timeout_ms = 300",
+        &openai_channel("stall", &stall.base_url(), 1, ""),
+    )
+    .await;
+    let body = gw.chat(stream_body(false)).await.text().await.unwrap();
+    assert!(!body.contains("[DONE]"), "{body}");
+    let data = sse_data(&body);
+    let last: Value = serde_json::from_str(data.last().unwrap()).unwrap();
+    assert_eq!(last["error"]["code"], "stream_timeout");
+    assert_eq!(sse_text(&body), "AAAA");
+}
+
+#[tokio::test]
+async fn a_client_gone_before_commit_cancels_the_upstream_call() {
+    let hang = mock(faulty(
+        "x",
+        Fault {
+            hang: true,
+            ..Fault::default()
+        },
+    ))
+    .await;
+    let gw = gateway(&openai_channel("hang", &hang.base_url(), 1, "")).await;
+    let url = gw.chat_url();
+    let request = tokio::spawn(async move {
+        client()
+            .post(url)
+            .bearer_auth(KEY)
+            .json(&chat_body(true))
+            .send()
+            .await
+    });
+    eventually(&hang, "requests >= 1", |m| m.requests() >= 1).await;
+    assert_eq!(hang.aborted(), 0);
+    // The client gives up while the gateway still holds the response.
+    request.abort();
+    let _ = request.await;
+    eventually(&hang, "aborted >= 1", |m| m.aborted() >= 1).await;
+    // The request log records the abandoned request.
+    let rows = gw.admin_requests().await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["status"], 499);
+    assert_eq!(rows[0]["outcome"], "client_closed");
+    assert_eq!(rows[0]["key_name"], "team-a");
+}
+
+#[tokio::test]
+async fn a_client_gone_after_commit_cancels_the_upstream_stream_and_is_logged() {
+    let slow = mock(MockSpec {
+        text: "x".repeat(100),
+        chunks: 100,
+        chunk_ms: 50,
+        ..MockSpec::default()
+    })
+    .await;
+    let gw = gateway(&openai_channel("slow", &slow.base_url(), 1, "")).await;
+    let mut resp = gw.chat(stream_body(false)).await;
+    assert_eq!(resp.status(), 200);
+    // Read the first content, then hang up.
+    let first = resp.chunk().await.unwrap();
+    assert!(first.is_some());
+    drop(resp);
+    eventually(&slow, "aborted >= 1", |m| m.aborted() >= 1).await;
+    let rows = gw.admin_requests().await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["outcome"], "client_closed");
+    assert_eq!(rows[0]["status"], 499);
+}
+
+#[tokio::test]
+async fn an_empty_answer_still_commits() {
+    let empty = mock(text_spec("")).await;
+    let gw = gateway(&openai_channel("empty", &empty.base_url(), 1, "")).await;
+    let resp = gw.chat(stream_body(false)).await;
+    assert_eq!(resp.status(), 200);
+    let body = resp.text().await.unwrap();
+    assert!(body.contains("\"finish_reason\":\"stop\""), "{body}");
+    assert!(body.ends_with("data: [DONE]\n\n"));
+}
+
+#[tokio::test]
+async fn in_process_mock_channels_stream_and_fail_over() {
+    let gw = gateway(
+        "[[channels]]\nname = \"mock-bad\"\nprovider = \"mock\"\nmodels = [\"m\"]\npriority = 1\n\
+         mock = { fault = { status = 503 } }\n\n\
+         [[channels]]\nname = \"mock-good\"\nprovider = \"mock\"\nmodels = [\"m\"]\npriority = 2\n\
+         mock = { text = \"in process\", chunks = 2 }\n",
+    )
+    .await;
+    let resp = gw.chat(stream_body(false)).await;
+    assert_eq!(header(&resp, "x-switchyard-channel"), "mock-good");
+    let body = resp.text().await.unwrap();
+    assert_eq!(sse_text(&body), "in process");
+    assert!(!body.contains("\"usage\""));
+}

@@ -1,0 +1,200 @@
+//! Shared test helpers: a gateway started from a TOML config on 127.0.0.1:0 with its request log
+//! in a temp dir, standalone mock upstreams, and request helpers. Every test builds on these.
+
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+use switchyard::config;
+use switchyard::provider::mock::{Fault, MockServer, MockSpec};
+use switchyard::provider::{HttpClients, install_crypto_provider};
+use switchyard::server::Running;
+
+/// The gateway key every test config declares.
+pub const KEY: &str = "sk-test-gateway-key";
+/// The upstream key every test channel uses; must never reach a client or a log.
+pub const UPSTREAM_KEY: &str = "sk-upstream-secret-key";
+pub const ADMIN: &str = "admin-token-0123456789";
+
+pub struct Gateway {
+    pub running: Running,
+    pub url: String,
+    pub config_path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Gateway {
+    pub fn chat_url(&self) -> String {
+        format!("{}/v1/chat/completions", self.url)
+    }
+
+    pub async fn chat(&self, body: Value) -> reqwest::Response {
+        client()
+            .post(self.chat_url())
+            .bearer_auth(KEY)
+            .json(&body)
+            .send()
+            .await
+            .expect("gateway reachable")
+    }
+
+    /// Rewrites the config file (the same header as at start) with new channels.
+    pub fn rewrite(&self, channels: &str) {
+        let dir = self.config_path.parent().expect("config dir");
+        std::fs::write(&self.config_path, config_text(dir, "", channels)).expect("write config");
+    }
+
+    /// Waits until every request-log row queued so far is written.
+    pub async fn flush_log(&self) {
+        self.running.state.log.flush().await;
+    }
+
+    pub async fn admin_requests(&self) -> Vec<Value> {
+        self.flush_log().await;
+        let v: Value = client()
+            .get(format!("{}/admin/requests?limit=100", self.url))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .expect("admin reachable")
+            .json()
+            .await
+            .expect("json");
+        v["data"].as_array().cloned().unwrap_or_default()
+    }
+}
+
+pub fn client() -> reqwest::Client {
+    install_crypto_provider();
+    reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("test client")
+}
+
+fn config_text(dir: &std::path::Path, server_extra: &str, channels: &str) -> String {
+    format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_token = \"{ADMIN}\"\n{server_extra}\n\
+         [log]\nsqlite_path = \"{}\"\n\n\
+         [[keys]]\nname = \"team-a\"\nkey = \"{KEY}\"\n\n{channels}",
+        dir.join("log.db").display()
+    )
+}
+
+/// Starts a gateway with `[server]` extras (e.g. `request_timeout_ms = 500`) and channels.
+pub async fn gateway_with(server_extra: &str, channels: &str) -> Gateway {
+    install_crypto_provider();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("switchyard.toml");
+    std::fs::write(&path, config_text(dir.path(), server_extra, channels)).expect("write config");
+    let clients = HttpClients::default();
+    let snap = config::load_file(&path, &clients).expect("test config is valid");
+    let running = switchyard::app::start(snap, clients, None)
+        .await
+        .expect("gateway starts");
+    let url = format!("http://{}", running.addr);
+    Gateway {
+        running,
+        url,
+        config_path: path,
+        _dir: dir,
+    }
+}
+
+pub async fn gateway(channels: &str) -> Gateway {
+    gateway_with("", channels).await
+}
+
+/// An `openai` channel in front of a mock server, serving model `m`.
+pub fn openai_channel(name: &str, base_url: &str, priority: u32, extra: &str) -> String {
+    format!(
+        "[[channels]]\nname = \"{name}\"\nprovider = \"openai\"\nbase_url = \"{base_url}\"\n\
+         api_keys = [\"{UPSTREAM_KEY}\"]\nmodels = [\"m\", \"e\"]\npriority = {priority}\n{extra}\n\n"
+    )
+}
+
+pub async fn mock(spec: MockSpec) -> MockServer {
+    MockServer::start(spec).await.expect("mock starts")
+}
+
+pub fn text_spec(text: &str) -> MockSpec {
+    MockSpec {
+        text: text.into(),
+        chunks: 3,
+        ..MockSpec::default()
+    }
+}
+
+pub fn faulty(text: &str, fault: Fault) -> MockSpec {
+    MockSpec {
+        fault: Some(fault),
+        ..text_spec(text)
+    }
+}
+
+pub fn status(code: u16) -> Fault {
+    Fault {
+        status: Some(code),
+        ..Fault::default()
+    }
+}
+
+/// A base URL where nothing listens: connection refused.
+pub async fn refused_url() -> String {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = l.local_addr().expect("addr");
+    drop(l);
+    format!("http://{addr}/v1")
+}
+
+pub fn chat_body(stream: bool) -> Value {
+    json!({"model": "m", "stream": stream, "messages": [{"role": "user", "content": "hi"}]})
+}
+
+/// Waits for a mock to reach a state, failing the test (not hanging it) after 10 s.
+pub async fn eventually(m: &MockServer, what: &str, pred: impl Fn(&MockServer) -> bool) {
+    tokio::time::timeout(std::time::Duration::from_secs(10), m.wait_until(pred))
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting for: {what}"));
+}
+
+pub fn header<'a>(resp: &'a reqwest::Response, name: &str) -> &'a str {
+    resp.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+}
+
+/// An SSE body split into its `data:` payloads.
+pub fn sse_data(body: &str) -> Vec<String> {
+    body.split("\n\n")
+        .filter_map(|ev| ev.strip_prefix("data: "))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The concatenated content deltas of an SSE body.
+pub fn sse_text(body: &str) -> String {
+    sse_data(body)
+        .iter()
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter_map(|v| {
+            v["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .collect()
+}
+
+/// Asserts the OpenAI error envelope and returns `error`.
+pub async fn error_envelope(resp: reqwest::Response, status: u16) -> Value {
+    assert_eq!(resp.status().as_u16(), status);
+    let v: Value = resp.json().await.expect("error body is JSON");
+    let e = v["error"].clone();
+    assert!(e["message"].is_string(), "{v}");
+    assert!(e["type"].is_string(), "{v}");
+    assert!(e["code"].is_string(), "{v}");
+    assert!(e.get("param").is_some(), "{v}");
+    e
+}
