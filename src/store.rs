@@ -201,20 +201,26 @@ impl Drop for AliveGuard {
     }
 }
 
-/// Drains the queue in batches, one transaction per batch.
+/// How often the writer wakes to drain the queue. Waking per row would cost a context switch
+/// and a transaction per request on the gateway's cores; a tick batches them.
+const TICK: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Drains the queue every tick, one transaction per tick; exits when every sender is gone.
 fn writer(mut conn: Connection, rx: Receiver<LogMsg>, path: &Path) {
-    const BATCH: usize = 256;
-    let mut batch = Vec::with_capacity(BATCH);
+    let mut batch = Vec::new();
     let mut acks = Vec::new();
-    while let Ok(first) = rx.recv() {
-        let mut next = Some(first);
-        while let Some(msg) = next.take() {
-            match msg {
-                LogMsg::Row(r) => batch.push(*r),
-                LogMsg::Flush(ack) => acks.push(ack),
-            }
-            if batch.len() < BATCH {
-                next = rx.try_recv().ok();
+    loop {
+        std::thread::sleep(TICK);
+        let mut closed = false;
+        loop {
+            match rx.try_recv() {
+                Ok(LogMsg::Row(r)) => batch.push(*r),
+                Ok(LogMsg::Flush(ack)) => acks.push(ack),
+                Err(std::sync::mpsc::TryRecvError::Empty) => break,
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                    closed = true;
+                    break;
+                }
             }
         }
         if !batch.is_empty()
@@ -225,6 +231,9 @@ fn writer(mut conn: Connection, rx: Receiver<LogMsg>, path: &Path) {
         batch.clear();
         for ack in acks.drain(..) {
             let _ = ack.send(());
+        }
+        if closed {
+            return;
         }
     }
 }

@@ -18,6 +18,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use futures_util::{Stream, StreamExt, stream};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -399,12 +400,12 @@ impl MockUpstream {
             Behaviour::Status(s, ra) => Err(Self::status_error(s, ra)),
             Behaviour::Hang => std::future::pending().await,
             Behaviour::CutAfter(_) => {
-                tokio::time::sleep(Duration::from_millis(self.spec.ttft_ms)).await;
+                pause(Duration::from_millis(self.spec.ttft_ms)).await;
                 Err(UpstreamError::Broken("mock cut the connection".into()))
             }
             Behaviour::StallAfter(_) => std::future::pending().await,
             Behaviour::Normal => {
-                tokio::time::sleep(self.spec.total_time()).await;
+                pause(self.spec.total_time()).await;
                 Ok(reply(&self.spec, model, req, n))
             }
         }
@@ -440,10 +441,17 @@ impl MockUpstream {
             Behaviour::CutAfter(_) => Err(UpstreamError::Broken("mock cut the connection".into())),
             Behaviour::StallAfter(_) => std::future::pending().await,
             Behaviour::Normal => {
-                tokio::time::sleep(Duration::from_millis(self.spec.ttft_ms)).await;
+                pause(Duration::from_millis(self.spec.ttft_ms)).await;
                 Ok(embeddings_reply(&self.spec, model, &req.input))
             }
         }
+    }
+}
+
+/// Sleeps, except for zero: a zero sleep still waits for the next timer tick (about 1 ms).
+async fn pause(d: Duration) {
+    if !d.is_zero() {
+        tokio::time::sleep(d).await;
     }
 }
 
@@ -457,13 +465,14 @@ fn paced(items: Vec<Item>) -> impl Stream<Item = Paced> + Send {
     stream::unfold(items.into_iter(), |mut it| async move {
         match it.next()? {
             Item::Chunk(d, c) => {
-                if !d.is_zero() {
-                    tokio::time::sleep(d).await;
-                }
+                pause(d).await;
                 Some((Paced::Chunk(c), it))
             }
             Item::Break(d) => {
-                tokio::time::sleep(d).await;
+                pause(d).await;
+                // Return Pending once so the HTTP server flushes the chunks already written:
+                // a cut connection has delivered what came before the cut.
+                tokio::task::yield_now().await;
                 Some((Paced::Break, it))
             }
             Item::Hang => std::future::pending().await,
@@ -478,6 +487,7 @@ fn paced(items: Vec<Item>) -> impl Stream<Item = Paced> + Send {
 #[derive(Debug, Clone)]
 pub struct Received {
     pub path: String,
+    pub version: axum::http::Version,
     pub headers: HeaderMap,
     pub body: Value,
 }
@@ -532,6 +542,9 @@ impl MockServer {
             .route("/embeddings", post(embeddings))
             .route("/v1/models", get(models))
             .with_state(state.clone());
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
@@ -584,13 +597,20 @@ impl MockServer {
     }
 }
 
-fn begin(state: &MockState, path: &str, headers: &HeaderMap, body: &Value) -> (u64, MockSpec) {
+fn begin(
+    state: &MockState,
+    path: &str,
+    version: axum::http::Version,
+    headers: &HeaderMap,
+    body: &Value,
+) -> (u64, MockSpec) {
     let n = state.seen.fetch_add(1, Ordering::SeqCst);
     if state.record
         && let Ok(mut r) = state.received.lock()
     {
         r.push(Received {
             path: path.to_string(),
+            version,
             headers: headers.clone(),
             body: body.clone(),
         });
@@ -641,12 +661,17 @@ fn bad_request(msg: &str) -> Response {
         .into_response()
 }
 
-async fn chat(State(state): State<Arc<MockState>>, headers: HeaderMap, body: Bytes) -> Response {
+async fn chat(
+    State(state): State<Arc<MockState>>,
+    version: axum::http::Version,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let v: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => return bad_request(&format!("invalid JSON: {e}")),
     };
-    let (n, spec) = begin(&state, "/chat/completions", &headers, &v);
+    let (n, spec) = begin(&state, "/chat/completions", version, &headers, &v);
     let req = match crate::protocol::openai::request_from_value(v) {
         Ok(r) => r,
         Err(e) => return bad_request(&e.message),
@@ -665,7 +690,7 @@ async fn chat(State(state): State<Arc<MockState>>, headers: HeaderMap, body: Byt
             std::future::pending::<()>().await
         }
         Behaviour::CutAfter(_) if !req.stream => {
-            tokio::time::sleep(Duration::from_millis(spec.ttft_ms)).await;
+            pause(Duration::from_millis(spec.ttft_ms)).await;
             let broken = stream::iter([
                 Ok(Bytes::from_static(b"{\"id\":\"chatcmpl-mock\",")),
                 Err(std::io::Error::other("mock cut the connection")),
@@ -675,7 +700,7 @@ async fn chat(State(state): State<Arc<MockState>>, headers: HeaderMap, body: Byt
         _ => {}
     }
     if !req.stream {
-        tokio::time::sleep(spec.total_time()).await;
+        pause(spec.total_time()).await;
         guard.done = true;
         let resp = reply(&spec, &model, &req, n);
         let body = serde_json::to_vec(&ResponseBody {
@@ -720,6 +745,7 @@ async fn chat(State(state): State<Arc<MockState>>, headers: HeaderMap, body: Byt
 
 async fn embeddings(
     State(state): State<Arc<MockState>>,
+    version: axum::http::Version,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
@@ -727,7 +753,7 @@ async fn embeddings(
         Ok(v) => v,
         Err(e) => return bad_request(&format!("invalid JSON: {e}")),
     };
-    let (n, spec) = begin(&state, "/embeddings", &headers, &v);
+    let (n, spec) = begin(&state, "/embeddings", version, &headers, &v);
     match spec.behaviour(n) {
         Behaviour::Status(s, ra) => return status_response(s, ra),
         Behaviour::Hang | Behaviour::StallAfter(_) => std::future::pending::<()>().await,
@@ -735,7 +761,7 @@ async fn embeddings(
     }
     let model = v.get("model").and_then(Value::as_str).unwrap_or("mock");
     let input = v.get("input").cloned().unwrap_or(Value::Null);
-    tokio::time::sleep(Duration::from_millis(spec.ttft_ms)).await;
+    pause(Duration::from_millis(spec.ttft_ms)).await;
     let out = embeddings_reply(&spec, model, &input);
     (
         [(header::CONTENT_TYPE, "application/json")],

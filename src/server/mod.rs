@@ -17,6 +17,7 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use futures_util::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -71,6 +72,10 @@ impl Drop for Running {
 pub fn spawn(listener: TcpListener, state: AppState) -> std::io::Result<Running> {
     let addr = listener.local_addr()?;
     let app = router(state.clone());
+    // Without TCP_NODELAY each small SSE write waits for the client's delayed ACK (~40 ms).
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     let task = tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!(error = %e, "server stopped");

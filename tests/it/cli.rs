@@ -251,3 +251,21 @@ async fn the_standalone_mock_speaks_openai() {
         .unwrap();
     assert_eq!(sse_text(&body), "standalone");
 }
+
+#[tokio::test]
+async fn the_example_config_in_the_repository_is_valid() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/switchyard.toml");
+    let out = Command::new(BIN)
+        .args(["check", "--config", path])
+        .env("TEAM_A_KEY", "sk-team-a-example")
+        .env("OPENAI_API_KEY", "sk-openai-example")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("tier 2: backup-mock (mock"), "{stdout}");
+}

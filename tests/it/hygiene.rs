@@ -131,3 +131,31 @@ async fn models_lists_what_the_key_can_use() {
         .unwrap();
     error_envelope(resp, 401).await;
 }
+
+#[tokio::test]
+async fn upstream_http_version_is_1_1_unless_the_channel_opts_into_http2() {
+    let up = mock(text_spec("ok")).await;
+    let gw = gateway(&format!(
+        "{}{}",
+        openai_channel("h1", &up.base_url(), 1, ""),
+        openai_channel("h2", &up.base_url(), 2, "http2 = true")
+    ))
+    .await;
+    assert_eq!(gw.chat(chat_body(false)).await.status(), 200);
+    // Streams over HTTP/2 too: take h1 out and stream through the h2 channel.
+    gw.rewrite(&openai_channel("h2", &up.base_url(), 1, "http2 = true"));
+    let reload = client()
+        .post(format!("{}/admin/reload", gw.url))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reload.status(), 200);
+    let body = gw.chat(chat_body(true)).await.text().await.unwrap();
+    assert_eq!(sse_text(&body), "ok");
+    let versions: Vec<_> = up.received().iter().map(|r| r.version).collect();
+    assert_eq!(
+        versions,
+        [reqwest::Version::HTTP_11, reqwest::Version::HTTP_2]
+    );
+}

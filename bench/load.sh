@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Load benchmark: the gateway in front of `switchyard mock`, and the mock hit directly, in one run.
+# Pinned with taskset: the gateway on CPU 0; the mock and the load generator (wrk) on CPU 1.
+# Prints requests/s and p50/p99 latency for both, and what the gateway adds.
+#
+#   bench/load.sh                       # defaults: 10 s per run, concurrency 1 16 64
+#   DURATION=5 CONCURRENCY="1 32" bench/load.sh
+#
+# Needs: wrk (apt-get install wrk), taskset (util-linux). Loopback only; stops by itself.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DURATION=${DURATION:-10}
+CONCURRENCY=${CONCURRENCY:-"1 16 64"}
+MOCK_PORT=${MOCK_PORT:-18081}
+GW_PORT=${GW_PORT:-18080}
+KEY=sk-bench-key-000000
+
+command -v wrk >/dev/null || { echo "wrk not found: apt-get install wrk" >&2; exit 1; }
+command -v taskset >/dev/null || { echo "taskset not found (util-linux)" >&2; exit 1; }
+
+cargo build --release --quiet
+BIN=${CARGO_TARGET_DIR:-target}/release/switchyard
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+wait_port() {
+  for _ in $(seq 1 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.05
+  done
+  echo "port $1 did not open" >&2
+  exit 1
+}
+
+taskset -c 1 "$BIN" --log-level error mock --port "$MOCK_PORT" \
+  --text "The quick brown fox jumps over the lazy dog, twice over." --chunks 8 >/dev/null &
+pids+=($!)
+
+cat >"$work/bench.toml" <<TOML
+[server]
+listen = "127.0.0.1:$GW_PORT"
+
+[log]
+sqlite_path = "$work/bench.db"
+
+[[keys]]
+name = "bench"
+key = "$KEY"
+
+[[channels]]
+name = "mock"
+provider = "openai"
+base_url = "http://127.0.0.1:$MOCK_PORT/v1"
+api_keys = ["sk-upstream-bench"]
+models = ["bench"]
+TOML
+taskset -c 0 "$BIN" --log-level error serve --config "$work/bench.toml" >/dev/null &
+pids+=($!)
+wait_port "$MOCK_PORT"
+wait_port "$GW_PORT"
+
+for stream in false true; do
+  cat >"$work/post_$stream.lua" <<LUA
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer $KEY"
+wrk.body = '{"model":"bench","stream":$stream,"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say something about foxes."}]}'
+LUA
+done
+
+# wrk latency "123.45us" / "1.20ms" / "1.00s" -> microseconds
+to_us() {
+  awk -v v="$1" 'BEGIN {
+    n = v + 0
+    if (v ~ /us$/) print n; else if (v ~ /ms$/) print n * 1000; else if (v ~ /s$/) print n * 1000000; else print n
+  }'
+}
+
+run() { # url lua conns -> "rps p50_us p99_us"
+  local out
+  out=$(taskset -c 1 wrk -t1 -c"$3" -d"${DURATION}s" --latency -s "$2" "$1")
+  local rps p50 p99 errs
+  rps=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
+  p50=$(awk '$1 == "50%" {print $2}' <<<"$out")
+  p99=$(awk '$1 == "99%" {print $2}' <<<"$out")
+  errs=$(awk '/Non-2xx or 3xx responses:/ {print $5} /Socket errors/ {print "socket-errors"}' <<<"$out")
+  if [ -n "$errs" ]; then echo "errors in run against $1: $errs" >&2; echo "$out" >&2; fi
+  echo "$rps $(to_us "$p50") $(to_us "$p99")"
+}
+
+printf '%-10s %5s | %10s %9s %9s | %10s %9s %9s | %12s %12s %8s\n' \
+  mode conns "direct rps" "p50 us" "p99 us" "gw rps" "p50 us" "p99 us" "added p50us" "added p99us" "rps ratio"
+for stream in false true; do
+  mode=$([ "$stream" = true ] && echo stream || echo non-stream)
+  for c in $CONCURRENCY; do
+    read -r drps dp50 dp99 < <(run "http://127.0.0.1:$MOCK_PORT/v1/chat/completions" "$work/post_$stream.lua" "$c")
+    read -r grps gp50 gp99 < <(run "http://127.0.0.1:$GW_PORT/v1/chat/completions" "$work/post_$stream.lua" "$c")
+    awk -v m="$mode" -v c="$c" -v dr="$drps" -v d5="$dp50" -v d9="$dp99" -v gr="$grps" -v g5="$gp50" -v g9="$gp99" 'BEGIN {
+      printf "%-10s %5d | %10.0f %9.0f %9.0f | %10.0f %9.0f %9.0f | %12.0f %12.0f %8.2f\n", m, c, dr, d5, d9, gr, g5, g9, g5 - d5, g9 - d9, gr / dr
+    }'
+  done
+done
