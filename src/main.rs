@@ -48,6 +48,10 @@ enum Command {
         chunk_ms: u64,
         #[arg(long, default_value_t = 4)]
         chunks: u32,
+        /// A TOML file with a full mock spec (text, timings, `fault`, `script`); overrides the
+        /// flags above.
+        #[arg(long)]
+        spec: Option<PathBuf>,
     },
 }
 
@@ -102,9 +106,14 @@ async fn run(cmd: Command) -> Result<(), Box<dyn std::error::Error>> {
             switchyard::app::reload_on_sighup(running.state.live.clone())?;
             print!("{}", running.state.live.load().describe());
             println!("switchyard listening on http://{}", running.addr);
-            tokio::signal::ctrl_c().await?;
-            tracing::info!("shutting down");
-            running.abort();
+            stop_signal().await?;
+            tracing::info!(
+                grace_seconds = SHUTDOWN_GRACE.as_secs(),
+                "shutting down: no new connections; finishing requests in flight"
+            );
+            if !running.shutdown(SHUTDOWN_GRACE).await {
+                tracing::warn!("requests still in flight after the grace period were cut");
+            }
             Ok(())
         }
         Command::Mock {
@@ -114,19 +123,45 @@ async fn run(cmd: Command) -> Result<(), Box<dyn std::error::Error>> {
             ttft_ms,
             chunk_ms,
             chunks,
+            spec,
         } => {
-            let spec = MockSpec {
-                text,
-                ttft_ms,
-                chunk_ms,
-                chunks,
-                ..MockSpec::default()
+            let spec = match spec {
+                Some(path) => {
+                    let text = std::fs::read_to_string(&path)
+                        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                    toml::from_str::<MockSpec>(&text)
+                        .map_err(|e| format!("{}: {}", path.display(), e.message()))?
+                }
+                None => MockSpec {
+                    text,
+                    ttft_ms,
+                    chunk_ms,
+                    chunks,
+                    ..MockSpec::default()
+                },
             };
             let listener = tokio::net::TcpListener::bind((host, port)).await?;
             let server = MockServer::on(listener, spec, false)?;
             println!("switchyard mock listening on {}", server.base_url());
-            tokio::signal::ctrl_c().await?;
+            stop_signal().await?;
             Ok(())
         }
     }
+}
+
+/// How long in-flight requests may take to finish after SIGINT/SIGTERM.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// SIGINT (Ctrl-C) or, on unix, SIGTERM (what service managers send).
+async fn stop_signal() -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r,
+            _ = term.recv() => Ok(()),
+        }
+    }
+    #[cfg(not(unix))]
+    tokio::signal::ctrl_c().await
 }

@@ -49,16 +49,29 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// A gateway serving on a bound listener, until the task is dropped or aborted.
+/// A gateway serving on a bound listener, until shut down, dropped or aborted.
 pub struct Running {
     pub addr: SocketAddr,
     pub state: AppState,
     task: tokio::task::JoinHandle<()>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl Running {
     pub fn abort(&self) {
         self.task.abort();
+    }
+
+    /// Stops accepting, lets requests in flight finish for up to `grace`, then writes every
+    /// queued log row. Returns whether everything in flight finished within the grace period.
+    pub async fn shutdown(mut self, grace: std::time::Duration) -> bool {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let finished = tokio::time::timeout(grace, &mut self.task).await.is_ok();
+        self.task.abort();
+        self.state.log.flush().await;
+        finished
     }
 }
 
@@ -76,12 +89,21 @@ pub fn spawn(listener: TcpListener, state: AppState) -> std::io::Result<Running>
     let listener = listener.tap_io(|tcp| {
         let _ = tcp.set_nodelay(true);
     });
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
+        let serve = axum::serve(listener, app).with_graceful_shutdown(async {
+            let _ = stopped.await;
+        });
+        if let Err(e) = serve.await {
             tracing::error!(error = %e, "server stopped");
         }
     });
-    Ok(Running { addr, state, task })
+    Ok(Running {
+        addr,
+        state,
+        task,
+        stop: Some(stop),
+    })
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);

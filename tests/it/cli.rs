@@ -269,3 +269,89 @@ async fn the_example_config_in_the_repository_is_valid() {
     );
     assert!(stdout.contains("tier 2: backup-mock (mock"), "{stdout}");
 }
+
+#[tokio::test]
+async fn sigterm_lets_streams_in_flight_finish_and_writes_their_log_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("g.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[log]\nsqlite_path = \"{}\"\n[[keys]]\nname = \"a\"\nkey = \"{KEY}\"\n\
+             [[channels]]\nname = \"slow\"\nprovider = \"mock\"\nmodels = [\"m\"]\n\
+             mock = {{ text = \"0123456789\", chunks = 10, chunk_ms = 40 }}\n",
+            dir.path().join("g.db").display()
+        ),
+    )
+    .unwrap();
+    let (mut p, url) = spawn_listening(
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--config",
+            path.to_str().unwrap(),
+        ],
+        dir.path(),
+        "switchyard listening on ",
+    )
+    .await;
+    let mut resp = client()
+        .post(format!("{url}/v1/chat/completions"))
+        .bearer_auth(KEY)
+        .json(&chat_body(true))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut body = String::from_utf8_lossy(&resp.chunk().await.unwrap().unwrap()).to_string();
+    let pid = p.0.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    while let Some(c) = resp.chunk().await.unwrap() {
+        body.push_str(&String::from_utf8_lossy(&c));
+    }
+    assert_eq!(sse_text(&body), "0123456789");
+    assert!(body.ends_with("data: [DONE]\n\n"));
+    let status = tokio::task::spawn_blocking(move || p.0.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    let db = rusqlite::Connection::open(dir.path().join("g.db")).unwrap();
+    let (outcome, channel): (String, String) = db
+        .query_row("SELECT outcome, channel FROM requests", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap();
+    assert_eq!((outcome.as_str(), channel.as_str()), ("ok", "slow"));
+}
+
+#[tokio::test]
+async fn the_standalone_mock_plays_a_fault_script_from_a_spec_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("mock.toml");
+    std::fs::write(&spec, "text = \"after\"\nscript = [{ status = 503 }]\n").unwrap();
+    let (_p, base) = spawn_listening(
+        &["mock", "--port", "0", "--spec", spec.to_str().unwrap()],
+        dir.path(),
+        "switchyard mock listening on ",
+    )
+    .await;
+    let ask = || async {
+        client()
+            .post(format!("{base}/chat/completions"))
+            .json(&json!({"model": "x", "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+            .await
+            .unwrap()
+    };
+    assert_eq!(ask().await.status(), 503);
+    let v: Value = ask().await.json().await.unwrap();
+    assert_eq!(v["choices"][0]["message"]["content"], "after");
+}
