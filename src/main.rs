@@ -9,6 +9,11 @@ use switchyard::provider::mock::{MockServer, MockSpec};
 use switchyard::provider::{HttpClients, install_crypto_provider};
 use tracing_subscriber::filter::LevelFilter;
 
+// The request path allocates many small, short-lived objects (JSON trees, headers); mimalloc
+// serves them with less CPU than glibc malloc on the gateway's hot path.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "switchyard", version, about = "An AI routing gateway")]
 struct Cli {
