@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Load benchmark: the gateway in front of `switchyard mock`, and the mock hit directly, in one run.
-# Pinned with taskset: the gateway on CPU 0; the mock and the load generator (wrk) on CPU 1.
+# Pinned with taskset: the gateway on CPU 0 (GW_CPU); the mock and the load generator (wrk) on CPU 1.
 # Prints requests/s and p50/p99 latency for both, and what the gateway adds.
 #
 #   bench/load.sh                       # defaults: 10 s per run, concurrency 1 16 64
@@ -14,6 +14,9 @@ DURATION=${DURATION:-10}
 CONCURRENCY=${CONCURRENCY:-"1 16 64"}
 MOCK_PORT=${MOCK_PORT:-18081}
 GW_PORT=${GW_PORT:-18080}
+# CPU for the gateway. GW_CPU=1 puts it beside the mock and wrk: no cross-core wake-ups, which
+# separates the gateway's own cost from the VM's cost of waking an idle core.
+GW_CPU=${GW_CPU:-0}
 KEY=sk-bench-key-000000
 
 command -v wrk >/dev/null || { echo "wrk not found: apt-get install wrk" >&2; exit 1; }
@@ -62,7 +65,7 @@ base_url = "http://127.0.0.1:$MOCK_PORT/v1"
 api_keys = ["sk-upstream-bench"]
 models = ["bench"]
 TOML
-taskset -c 0 "$BIN" --log-level error serve --config "$work/bench.toml" >/dev/null &
+taskset -c "$GW_CPU" "$BIN" --log-level error serve --config "$work/bench.toml" >/dev/null &
 pids+=($!)
 wait_port "$MOCK_PORT"
 wait_port "$GW_PORT"

@@ -68,7 +68,11 @@ pub fn reload_on_sighup(live: Arc<Live>) -> std::io::Result<()> {
     let mut hup = signal(SignalKind::hangup())?;
     tokio::spawn(async move {
         while hup.recv().await.is_some() {
-            match live.reload() {
+            let l = live.clone();
+            let Ok(result) = tokio::task::spawn_blocking(move || l.reload()).await else {
+                continue;
+            };
+            match result {
                 Ok(s) => tracing::info!(channels = s.channels.len(), "config reloaded on SIGHUP"),
                 Err(e) => {
                     tracing::error!(error = %e, "config reload refused; the running config stays")

@@ -145,6 +145,10 @@ pub struct ChannelConfig {
     /// Opt-in HTTP/2: a multiplexed connection can silently queue long streams.
     #[serde(default)]
     pub http2: bool,
+    /// Ask this upstream for a usage chunk on streams (`stream_options.include_usage`), for the
+    /// request log. Turn off for servers that reject `stream_options`.
+    #[serde(default = "default_true")]
+    pub stream_usage: bool,
     pub mock: Option<MockSpec>,
 }
 
@@ -215,10 +219,16 @@ pub(crate) fn parse(
         path: shown.to_string(),
         message: e.message().to_string(),
     })?;
-    interpolate(&mut value, &mut String::new(), shown, env)?;
+    let mut secrets = Vec::new();
+    interpolate(&mut value, &mut String::new(), shown, env, &mut secrets)?;
     serde_path_to_error::deserialize(value).map_err(|e| {
         let field = e.path().to_string();
-        ConfigError::field(shown, field, e.into_inner().message().to_string())
+        // serde quotes the offending value; an interpolated one is usually a secret.
+        let mut message = e.into_inner().message().to_string();
+        for s in &secrets {
+            message = message.replace(s.as_str(), "***");
+        }
+        ConfigError::field(shown, field, message)
     })
 }
 
@@ -229,16 +239,27 @@ fn interpolate(
     path: &mut String,
     shown: &str,
     env: &dyn Fn(&str) -> Option<String>,
+    secrets: &mut Vec<String>,
 ) -> Result<(), ConfigError> {
     match value {
         toml::Value::String(s) if s.contains("${") => {
-            *s = expand(s, env).map_err(|msg| ConfigError::field(shown, path.clone(), msg))?;
+            let mut recording = |name: &str| {
+                let v = env(name);
+                if let Some(v) = &v
+                    && !v.is_empty()
+                {
+                    secrets.push(v.clone());
+                }
+                v
+            };
+            *s = expand(s, &mut recording)
+                .map_err(|msg| ConfigError::field(shown, path.clone(), msg))?;
         }
         toml::Value::Array(items) => {
             for (i, item) in items.iter_mut().enumerate() {
                 let len = path.len();
                 path.push_str(&format!("[{i}]"));
-                interpolate(item, path, shown, env)?;
+                interpolate(item, path, shown, env, secrets)?;
                 path.truncate(len);
             }
         }
@@ -249,7 +270,7 @@ fn interpolate(
                     path.push('.');
                 }
                 path.push_str(k);
-                interpolate(v, path, shown, env)?;
+                interpolate(v, path, shown, env, secrets)?;
                 path.truncate(len);
             }
         }
@@ -258,7 +279,7 @@ fn interpolate(
     Ok(())
 }
 
-fn expand(s: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+fn expand(s: &str, env: &mut dyn FnMut(&str) -> Option<String>) -> Result<String, String> {
     let mut out = String::with_capacity(s.len());
     let mut rest = s;
     while let Some(start) = rest.find("${") {
@@ -291,12 +312,13 @@ mod tests {
 
     #[test]
     fn expands_set_variables_and_names_missing_ones() {
-        assert_eq!(expand("a-${SET}-b", &env).unwrap(), "a-value-b");
-        assert_eq!(expand("plain", &env).unwrap(), "plain");
-        let err = expand("${MISSING}", &env).unwrap_err();
+        let mut env = env;
+        assert_eq!(expand("a-${SET}-b", &mut env).unwrap(), "a-value-b");
+        assert_eq!(expand("plain", &mut env).unwrap(), "plain");
+        let err = expand("${MISSING}", &mut env).unwrap_err();
         assert!(err.contains("MISSING"), "{err}");
-        assert!(expand("${SET", &env).is_err());
-        assert!(expand("${BAD NAME}", &env).is_err());
+        assert!(expand("${SET", &mut env).is_err());
+        assert!(expand("${BAD NAME}", &mut env).is_err());
     }
 
     #[test]
@@ -312,6 +334,21 @@ mod tests {
         let err = parse(text, "t.toml", &env).unwrap_err().to_string();
         assert!(err.contains("channels[0].api_keys[0]"), "{err}");
         assert!(err.contains("NOPE_NOT_SET"), "{err}");
+    }
+
+    #[test]
+    fn errors_never_quote_an_interpolated_secret() {
+        let text = r#"
+            [[channels]]
+            name = "a"
+            provider = "openai"
+            base_url = "http://127.0.0.1:1"
+            api_keys = "${SET}"
+            models = ["m"]
+        "#;
+        let err = parse(text, "t.toml", &env).unwrap_err().to_string();
+        assert!(err.contains("channels[0].api_keys"), "{err}");
+        assert!(!err.contains("value"), "{err}");
     }
 
     #[test]

@@ -170,7 +170,8 @@ where
     let plan = router::plan(snap, model, &mut rng)?;
     let model_name: Arc<str> = model.into();
     let mut retry_after: Option<Duration> = None;
-    'channels: for cand in plan {
+    let last = plan.len().saturating_sub(1);
+    'channels: for (pos, cand) in plan.into_iter().enumerate() {
         let Some(ch) = snap.channels.get(cand.channel) else {
             continue;
         };
@@ -228,12 +229,19 @@ where
                     None => Err(ExecError::AllAttemptsFailed),
                 };
             }
-            if failure.class == OutcomeClass::RateLimit {
+            let rate_limited = failure.class == OutcomeClass::RateLimit;
+            if rate_limited {
                 let ra = failure.retry_after.unwrap_or(Duration::from_secs(1));
                 retry_after = Some(retry_after.map_or(ra, |r| r.min(ra)));
-                continue 'channels; // no sleep on a rate-limited channel: move on at once
             }
-            if failure.class.retry_same_channel() && retries < ch.max_retries {
+            // A rate-limited channel is left at once while another is available; the last one
+            // may wait out its Retry-After (capped, inside the deadline) if it allows retries.
+            let may_retry = if rate_limited {
+                pos == last
+            } else {
+                failure.class.retry_same_channel()
+            };
+            if may_retry && retries < ch.max_retries {
                 let wait = backoff(
                     ch.retry_interval,
                     retries,
@@ -300,6 +308,9 @@ pub async fn embeddings(
     .await
 }
 
+/// Chunks held before commit, at most: role-only or empty chunks past this commit the stream.
+const MAX_HEAD_CHUNKS: usize = 64;
+
 /// A stream past its commit point: the chunks read before commit (role-only chunks and the
 /// first content), and the rest of the same upstream stream.
 pub struct Committed {
@@ -318,21 +329,30 @@ pub async fn chat_stream(
 ) -> Result<Committed, ExecError> {
     run(snap, &req.model, deadline, report, |ch, up| async move {
         let open = async {
-            let mut rest = ch.upstream.chat_stream(req, &up).await?;
+            let mut rest = ch.upstream.chat_stream(req, &up).await.map_err(classify)?;
             let mut head = Vec::new();
-            while let Some(item) = rest.next().await {
-                let chunk = item?;
-                let commit = chunk.has_content() || chunk.has_finish();
-                head.push(chunk);
-                if commit {
-                    break;
+            loop {
+                match rest.next().await {
+                    Some(item) => {
+                        let chunk = item.map_err(classify)?;
+                        // A live upstream that keeps sending empty chunks commits at the cap:
+                        // what is held before commit stays bounded.
+                        let commit = chunk.has_content()
+                            || chunk.has_finish()
+                            || head.len() + 1 >= MAX_HEAD_CHUNKS;
+                        head.push(chunk);
+                        if commit {
+                            return Ok(Committed { head, rest });
+                        }
+                    }
+                    // `[DONE]` with neither content nor a finish reason is not an answer.
+                    None => return Err(Failure::empty_stream()),
                 }
             }
-            Ok(Committed { head, rest })
         };
         match timeout_at(Instant::now() + ch.first_token_timeout, open).await {
             Err(_) => Err(Failure::timeout("first token timeout")),
-            Ok(r) => r.map_err(classify),
+            Ok(r) => r,
         }
     })
     .await

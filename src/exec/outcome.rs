@@ -65,6 +65,17 @@ pub struct Failure {
 }
 
 impl Failure {
+    /// A stream that ended before any content or finish reason.
+    pub fn empty_stream() -> Failure {
+        Failure {
+            class: OutcomeClass::ServerError,
+            status: None,
+            retry_after: None,
+            passthrough: None,
+            detail: "stream ended before any content".into(),
+        }
+    }
+
     pub fn timeout(what: &str) -> Failure {
         Failure {
             class: OutcomeClass::Timeout,
@@ -97,11 +108,14 @@ pub fn classify(err: UpstreamError) -> Failure {
             content_type,
         } => {
             let class = match status {
+                // Only these say the request itself is wrong: anywhere else it would be too.
+                400 | 413 | 422 => OutcomeClass::ClientError,
                 429 => OutcomeClass::RateLimit,
                 401..=403 => OutcomeClass::AuthError,
-                404 => OutcomeClass::Misrouted,
+                // Wrong path or method for this upstream: the channel is misconfigured.
+                404 | 405 | 410 => OutcomeClass::Misrouted,
                 408 => OutcomeClass::Timeout,
-                400..=499 => OutcomeClass::ClientError,
+                // Any other status (409, 415, 451, 5xx, 529...) is this upstream's failure.
                 _ => OutcomeClass::ServerError,
             };
             let passthrough = (class == OutcomeClass::ClientError).then_some(Passthrough {
@@ -145,6 +159,9 @@ mod tests {
         for s in [400, 413, 422] {
             assert_eq!(status(s), OutcomeClass::ClientError);
             assert!(!status(s).fail_over());
+        }
+        for s in [405, 409, 410, 415, 451] {
+            assert!(status(s).fail_over(), "{s}");
         }
         assert!(!OutcomeClass::RateLimit.retry_same_channel());
         assert!(OutcomeClass::RateLimit.fail_over());

@@ -114,10 +114,10 @@ pub enum Part {
 #[derive(Debug, Clone, PartialEq)]
 pub enum ToolCall {
     Function {
-        id: String,
+        id: Option<String>,
         name: String,
         /// JSON text, as the model wrote it (possibly invalid JSON; not ours to fix).
-        arguments: String,
+        arguments: Option<String>,
         extra: Map<String, Value>,
     },
     Other(Value),
@@ -167,6 +167,22 @@ pub enum MaxTokensField {
     MaxCompletionTokens,
 }
 
+/// `stop` as sent: one string or a list.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Stop {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl Stop {
+    pub fn sequences(&self) -> &[String] {
+        match self {
+            Stop::One(s) => std::slice::from_ref(s),
+            Stop::Many(v) => v,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChatRequest {
     pub model: String,
@@ -175,19 +191,23 @@ pub struct ChatRequest {
     /// The client asked for a usage chunk at the end of the stream.
     pub stream_include_usage: bool,
     pub max_tokens: Option<(MaxTokensField, u64)>,
-    pub temperature: Option<f64>,
-    pub top_p: Option<f64>,
-    pub stop: Vec<String>,
+    /// Kept as the JSON number sent (`1` stays `1`, not `1.0`).
+    pub temperature: Option<serde_json::Number>,
+    pub top_p: Option<serde_json::Number>,
+    pub stop: Option<Stop>,
     pub tools: Vec<Tool>,
     pub tool_choice: Option<Value>,
     /// Fields not modelled above, in order; passed on to same-protocol upstreams.
     pub extra: Map<String, Value>,
 }
 
+/// Token counts as the upstream reported them; a count it did not send stays `None`.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Usage {
-    pub input_tokens: u64,
-    pub output_tokens: u64,
+    pub input_tokens: Option<u64>,
+    pub output_tokens: Option<u64>,
+    /// As sent: some upstreams count more than input + output (reasoning, cache writes).
+    pub total_tokens: Option<u64>,
     /// Provider details (cached tokens, reasoning tokens...), as sent.
     pub extra: Map<String, Value>,
 }
@@ -202,9 +222,9 @@ pub struct Choice {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChatResponse {
-    pub id: String,
-    pub model: String,
-    pub created: u64,
+    pub id: Option<String>,
+    pub model: Option<String>,
+    pub created: Option<u64>,
     pub choices: Vec<Choice>,
     pub usage: Option<Usage>,
     pub extra: Map<String, Value>,
@@ -214,6 +234,10 @@ pub struct ChatResponse {
 pub struct ToolCallDelta {
     pub index: u32,
     pub id: Option<String>,
+    /// `type` as sent (`function`, or e.g. `custom`, whose payload stays in `extra`).
+    pub kind: Option<String>,
+    /// Whether a `function` object was sent (possibly with neither name nor arguments).
+    pub function: bool,
     pub name: Option<String>,
     pub arguments: Option<String>,
     pub extra: Map<String, Value>,
@@ -228,6 +252,22 @@ pub struct Delta {
     pub extra: Map<String, Value>,
 }
 
+impl Delta {
+    pub fn has_output(&self) -> bool {
+        let nonempty = |v: &Value| match v {
+            Value::Null => false,
+            Value::String(s) => !s.is_empty(),
+            Value::Array(a) => !a.is_empty(),
+            Value::Object(o) => !o.is_empty(),
+            _ => true,
+        };
+        self.content.as_deref().is_some_and(|s| !s.is_empty())
+            || self.reasoning.as_deref().is_some_and(|s| !s.is_empty())
+            || !self.tool_calls.is_empty()
+            || self.extra.values().any(nonempty)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChunkChoice {
     pub index: u32,
@@ -239,23 +279,20 @@ pub struct ChunkChoice {
 /// One stream event: a delta per choice, and usage at the end.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StreamChunk {
-    pub id: String,
-    pub model: String,
-    pub created: u64,
+    pub id: Option<String>,
+    pub model: Option<String>,
+    pub created: Option<u64>,
     pub choices: Vec<ChunkChoice>,
     pub usage: Option<Usage>,
     pub extra: Map<String, Value>,
 }
 
 impl StreamChunk {
-    /// Content the client can see: text, reasoning or a tool-call delta. The streaming commit
-    /// point is the first chunk for which this holds.
+    /// Output the client can see: text, reasoning, a tool-call delta, or any other non-empty
+    /// delta field (`refusal`, `audio`, legacy `function_call`, OpenRouter's `reasoning`...).
+    /// The streaming commit point is the first chunk for which this holds.
     pub fn has_content(&self) -> bool {
-        self.choices.iter().any(|c| {
-            c.delta.content.as_deref().is_some_and(|s| !s.is_empty())
-                || c.delta.reasoning.as_deref().is_some_and(|s| !s.is_empty())
-                || !c.delta.tool_calls.is_empty()
-        })
+        self.choices.iter().any(|c| c.delta.has_output())
     }
 
     pub fn has_finish(&self) -> bool {

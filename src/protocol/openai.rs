@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 
 use super::{
     ChatRequest, ChatResponse, Choice, ChunkChoice, Content, Delta, EmbeddingsRequest,
-    InvalidRequest, InvalidUpstream, MaxTokensField, Message, Part, Role, StreamChunk, Tool,
+    InvalidRequest, InvalidUpstream, MaxTokensField, Message, Part, Role, Stop, StreamChunk, Tool,
     ToolCall, ToolCallDelta, Usage,
 };
 
@@ -91,10 +91,14 @@ fn opt_bool(m: &mut Map<String, Value>, key: &str, base: &str) -> Read<Option<bo
     }
 }
 
-fn opt_f64(m: &mut Map<String, Value>, key: &str, base: &str) -> Read<Option<f64>> {
+fn opt_number(
+    m: &mut Map<String, Value>,
+    key: &str,
+    base: &str,
+) -> Read<Option<serde_json::Number>> {
     match m.shift_remove(key) {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => Ok(n.as_f64()),
+        Some(Value::Number(n)) => Ok(Some(n)),
         Some(other) => bad(
             join(base, key),
             format!("expected a number, got {}", kind(&other)),
@@ -147,7 +151,7 @@ pub fn request_from_value(body: Value) -> Result<ChatRequest, InvalidRequest> {
     }
     let mut messages = Vec::with_capacity(raw_messages.len());
     for (i, v) in raw_messages.into_iter().enumerate() {
-        messages.push(message_from_value(v, &format!("messages[{i}]"))?);
+        messages.push(message_from_value(v, &format!("messages[{i}]"), None)?);
     }
     let stream = opt_bool(&mut m, "stream", "")?.unwrap_or(false);
     let stream_include_usage = match m.get("stream_options") {
@@ -173,22 +177,23 @@ pub fn request_from_value(body: Value) -> Result<ChatRequest, InvalidRequest> {
         Some(n) => Some((MaxTokensField::MaxCompletionTokens, n)),
         None => opt_u64(&mut m, "max_tokens", "")?.map(|n| (MaxTokensField::MaxTokens, n)),
     };
-    let temperature = opt_f64(&mut m, "temperature", "")?;
-    let top_p = opt_f64(&mut m, "top_p", "")?;
+    let temperature = opt_number(&mut m, "temperature", "")?;
+    let top_p = opt_number(&mut m, "top_p", "")?;
     let stop = match m.shift_remove("stop") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::String(s)) => vec![s],
-        Some(Value::Array(a)) => a
-            .into_iter()
-            .enumerate()
-            .map(|(i, v)| match v {
-                Value::String(s) => Ok(s),
-                other => Err(InvalidRequest::new(
-                    format!("stop[{i}]"),
-                    format!("expected a string, got {}", kind(&other)),
-                )),
-            })
-            .collect::<Result<_, _>>()?,
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(Stop::One(s)),
+        Some(Value::Array(a)) => Some(Stop::Many(
+            a.into_iter()
+                .enumerate()
+                .map(|(i, v)| match v {
+                    Value::String(s) => Ok(s),
+                    other => Err(InvalidRequest::new(
+                        format!("stop[{i}]"),
+                        format!("expected a string, got {}", kind(&other)),
+                    )),
+                })
+                .collect::<Result<_, _>>()?,
+        )),
         Some(other) => {
             return Err(InvalidRequest::new(
                 "stop",
@@ -207,7 +212,7 @@ pub fn request_from_value(body: Value) -> Result<ChatRequest, InvalidRequest> {
             .map(|(i, v)| tool_from_value(v, &format!("tools[{i}]")))
             .collect::<Read<_>>()?,
     };
-    let tool_choice = m.shift_remove("tool_choice").filter(|v| !v.is_null());
+    let tool_choice = m.shift_remove("tool_choice");
     for f in GATEWAY_FIELDS {
         m.shift_remove(f);
     }
@@ -226,9 +231,14 @@ pub fn request_from_value(body: Value) -> Result<ChatRequest, InvalidRequest> {
     })
 }
 
-fn message_from_value(v: Value, path: &str) -> Read<Message> {
+/// `default_role`: upstream answers may omit the role (it can only be the assistant's).
+fn message_from_value(v: Value, path: &str, default_role: Option<Role>) -> Read<Message> {
     let mut m = object(v, path)?;
-    let role = Role::parse(req_string(&mut m, "role", path)?);
+    let role = match (opt_string(&mut m, "role", path)?, default_role) {
+        (Some(r), _) => Role::parse(r),
+        (None, Some(r)) => r,
+        (None, None) => return bad(join(path, "role"), "is required"),
+    };
     let content = match m.shift_remove("content") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => Some(Content::Text(s)),
@@ -279,17 +289,11 @@ fn part_from_value(v: Value, path: &str) -> Read<Part> {
             let text = req_string(&mut m, "text", path)?;
             Ok(Part::Text { text, extra: m })
         }
-        Some("image_url") => {
+        // The string form of `image_url` some clients send is kept as is (Other).
+        Some("image_url") if m.get("image_url").is_some_and(Value::is_object) => {
             m.shift_remove("type");
             let p = join(path, "image_url");
             let mut img = match m.shift_remove("image_url") {
-                Some(Value::String(url)) => {
-                    return Ok(Part::Image {
-                        url,
-                        detail: None,
-                        extra: m,
-                    });
-                }
                 Some(v) => object(v, &p)?,
                 None => return bad(p, "is required"),
             };
@@ -316,27 +320,28 @@ fn part_from_value(v: Value, path: &str) -> Read<Part> {
     }
 }
 
+/// A plain function call becomes `ToolCall::Function`; anything else (other types, a missing
+/// `type`, non-string arguments, extra keys in `function`) is kept exactly as sent.
 fn tool_call_from_value(v: Value, path: &str) -> Read<ToolCall> {
     let mut m = object(v, path)?;
-    if m.get("type").and_then(Value::as_str).unwrap_or("function") != "function" {
-        return Ok(ToolCall::Other(Value::Object(m)));
-    }
-    let p = join(path, "function");
-    let mut f = match m.get("function") {
-        Some(Value::Object(_)) => match m.shift_remove("function") {
-            Some(v) => object(v, &p)?,
-            None => return bad(p, "is required"),
-        },
-        _ => return bad(p, "is required and must be an object"),
-    };
-    if !f.keys().all(|k| k == "name" || k == "arguments") {
-        m.insert("function".into(), Value::Object(f));
+    let plain = m.get("type").and_then(Value::as_str) == Some("function")
+        && m.get("id").is_none_or(Value::is_string)
+        && matches!(m.get("function"), Some(Value::Object(f))
+            if f.get("name").is_some_and(Value::is_string)
+                && f.get("arguments").is_none_or(Value::is_string)
+                && f.keys().all(|k| k == "name" || k == "arguments"));
+    if !plain {
         return Ok(ToolCall::Other(Value::Object(m)));
     }
     m.shift_remove("type");
-    let id = opt_string(&mut m, "id", path)?.unwrap_or_default();
+    let p = join(path, "function");
+    let mut f = match m.shift_remove("function") {
+        Some(v) => object(v, &p)?,
+        None => return bad(p, "is required"),
+    };
+    let id = opt_string(&mut m, "id", path)?;
     let name = req_string(&mut f, "name", &p)?;
-    let arguments = opt_string(&mut f, "arguments", &p)?.unwrap_or_default();
+    let arguments = opt_string(&mut f, "arguments", &p)?;
     Ok(ToolCall::Function {
         id,
         name,
@@ -400,14 +405,16 @@ impl Serialize for RequestBody<'_> {
             };
             m.serialize_entry(key, &n)?;
         }
-        if let Some(t) = r.temperature {
-            m.serialize_entry("temperature", &t)?;
+        if let Some(t) = &r.temperature {
+            m.serialize_entry("temperature", t)?;
         }
-        if let Some(t) = r.top_p {
-            m.serialize_entry("top_p", &t)?;
+        if let Some(t) = &r.top_p {
+            m.serialize_entry("top_p", t)?;
         }
-        if !r.stop.is_empty() {
-            m.serialize_entry("stop", &r.stop)?;
+        match &r.stop {
+            Some(Stop::One(s)) => m.serialize_entry("stop", s)?,
+            Some(Stop::Many(v)) => m.serialize_entry("stop", v)?,
+            None => {}
         }
         if !r.tools.is_empty() {
             m.serialize_entry("tools", &Seq(&r.tools, ToolOut))?;
@@ -554,12 +561,16 @@ impl Serialize for ToolCallView<'_> {
                 extra,
             } => {
                 let mut m = s.serialize_map(None)?;
-                m.serialize_entry("id", id)?;
+                if let Some(id) = id {
+                    m.serialize_entry("id", id)?;
+                }
                 m.serialize_entry("type", "function")?;
-                m.serialize_entry(
-                    "function",
-                    &serde_json::json!({ "name": name, "arguments": arguments }),
-                )?;
+                let mut f = Map::new();
+                f.insert("name".into(), Value::String(name.clone()));
+                if let Some(a) = arguments {
+                    f.insert("arguments".into(), Value::String(a.clone()));
+                }
+                m.serialize_entry("function", &f)?;
                 for (k, v) in extra {
                     m.serialize_entry(k, v)?;
                 }
@@ -620,14 +631,32 @@ fn upstream(what: &'static str) -> impl Fn(ReadError) -> InvalidUpstream {
     }
 }
 
+/// Takes `key` out only when it is a string; anything else stays in the map (and so in the
+/// output, as sent). Upstream answers are read leniently: a field the gateway does not need
+/// must not turn a good answer into a failed attempt.
+fn lenient_string(m: &mut Map<String, Value>, key: &str) -> Option<String> {
+    match m.get(key) {
+        Some(Value::String(_)) => match m.shift_remove(key) {
+            Some(Value::String(s)) => Some(s),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Like [`lenient_string`], for non-negative integers.
+fn lenient_u64(m: &mut Map<String, Value>, key: &str) -> Option<u64> {
+    let n = m.get(key).and_then(Value::as_u64)?;
+    m.shift_remove(key);
+    Some(n)
+}
+
 fn usage_from_value(v: Value, path: &str) -> Read<Usage> {
     let mut m = object(v, path)?;
-    let input_tokens = opt_u64(&mut m, "prompt_tokens", path)?.unwrap_or(0);
-    let output_tokens = opt_u64(&mut m, "completion_tokens", path)?.unwrap_or(0);
-    m.shift_remove("total_tokens");
     Ok(Usage {
-        input_tokens,
-        output_tokens,
+        input_tokens: lenient_u64(&mut m, "prompt_tokens"),
+        output_tokens: lenient_u64(&mut m, "completion_tokens"),
+        total_tokens: lenient_u64(&mut m, "total_tokens"),
         extra: m,
     })
 }
@@ -643,13 +672,9 @@ fn opt_usage(m: &mut Map<String, Value>) -> Read<Option<Usage>> {
 pub fn response_from_value(body: Value) -> Result<ChatResponse, InvalidUpstream> {
     let conv = upstream("chat completion");
     let mut m = object(body, "").map_err(&conv)?;
-    let id = opt_string(&mut m, "id", "")
-        .map_err(&conv)?
-        .unwrap_or_default();
-    let model = opt_string(&mut m, "model", "")
-        .map_err(&conv)?
-        .unwrap_or_default();
-    let created = opt_u64(&mut m, "created", "").map_err(&conv)?.unwrap_or(0);
+    let id = lenient_string(&mut m, "id");
+    let model = lenient_string(&mut m, "model");
+    let created = lenient_u64(&mut m, "created");
     m.shift_remove("object");
     let raw_choices = opt_array(&mut m, "choices", "")
         .map_err(&conv)?
@@ -662,7 +687,8 @@ pub fn response_from_value(body: Value) -> Result<ChatResponse, InvalidUpstream>
             .map_err(&conv)?
             .unwrap_or(i as u64) as u32;
         let message = match c.shift_remove("message") {
-            Some(v) => message_from_value(v, &join(&path, "message")).map_err(&conv)?,
+            Some(v) => message_from_value(v, &join(&path, "message"), Some(Role::Assistant))
+                .map_err(&conv)?,
             None => Message {
                 role: Role::Assistant,
                 content: None,
@@ -692,18 +718,26 @@ pub fn response_from_value(body: Value) -> Result<ChatResponse, InvalidUpstream>
     })
 }
 
-fn usage_value(u: &Usage) -> Value {
-    let mut m = Map::new();
-    m.insert("prompt_tokens".into(), u.input_tokens.into());
-    m.insert("completion_tokens".into(), u.output_tokens.into());
-    m.insert(
-        "total_tokens".into(),
-        (u.input_tokens + u.output_tokens).into(),
-    );
-    for (k, v) in &u.extra {
-        m.insert(k.clone(), v.clone());
+struct UsageView<'a>(&'a Usage);
+
+impl Serialize for UsageView<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let u = self.0;
+        let mut m = s.serialize_map(None)?;
+        if let Some(n) = u.input_tokens {
+            m.serialize_entry("prompt_tokens", &n)?;
+        }
+        if let Some(n) = u.output_tokens {
+            m.serialize_entry("completion_tokens", &n)?;
+        }
+        if let Some(n) = u.total_tokens {
+            m.serialize_entry("total_tokens", &n)?;
+        }
+        for (k, v) in &u.extra {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
     }
-    Value::Object(m)
 }
 
 /// Canonical response → client body, with Switchyard's failover report when there is one.
@@ -716,10 +750,16 @@ impl Serialize for ResponseBody<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let r = self.resp;
         let mut m = s.serialize_map(None)?;
-        m.serialize_entry("id", &r.id)?;
+        if let Some(id) = &r.id {
+            m.serialize_entry("id", id)?;
+        }
         m.serialize_entry("object", "chat.completion")?;
-        m.serialize_entry("created", &r.created)?;
-        m.serialize_entry("model", &r.model)?;
+        if let Some(c) = r.created {
+            m.serialize_entry("created", &c)?;
+        }
+        if let Some(model) = &r.model {
+            m.serialize_entry("model", model)?;
+        }
         struct Choices<'a>(&'a [Choice]);
         impl Serialize for Choices<'_> {
             fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -746,7 +786,7 @@ impl Serialize for ResponseBody<'_> {
         }
         m.serialize_entry("choices", &Choices(&r.choices))?;
         if let Some(u) = &r.usage {
-            m.serialize_entry("usage", &usage_value(u))?;
+            m.serialize_entry("usage", &UsageView(u))?;
         }
         for (k, v) in &r.extra {
             if k != "switchyard" {
@@ -775,13 +815,9 @@ pub fn chunk_from_str(data: &str) -> Result<StreamChunk, InvalidUpstream> {
 pub fn chunk_from_value(v: Value) -> Result<StreamChunk, InvalidUpstream> {
     let conv = upstream("stream chunk");
     let mut m = object(v, "").map_err(&conv)?;
-    let id = opt_string(&mut m, "id", "")
-        .map_err(&conv)?
-        .unwrap_or_default();
-    let model = opt_string(&mut m, "model", "")
-        .map_err(&conv)?
-        .unwrap_or_default();
-    let created = opt_u64(&mut m, "created", "").map_err(&conv)?.unwrap_or(0);
+    let id = lenient_string(&mut m, "id");
+    let model = lenient_string(&mut m, "model");
+    let created = lenient_u64(&mut m, "created");
     m.shift_remove("object");
     let raw = opt_array(&mut m, "choices", "")
         .map_err(&conv)?
@@ -830,22 +866,26 @@ fn delta_from_value(v: Value, path: &str) -> Read<Delta> {
         let p = format!("{path}.tool_calls[{i}]");
         let mut t = object(tc, &p)?;
         let index = opt_u64(&mut t, "index", &p)?.unwrap_or(i as u64) as u32;
-        let id = opt_string(&mut t, "id", &p)?;
-        t.shift_remove("type");
-        let (name, arguments) = match t.shift_remove("function") {
-            Some(f) => {
-                let fp = join(&p, "function");
-                let mut f = object(f, &fp)?;
-                (
-                    opt_string(&mut f, "name", &fp)?,
-                    opt_string(&mut f, "arguments", &fp)?,
-                )
-            }
-            None => (None, None),
+        let id = lenient_string(&mut t, "id");
+        let kind = lenient_string(&mut t, "type");
+        // A plain `function` object is modelled; any other shape stays in `extra` as sent.
+        let plain = matches!(t.get("function"), Some(Value::Object(f))
+            if f.iter().all(|(k, v)| (k == "name" || k == "arguments") && v.is_string()));
+        let (function, name, arguments) = if plain {
+            let mut f = object(t.shift_remove("function").unwrap_or_default(), &p)?;
+            (
+                true,
+                lenient_string(&mut f, "name"),
+                lenient_string(&mut f, "arguments"),
+            )
+        } else {
+            (false, None, None)
         };
         tool_calls.push(ToolCallDelta {
             index,
             id,
+            kind,
+            function,
             name,
             arguments,
             extra: t,
@@ -861,16 +901,27 @@ fn delta_from_value(v: Value, path: &str) -> Read<Delta> {
 }
 
 /// Canonical chunk → the JSON of one client `data:` line.
-pub struct ChunkBody<'a>(pub &'a StreamChunk);
+pub struct ChunkBody<'a> {
+    pub chunk: &'a StreamChunk,
+    /// Write `"usage": null` on chunks without usage, as OpenAI does for a client that asked
+    /// for `stream_options.include_usage`.
+    pub usage_null: bool,
+}
 
 impl Serialize for ChunkBody<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let c = self.0;
+        let c = self.chunk;
         let mut m = s.serialize_map(None)?;
-        m.serialize_entry("id", &c.id)?;
+        if let Some(id) = &c.id {
+            m.serialize_entry("id", id)?;
+        }
         m.serialize_entry("object", "chat.completion.chunk")?;
-        m.serialize_entry("created", &c.created)?;
-        m.serialize_entry("model", &c.model)?;
+        if let Some(created) = c.created {
+            m.serialize_entry("created", &created)?;
+        }
+        if let Some(model) = &c.model {
+            m.serialize_entry("model", model)?;
+        }
         struct Choices<'a>(&'a [ChunkChoice]);
         impl Serialize for Choices<'_> {
             fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -896,10 +947,54 @@ impl Serialize for ChunkBody<'_> {
             }
         }
         m.serialize_entry("choices", &Choices(&c.choices))?;
-        if let Some(u) = &c.usage {
-            m.serialize_entry("usage", &usage_value(u))?;
+        match &c.usage {
+            Some(u) => m.serialize_entry("usage", &UsageView(u))?,
+            None if self.usage_null => m.serialize_entry("usage", &Value::Null)?,
+            None => {}
         }
         for (k, v) in &c.extra {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
+struct ToolCallDeltaOut;
+struct ToolCallDeltaView<'a>(&'a ToolCallDelta);
+impl Writer<ToolCallDelta> for ToolCallDeltaOut {
+    fn write<S: SerializeSeq>(&self, seq: &mut S, item: &ToolCallDelta) -> Result<(), S::Error> {
+        seq.serialize_element(&ToolCallDeltaView(item))
+    }
+}
+
+impl Serialize for ToolCallDeltaView<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let t = self.0;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("index", &t.index)?;
+        if let Some(id) = &t.id {
+            m.serialize_entry("id", id)?;
+        }
+        if let Some(k) = &t.kind {
+            m.serialize_entry("type", k)?;
+        }
+        if t.function {
+            struct F<'a>(&'a ToolCallDelta);
+            impl Serialize for F<'_> {
+                fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                    let mut f = s.serialize_map(None)?;
+                    if let Some(n) = &self.0.name {
+                        f.serialize_entry("name", n)?;
+                    }
+                    if let Some(a) = &self.0.arguments {
+                        f.serialize_entry("arguments", a)?;
+                    }
+                    f.end()
+                }
+            }
+            m.serialize_entry("function", &F(t))?;
+        }
+        for (k, v) in &t.extra {
             m.serialize_entry(k, v)?;
         }
         m.end()
@@ -921,31 +1016,7 @@ impl Serialize for DeltaView<'_> {
             m.serialize_entry("reasoning_content", r)?;
         }
         if !d.tool_calls.is_empty() {
-            let calls: Vec<Value> = d
-                .tool_calls
-                .iter()
-                .map(|t| {
-                    let mut o = Map::new();
-                    o.insert("index".into(), t.index.into());
-                    if let Some(id) = &t.id {
-                        o.insert("id".into(), Value::String(id.clone()));
-                        o.insert("type".into(), Value::String("function".into()));
-                    }
-                    let mut f = Map::new();
-                    if let Some(n) = &t.name {
-                        f.insert("name".into(), Value::String(n.clone()));
-                    }
-                    if let Some(a) = &t.arguments {
-                        f.insert("arguments".into(), Value::String(a.clone()));
-                    }
-                    o.insert("function".into(), Value::Object(f));
-                    for (k, v) in &t.extra {
-                        o.insert(k.clone(), v.clone());
-                    }
-                    Value::Object(o)
-                })
-                .collect();
-            m.serialize_entry("tool_calls", &calls)?;
+            m.serialize_entry("tool_calls", &Seq(&d.tool_calls, ToolCallDeltaOut))?;
         }
         for (k, v) in &d.extra {
             m.serialize_entry(k, v)?;
@@ -1152,7 +1223,7 @@ mod tests {
             "system_fingerprint": "fp"
         });
         let resp = response_from_value(input.clone()).unwrap();
-        assert_eq!(resp.usage.as_ref().unwrap().output_tokens, 1);
+        assert_eq!(resp.usage.as_ref().unwrap().output_tokens, Some(1));
         let out = serde_json::to_value(ResponseBody {
             resp: &resp,
             report: None,
@@ -1174,19 +1245,123 @@ mod tests {
             "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]});
         let c = chunk_from_value(role_only.clone()).unwrap();
         assert!(!c.has_content());
-        assert_eq!(serde_json::to_value(ChunkBody(&c)).unwrap(), role_only);
+        assert_eq!(
+            serde_json::to_value(ChunkBody {
+                chunk: &c,
+                usage_null: false
+            })
+            .unwrap(),
+            role_only
+        );
 
         let tool = json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
             "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "t1", "type": "function",
                 "function": {"name": "f", "arguments": ""}}]}, "finish_reason": null}]});
         let c = chunk_from_value(tool.clone()).unwrap();
         assert!(c.has_content());
-        assert_eq!(serde_json::to_value(ChunkBody(&c)).unwrap(), tool);
+        assert_eq!(
+            serde_json::to_value(ChunkBody {
+                chunk: &c,
+                usage_null: false
+            })
+            .unwrap(),
+            tool
+        );
 
         let usage = json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
             "choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}});
         let c = chunk_from_value(usage).unwrap();
         assert!(c.is_usage_only());
         assert!(chunk_from_str("{not json").is_err());
+    }
+
+    #[test]
+    fn request_values_keep_their_json_shape() {
+        let input = json!({
+            "model": "m",
+            "messages": [
+                {"role": "user", "content": [{"type": "image_url", "image_url": "https://x/y.png"}]},
+                {"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "a", "type": "function", "function": {"name": "f", "arguments": {"obj": 1}}},
+                    {"type": "function", "function": {"name": "g"}},
+                    {"id": "c", "type": "custom", "custom": {"name": "patch", "input": "diff"}}
+                ]}
+            ],
+            "temperature": 1,
+            "top_p": 0.95,
+            "stop": "END",
+            "tool_choice": null
+        });
+        assert_eq!(roundtrip_request(input.clone()), input);
+    }
+
+    #[test]
+    fn any_visible_delta_field_counts_as_content() {
+        let chunk = |delta: Value| {
+            chunk_from_value(json!({"id": "c", "choices": [{"index": 0, "delta": delta, "finish_reason": null}]}))
+                .unwrap()
+        };
+        assert!(!chunk(json!({"role": "assistant", "content": "", "refusal": null})).has_content());
+        assert!(chunk(json!({"refusal": "I can't"})).has_content());
+        assert!(chunk(json!({"audio": {"id": "a", "data": "AAA"}})).has_content());
+        assert!(chunk(json!({"function_call": {"name": "f"}})).has_content());
+        assert!(chunk(json!({"reasoning": "thinking..."})).has_content());
+        assert!(chunk(json!({"reasoning_content": "thinking..."})).has_content());
+    }
+
+    #[test]
+    fn non_function_tool_call_deltas_pass_unchanged() {
+        let input = json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+            "choices": [{"index": 0, "delta": {"tool_calls": [
+                {"index": 0, "id": "t1", "type": "custom", "custom": {"name": "patch", "input": ""}},
+                {"index": 1, "function": {"arguments": "{\"a\""}}
+            ]}, "finish_reason": null}]});
+        let c = chunk_from_value(input.clone()).unwrap();
+        assert!(c.has_content());
+        let out = serde_json::to_value(ChunkBody {
+            chunk: &c,
+            usage_null: false,
+        })
+        .unwrap();
+        assert_eq!(out, input);
+    }
+
+    #[test]
+    fn upstream_answers_are_read_leniently_and_usage_is_kept_as_sent() {
+        let input = json!({
+            "id": 17, "object": "chat.completion", "created": 1.5, "model": "m",
+            "choices": [{"index": 0, "message": {"content": "hi"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 9,
+                "completion_tokens_details": {"reasoning_tokens": 5}}
+        });
+        let resp = response_from_value(input).unwrap();
+        assert_eq!(resp.choices[0].message.role, Role::Assistant);
+        let out = serde_json::to_value(ResponseBody {
+            resp: &resp,
+            report: None,
+        })
+        .unwrap();
+        assert_eq!(out["id"], 17);
+        assert_eq!(out["created"], 1.5);
+        assert_eq!(out["usage"]["total_tokens"], 9);
+        assert_eq!(
+            out["usage"]["completion_tokens_details"]["reasoning_tokens"],
+            5
+        );
+        let usage_only =
+            chunk_from_value(json!({"choices": [], "usage": {"prompt_tokens": 2}})).unwrap();
+        let out = serde_json::to_value(ChunkBody {
+            chunk: &usage_only,
+            usage_null: true,
+        })
+        .unwrap();
+        assert_eq!(out["usage"], json!({"prompt_tokens": 2}));
+        let plain = chunk_from_value(json!({"choices": []})).unwrap();
+        let out = serde_json::to_value(ChunkBody {
+            chunk: &plain,
+            usage_null: true,
+        })
+        .unwrap();
+        assert_eq!(out["usage"], Value::Null);
     }
 }

@@ -81,6 +81,8 @@ pub struct Fault {
     pub cut_after: Option<u32>,
     /// Stream this many content chunks, then send nothing more (a stalled upstream).
     pub stall_after: Option<u32>,
+    /// Stream a role chunk, then `[DONE]`: no content, no finish reason.
+    pub empty: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -90,6 +92,7 @@ enum Behaviour {
     Hang,
     CutAfter(u32),
     StallAfter(u32),
+    Empty,
 }
 
 impl Fault {
@@ -102,6 +105,8 @@ impl Fault {
             Behaviour::CutAfter(k)
         } else if let Some(k) = self.stall_after {
             Behaviour::StallAfter(k)
+        } else if self.empty {
+            Behaviour::Empty
         } else {
             Behaviour::Normal
         }
@@ -114,13 +119,15 @@ impl Fault {
             self.hang,
             self.cut_after.is_some(),
             self.stall_after.is_some(),
+            self.empty,
         ]
         .iter()
         .filter(|b| **b)
         .count();
         if set != 1 {
             return Err(
-                "a fault sets exactly one of ok, status, hang, cut_after, stall_after".into(),
+                "a fault sets exactly one of ok, status, hang, cut_after, stall_after, empty"
+                    .into(),
             );
         }
         if let Some(s) = self.status
@@ -192,34 +199,41 @@ fn now_secs() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+fn usage(req: &ChatRequest, output_tokens: u64) -> Usage {
+    let input = estimate_prompt_tokens(req);
+    Usage {
+        input_tokens: Some(input),
+        output_tokens: Some(output_tokens),
+        total_tokens: Some(input.saturating_add(output_tokens)),
+        extra: Map::new(),
+    }
+}
+
 fn reply(spec: &MockSpec, model: &str, req: &ChatRequest, n: u64) -> ChatResponse {
     let pieces = spec.pieces();
     ChatResponse {
-        id: format!("chatcmpl-mock-{n}"),
-        model: model.to_string(),
-        created: now_secs(),
+        id: Some(format!("chatcmpl-mock-{n}")),
+        model: Some(model.to_string()),
+        created: Some(now_secs()),
         choices: vec![Choice {
             index: 0,
             message: Message::new(Role::Assistant, spec.text.clone()),
             finish_reason: Some("stop".into()),
             extra: Map::new(),
         }],
-        usage: Some(Usage {
-            input_tokens: estimate_prompt_tokens(req),
-            output_tokens: pieces.len() as u64,
-            extra: Map::new(),
-        }),
+        usage: Some(usage(req, pieces.len() as u64)),
         extra: Map::new(),
     }
 }
 
 /// Role chunk, content chunks, finish chunk, usage chunk, in the order OpenAI sends them.
 fn reply_chunks(spec: &MockSpec, model: &str, req: &ChatRequest, n: u64) -> Vec<StreamChunk> {
-    let created = now_secs();
-    let id = format!("chatcmpl-mock-{n}");
+    let created = Some(now_secs());
+    let id = Some(format!("chatcmpl-mock-{n}"));
+    let model = Some(model.to_string());
     let chunk = |delta: Delta, finish: Option<&str>| StreamChunk {
         id: id.clone(),
-        model: model.to_string(),
+        model: model.clone(),
         created,
         choices: vec![ChunkChoice {
             index: 0,
@@ -252,15 +266,11 @@ fn reply_chunks(spec: &MockSpec, model: &str, req: &ChatRequest, n: u64) -> Vec<
     }
     out.push(chunk(Delta::default(), Some("stop")));
     out.push(StreamChunk {
-        id: id.clone(),
-        model: model.to_string(),
+        id,
+        model,
         created,
         choices: Vec::new(),
-        usage: Some(Usage {
-            input_tokens: estimate_prompt_tokens(req),
-            output_tokens,
-            extra: Map::new(),
-        }),
+        usage: Some(usage(req, output_tokens)),
         extra: Map::new(),
     });
     out
@@ -280,6 +290,9 @@ fn schedule(spec: &MockSpec, b: Behaviour, chunks: Vec<StreamChunk>) -> Vec<Item
     let mut out = Vec::with_capacity(chunks.len() + 1);
     let mut content_sent = 0u32;
     for (i, c) in chunks.into_iter().enumerate() {
+        if b == Behaviour::Empty && i > 0 {
+            break;
+        }
         let has_content = c.has_content();
         if has_content {
             match b {
@@ -404,6 +417,11 @@ impl MockUpstream {
                 Err(UpstreamError::Broken("mock cut the connection".into()))
             }
             Behaviour::StallAfter(_) => std::future::pending().await,
+            Behaviour::Empty => {
+                let mut r = reply(&self.spec, model, req, n);
+                r.choices.clear();
+                Ok(r)
+            }
             Behaviour::Normal => {
                 pause(self.spec.total_time()).await;
                 Ok(reply(&self.spec, model, req, n))
@@ -440,7 +458,7 @@ impl MockUpstream {
             Behaviour::Hang => std::future::pending().await,
             Behaviour::CutAfter(_) => Err(UpstreamError::Broken("mock cut the connection".into())),
             Behaviour::StallAfter(_) => std::future::pending().await,
-            Behaviour::Normal => {
+            Behaviour::Empty | Behaviour::Normal => {
                 pause(Duration::from_millis(self.spec.ttft_ms)).await;
                 Ok(embeddings_reply(&self.spec, model, &req.input))
             }
@@ -486,7 +504,10 @@ fn paced(items: Vec<Item>) -> impl Stream<Item = Paced> + Send {
 /// What the mock server received: path, headers and JSON body of one request.
 #[derive(Debug, Clone)]
 pub struct Received {
+    /// The route that answered (`/chat/completions`, `/embeddings`).
     pub path: String,
+    /// The request's path and query as sent.
+    pub uri: String,
     pub version: axum::http::Version,
     pub headers: HeaderMap,
     pub body: Value,
@@ -600,6 +621,7 @@ impl MockServer {
 fn begin(
     state: &MockState,
     path: &str,
+    uri: &axum::http::Uri,
     version: axum::http::Version,
     headers: &HeaderMap,
     body: &Value,
@@ -610,6 +632,7 @@ fn begin(
     {
         r.push(Received {
             path: path.to_string(),
+            uri: uri.to_string(),
             version,
             headers: headers.clone(),
             body: body.clone(),
@@ -663,6 +686,7 @@ fn bad_request(msg: &str) -> Response {
 
 async fn chat(
     State(state): State<Arc<MockState>>,
+    uri: axum::http::Uri,
     version: axum::http::Version,
     headers: HeaderMap,
     body: Bytes,
@@ -671,7 +695,7 @@ async fn chat(
         Ok(v) => v,
         Err(e) => return bad_request(&format!("invalid JSON: {e}")),
     };
-    let (n, spec) = begin(&state, "/chat/completions", version, &headers, &v);
+    let (n, spec) = begin(&state, "/chat/completions", &uri, version, &headers, &v);
     let req = match crate::protocol::openai::request_from_value(v) {
         Ok(r) => r,
         Err(e) => return bad_request(&e.message),
@@ -702,7 +726,10 @@ async fn chat(
     if !req.stream {
         pause(spec.total_time()).await;
         guard.done = true;
-        let resp = reply(&spec, &model, &req, n);
+        let mut resp = reply(&spec, &model, &req, n);
+        if spec.behaviour(n) == Behaviour::Empty {
+            resp.choices.clear();
+        }
         let body = serde_json::to_vec(&ResponseBody {
             resp: &resp,
             report: None,
@@ -716,12 +743,18 @@ async fn chat(
         chunks.pop();
     }
     let items = schedule(&spec, spec.behaviour(n), chunks);
-    let ends_clean = matches!(spec.behaviour(n), Behaviour::Normal);
+    let ends_clean = matches!(spec.behaviour(n), Behaviour::Normal | Behaviour::Empty);
     let body = paced(items)
-        .map(|p| match p {
+        .map(move |p| match p {
             Paced::Chunk(c) => {
                 let mut line = b"data: ".to_vec();
-                line.extend(serde_json::to_vec(&ChunkBody(&c)).unwrap_or_default());
+                line.extend(
+                    serde_json::to_vec(&ChunkBody {
+                        chunk: &c,
+                        usage_null: include_usage,
+                    })
+                    .unwrap_or_default(),
+                );
                 line.extend_from_slice(b"\n\n");
                 Ok(Bytes::from(line))
             }
@@ -745,6 +778,7 @@ async fn chat(
 
 async fn embeddings(
     State(state): State<Arc<MockState>>,
+    uri: axum::http::Uri,
     version: axum::http::Version,
     headers: HeaderMap,
     body: Bytes,
@@ -753,7 +787,7 @@ async fn embeddings(
         Ok(v) => v,
         Err(e) => return bad_request(&format!("invalid JSON: {e}")),
     };
-    let (n, spec) = begin(&state, "/embeddings", version, &headers, &v);
+    let (n, spec) = begin(&state, "/embeddings", &uri, version, &headers, &v);
     match spec.behaviour(n) {
         Behaviour::Status(s, ra) => return status_response(s, ra),
         Behaviour::Hang | Behaviour::StallAfter(_) => std::future::pending::<()>().await,

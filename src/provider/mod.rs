@@ -132,7 +132,7 @@ impl Upstream {
                 let client = clients
                     .get(connect_timeout_ms, mode)
                     .map_err(|e| ("base_url", e))?;
-                let o = openai::OpenAi::new(base, &c.api_keys, client)
+                let o = openai::OpenAi::new(url, &c.api_keys, c.stream_usage, client)
                     .map_err(|e| ("base_url", format!("not a valid URL: {e}")))?;
                 Ok(Upstream::OpenAi(o))
             }

@@ -20,12 +20,15 @@ use crate::protocol::{ChatRequest, ChatResponse, EmbeddingsRequest, InvalidUpstr
 
 /// Largest upstream error body kept (for a 400 passed back to the client).
 const MAX_ERROR_BODY: usize = 64 * 1024;
+/// Largest non-streaming upstream answer read; a larger one is a broken upstream.
+const MAX_RESPONSE_BODY: usize = 64 * 1024 * 1024;
 
 pub struct OpenAi {
     chat_url: Url,
     embeddings_url: Url,
     keys: Vec<Secret>,
     next_key: AtomicUsize,
+    stream_usage: bool,
     client: reqwest::Client,
 }
 
@@ -39,13 +42,28 @@ impl fmt::Debug for OpenAi {
 }
 
 impl OpenAi {
-    pub fn new(base_url: &str, keys: &[String], client: reqwest::Client) -> Result<Self, String> {
-        let base = base_url.trim_end_matches('/');
+    pub fn new(
+        base: Url,
+        keys: &[String],
+        stream_usage: bool,
+        client: reqwest::Client,
+    ) -> Result<Self, String> {
+        // Append to the path, keeping any query the base carries (`?api-version=...`).
+        let endpoint = |p: &str| {
+            let mut u = base.clone();
+            let path = format!("{}/{p}", base.path().trim_end_matches('/'));
+            u.set_path(&path);
+            u
+        };
+        if base.cannot_be_a_base() {
+            return Err("not a base URL".into());
+        }
         Ok(OpenAi {
-            chat_url: Url::parse(&format!("{base}/chat/completions")).map_err(|e| e.to_string())?,
-            embeddings_url: Url::parse(&format!("{base}/embeddings")).map_err(|e| e.to_string())?,
+            chat_url: endpoint("chat/completions"),
+            embeddings_url: endpoint("embeddings"),
             keys: keys.iter().map(|k| Secret::new(k.as_str())).collect(),
             next_key: AtomicUsize::new(0),
+            stream_usage,
             client,
         })
     }
@@ -107,10 +125,7 @@ impl OpenAi {
             force_usage: false,
         })?;
         let resp = self.post(&self.chat_url, body, false).await?;
-        let bytes = resp
-            .bytes()
-            .await
-            .map_err(|e| UpstreamError::Broken(error_chain(&e.without_url())))?;
+        let bytes = read_capped(resp, MAX_RESPONSE_BODY).await?;
         let v: Value = serde_json::from_slice(&bytes).map_err(|e| InvalidUpstream {
             what: "chat completion",
             message: e.to_string(),
@@ -126,7 +141,7 @@ impl OpenAi {
         let body = serialize(&RequestBody {
             req,
             model,
-            force_usage: true,
+            force_usage: self.stream_usage,
         })?;
         let resp = self.post(&self.chat_url, body, true).await?;
         Ok(Box::pin(SseChunks {
@@ -143,10 +158,7 @@ impl OpenAi {
     ) -> Result<Value, UpstreamError> {
         let body = serialize(&EmbeddingsBody { req, model })?;
         let resp = self.post(&self.embeddings_url, body, false).await?;
-        let bytes = resp
-            .bytes()
-            .await
-            .map_err(|e| UpstreamError::Broken(error_chain(&e.without_url())))?;
+        let bytes = read_capped(resp, MAX_RESPONSE_BODY).await?;
         let v: Value = serde_json::from_slice(&bytes).map_err(|e| InvalidUpstream {
             what: "embeddings response",
             message: e.to_string(),
@@ -183,6 +195,30 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
         cur = inner.source();
     }
     s
+}
+
+/// Reads a whole body, refusing one larger than `cap`.
+async fn read_capped(resp: reqwest::Response, cap: usize) -> Result<Bytes, UpstreamError> {
+    if resp.content_length().is_some_and(|n| n > cap as u64) {
+        return Err(too_large(cap));
+    }
+    let mut body = Vec::new();
+    let mut s = resp.bytes_stream();
+    while let Some(chunk) = s.next().await {
+        let chunk = chunk.map_err(|e| UpstreamError::Broken(error_chain(&e.without_url())))?;
+        if body.len() + chunk.len() > cap {
+            return Err(too_large(cap));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Bytes::from(body))
+}
+
+fn too_large(cap: usize) -> UpstreamError {
+    UpstreamError::Invalid(InvalidUpstream {
+        what: "response",
+        message: format!("larger than {cap} bytes"),
+    })
 }
 
 async fn status_error(resp: reqwest::Response) -> UpstreamError {

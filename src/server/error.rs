@@ -21,6 +21,8 @@ pub enum ApiError {
     TooLarge { limit: usize },
     #[error("could not read the request body")]
     BodyRead,
+    #[error("the request body did not arrive within the request timeout")]
+    BodyTimeout,
     #[error("unknown route {0}")]
     NotFound(String),
     #[error("method not allowed on this route")]
@@ -43,6 +45,7 @@ impl ApiError {
             ApiError::Unauthorized => 401,
             ApiError::InvalidJson(_) | ApiError::Invalid(_) | ApiError::BodyRead => 400,
             ApiError::TooLarge { .. } => 413,
+            ApiError::BodyTimeout => 408,
             ApiError::NotFound(_) => 404,
             ApiError::MethodNotAllowed => 405,
             ApiError::Exec { err, .. } => err.status(),
@@ -59,6 +62,7 @@ impl ApiError {
             ApiError::Invalid(_) => "invalid_request",
             ApiError::TooLarge { .. } => "request_too_large",
             ApiError::BodyRead => "body_read_error",
+            ApiError::BodyTimeout => "request_body_timeout",
             ApiError::NotFound(_) => "not_found",
             ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::Exec { err, .. } => err.code(),

@@ -221,7 +221,19 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 
 /// Reads the body up to `limit` bytes; more is a 413 (checked against Content-Length first, so
 /// an honest oversized upload is refused before it is read).
-async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
+async fn read_body(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+    within: std::time::Duration,
+) -> Result<Bytes, ApiError> {
+    // A client that trickles its body must not hold a task for ever.
+    tokio::time::timeout(within, read_body_inner(headers, body, limit))
+        .await
+        .map_err(|_| ApiError::BodyTimeout)?
+}
+
+async fn read_body_inner(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
     if let Some(len) = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -338,6 +350,7 @@ async fn chat_completions(
                     committed,
                     snap.server.stream_idle_timeout,
                     req.stream_include_usage,
+                    ctx.report.body_extension(),
                     sse::StreamLog::new(state.log.clone(), row, ctx.started, ttfb),
                 );
                 report_headers(&mut resp, &ctx.report);
@@ -361,10 +374,13 @@ async fn chat_completions(
             let mut row = ctx.take_row(200, "ok");
             row.ttfb_ms = Some(row.total_ms);
             if let Some(u) = &resp.usage {
-                row.input_tokens = Some(u.input_tokens);
-                row.output_tokens = Some(u.output_tokens);
+                row.input_tokens = u.input_tokens;
+                row.output_tokens = u.output_tokens;
                 let secs = ctx.started.elapsed().as_secs_f64();
-                row.tokens_per_s = (secs > 0.0).then(|| u.output_tokens as f64 / secs);
+                row.tokens_per_s = u
+                    .output_tokens
+                    .filter(|_| secs > 0.0)
+                    .map(|n| n as f64 / secs);
             }
             state.log.record(row);
             let mut out = json_response(body);
@@ -385,7 +401,13 @@ async fn parse_chat(
     body: Body,
 ) -> Result<crate::protocol::ChatRequest, ApiError> {
     ctx.authenticate(headers)?;
-    let bytes = read_body(headers, body, ctx.snap.server.max_body_bytes).await?;
+    let bytes = read_body(
+        headers,
+        body,
+        ctx.snap.server.max_body_bytes,
+        ctx.snap.server.request_timeout,
+    )
+    .await?;
     let value = parse_json(&bytes)?;
     // Record what we can even if the rest of the body is invalid.
     ctx.requested_model = value
@@ -403,7 +425,13 @@ async fn embeddings(State(state): State<AppState>, headers: HeaderMap, body: Bod
     let mut ctx = Ctx::new(&state, "embeddings");
     let parsed = async {
         ctx.authenticate(&headers)?;
-        let bytes = read_body(&headers, body, ctx.snap.server.max_body_bytes).await?;
+        let bytes = read_body(
+            &headers,
+            body,
+            ctx.snap.server.max_body_bytes,
+            ctx.snap.server.request_timeout,
+        )
+        .await?;
         let value = parse_json(&bytes)?;
         ctx.requested_model = value
             .get("model")
@@ -526,7 +554,13 @@ async fn admin_reload(State(state): State<AppState>, headers: HeaderMap, uri: Ur
     if let Err(e) = admin_guard(&snap, &headers, &uri) {
         return e.into_response();
     }
-    match state.live.reload() {
+    // Reading and compiling a file is blocking work: off the runtime threads.
+    let live = state.live.clone();
+    let reloaded = match tokio::task::spawn_blocking(move || live.reload()).await {
+        Ok(r) => r,
+        Err(_) => return ApiError::Admin("the reload task failed".into()).into_response(),
+    };
+    match reloaded {
         Ok(next) => {
             tracing::info!(channels = next.channels.len(), "config reloaded");
             axum::Json(json!({

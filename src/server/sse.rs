@@ -52,8 +52,8 @@ impl StreamLog {
 
     fn observe(&mut self, c: &StreamChunk) {
         if let Some(u) = &c.usage {
-            self.input_tokens = Some(u.input_tokens);
-            self.output_tokens = Some(u.output_tokens);
+            self.input_tokens = u.input_tokens.or(self.input_tokens);
+            self.output_tokens = u.output_tokens.or(self.output_tokens);
         }
         if c.has_content() {
             self.content_chunks += 1;
@@ -90,6 +90,8 @@ impl Drop for StreamLog {
 
 struct SseBody {
     relay: Relay,
+    /// The failover report, added to the first chunk when failover occurred.
+    report: Option<serde_json::Value>,
     include_usage: bool,
     log: StreamLog,
     finished: bool,
@@ -123,6 +125,9 @@ impl SseBody {
         match item {
             Some(RelayItem::Chunk(mut c)) => {
                 self.log.observe(&c);
+                if let Some(r) = self.report.take() {
+                    c.extra.insert("switchyard".into(), r);
+                }
                 if !self.include_usage {
                     // We asked the upstream for usage for the log; the client did not.
                     if c.is_usage_only() {
@@ -133,7 +138,11 @@ impl SseBody {
                 out.extend_from_slice(b"data: ");
                 // Serialising our own types into a Vec cannot fail; on the impossible error
                 // the frame is left empty rather than the stream broken.
-                let _ = serde_json::to_writer(&mut *out, &ChunkBody(&c));
+                let body = ChunkBody {
+                    chunk: &c,
+                    usage_null: self.include_usage,
+                };
+                let _ = serde_json::to_writer(&mut *out, &body);
                 out.extend_from_slice(b"\n\n");
             }
             Some(RelayItem::Fault(class)) => {
@@ -173,10 +182,12 @@ pub fn response(
     committed: Committed,
     idle: Duration,
     include_usage: bool,
+    report: Option<serde_json::Value>,
     log: StreamLog,
 ) -> Response {
     let body = SseBody {
         relay: Relay::new(committed, idle),
+        report,
         include_usage,
         log,
         finished: false,

@@ -186,3 +186,35 @@ async fn streaming_requests_get_json_errors_before_commit() {
     let e = error_envelope(resp, 502).await;
     assert_eq!(e["attempts"][0]["reason"], "server_error");
 }
+
+#[tokio::test]
+async fn a_body_that_trickles_past_the_deadline_is_408() {
+    let up = mock(text_spec("ok")).await;
+    let gw = gateway_with(
+        "request_timeout_ms = 300",
+        &openai_channel(
+            "up",
+            &up.base_url(),
+            1,
+            "timeout_ms = 300\nfirst_token_timeout_ms = 300\nconnect_timeout_ms = 100",
+        ),
+    )
+    .await;
+    let body = futures_util::stream::unfold(0, |i| async move {
+        if i == 3 {
+            return None;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        Some((Ok::<_, std::io::Error>(b" ".to_vec()), i + 1))
+    });
+    let resp = client()
+        .post(gw.chat_url())
+        .bearer_auth(KEY)
+        .body(reqwest::Body::wrap_stream(body))
+        .send()
+        .await
+        .unwrap();
+    let e = error_envelope(resp, 408).await;
+    assert_eq!(e["code"], "request_body_timeout");
+    assert_eq!(up.requests(), 0);
+}

@@ -365,4 +365,66 @@ async fn embeddings_are_routed_with_failover() {
     // The unknown `dimensions` parameter reached the upstream.
     assert_eq!(good.received()[0].body["dimensions"], 8);
     assert_eq!(good.received()[0].path, "/embeddings");
+    assert_eq!(good.received()[0].uri, "/v1/embeddings");
+}
+
+#[tokio::test]
+async fn other_4xx_from_an_upstream_fail_over_instead_of_reaching_the_client() {
+    let wrong = mock(faulty("x", status(405))).await;
+    let conflict = mock(faulty("x", status(409))).await;
+    let good = mock(text_spec("ok")).await;
+    let gw = gateway(&format!(
+        "{}{}{}",
+        openai_channel("wrong", &wrong.base_url(), 1, ""),
+        openai_channel("conflict", &conflict.base_url(), 2, ""),
+        openai_channel("good", &good.base_url(), 3, "")
+    ))
+    .await;
+    let resp = gw.chat(chat_body(false)).await;
+    assert_eq!(resp.status(), 200);
+    let v: Value = resp.json().await.unwrap();
+    let reasons: Vec<&str> = v["switchyard"]["failover"]["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["reason"].as_str().unwrap())
+        .collect();
+    assert_eq!(reasons, ["misrouted", "server_error", "ok"]);
+}
+
+#[tokio::test]
+async fn the_last_channel_may_wait_out_a_short_retry_after() {
+    let limited = mock(MockSpec {
+        script: vec![Fault {
+            status: Some(429),
+            retry_after_seconds: Some(1),
+            ..Fault::default()
+        }],
+        ..text_spec("after the wait")
+    })
+    .await;
+    let gw = gateway(&openai_channel(
+        "only",
+        &limited.base_url(),
+        1,
+        "max_retries = 1",
+    ))
+    .await;
+    let started = std::time::Instant::now();
+    let resp = gw.chat(chat_body(false)).await;
+    assert_eq!(resp.status(), 200);
+    assert!(started.elapsed() >= std::time::Duration::from_millis(1000));
+    assert_eq!(header(&resp, "x-switchyard-attempts"), "2");
+    // Without retries allowed, the same 429 is the answer at once.
+    limited.set_spec(MockSpec {
+        script: vec![Fault {
+            status: Some(429),
+            retry_after_seconds: Some(1),
+            ..Fault::default()
+        }],
+        ..text_spec("x")
+    });
+    let gw = gateway(&openai_channel("only", &limited.base_url(), 1, "")).await;
+    let resp = gw.chat(chat_body(false)).await;
+    error_envelope(resp, 429).await;
 }

@@ -159,3 +159,15 @@ async fn upstream_http_version_is_1_1_unless_the_channel_opts_into_http2() {
         [reqwest::Version::HTTP_11, reqwest::Version::HTTP_2]
     );
 }
+
+#[tokio::test]
+async fn a_query_in_the_base_url_is_kept() {
+    let up = mock(text_spec("ok")).await;
+    let base = format!("{}?api-version=2024-10-21", up.base_url());
+    let gw = gateway(&openai_channel("q", &base, 1, "")).await;
+    assert_eq!(gw.chat(chat_body(false)).await.status(), 200);
+    assert_eq!(
+        up.received()[0].uri,
+        "/v1/chat/completions?api-version=2024-10-21"
+    );
+}

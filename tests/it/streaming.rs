@@ -234,3 +234,56 @@ async fn in_process_mock_channels_stream_and_fail_over() {
     assert_eq!(sse_text(&body), "in process");
     assert!(!body.contains("\"usage\""));
 }
+
+#[tokio::test]
+async fn a_stream_that_ends_without_an_answer_fails_over() {
+    let empty = mock(faulty(
+        "x",
+        Fault {
+            empty: true,
+            ..Fault::default()
+        },
+    ))
+    .await;
+    let good = mock(text_spec("real answer")).await;
+    let gw = gateway(&format!(
+        "{}{}",
+        openai_channel("empty", &empty.base_url(), 1, ""),
+        openai_channel("good", &good.base_url(), 2, "")
+    ))
+    .await;
+    let resp = gw.chat(stream_body(false)).await;
+    assert_eq!(header(&resp, "x-switchyard-channel"), "good");
+    let body = resp.text().await.unwrap();
+    assert_eq!(sse_text(&body), "real answer");
+    // The failover report rides on the first chunk of a stream.
+    let first: Value = serde_json::from_str(&sse_data(&body)[0]).unwrap();
+    assert_eq!(
+        first["switchyard"]["failover"]["attempts"][0]["reason"],
+        "server_error"
+    );
+    assert_eq!(first["switchyard"]["served_channel"], "good");
+    assert_eq!(body.matches("\"switchyard\"").count(), 1);
+}
+
+#[tokio::test]
+async fn the_usage_request_can_be_turned_off_per_channel() {
+    let up = mock(text_spec("abc")).await;
+    let gw = gateway(&openai_channel(
+        "up",
+        &up.base_url(),
+        1,
+        "stream_usage = false",
+    ))
+    .await;
+    let body = gw.chat(stream_body(false)).await.text().await.unwrap();
+    assert_eq!(sse_text(&body), "abc");
+    assert!(up.received()[0].body.get("stream_options").is_none());
+    // Asked by the client, it still goes through.
+    let body = gw.chat(stream_body(true)).await.text().await.unwrap();
+    assert!(body.contains("\"completion_tokens\""));
+    assert_eq!(
+        up.received()[1].body["stream_options"]["include_usage"],
+        true
+    );
+}
