@@ -394,7 +394,7 @@ impl Serialize for RequestBody<'_> {
         let r = self.req;
         let mut m = s.serialize_map(None)?;
         m.serialize_entry("model", self.model)?;
-        m.serialize_entry("messages", &Seq(&r.messages, MessageOut))?;
+        m.serialize_entry("messages", &Seq(&r.messages, MessageView))?;
         if r.stream {
             m.serialize_entry("stream", &true)?;
         }
@@ -417,7 +417,7 @@ impl Serialize for RequestBody<'_> {
             None => {}
         }
         if !r.tools.is_empty() {
-            m.serialize_entry("tools", &Seq(&r.tools, ToolOut))?;
+            m.serialize_entry("tools", &Seq(&r.tools, ToolView))?;
         }
         if let Some(tc) = &r.tool_choice {
             m.serialize_entry("tool_choice", tc)?;
@@ -449,35 +449,49 @@ impl Serialize for RequestBody<'_> {
     }
 }
 
-/// Serialises a slice through a per-item writer.
-struct Seq<'a, T, W>(&'a [T], W);
+/// Serialises a slice through a per-item view (`Seq(&msgs, MessageView)`).
+struct Seq<'a, T, V>(&'a [T], fn(&'a T) -> V);
 
-trait Writer<T> {
-    fn write<S: SerializeSeq>(&self, seq: &mut S, item: &T) -> Result<(), S::Error>;
-}
-
-impl<T, W: Writer<T>> Serialize for Seq<'_, T, W> {
+impl<'a, T, V: Serialize> Serialize for Seq<'a, T, V> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut seq = s.serialize_seq(Some(self.0.len()))?;
         for item in self.0 {
-            self.1.write(&mut seq, item)?;
+            seq.serialize_element(&(self.1)(item))?;
         }
         seq.end()
     }
 }
 
-struct MessageOut;
-struct ToolOut;
-struct PartOut;
-struct ToolCallOut;
-
-struct MessageView<'a>(&'a Message);
-impl Writer<Message> for MessageOut {
-    fn write<S: SerializeSeq>(&self, seq: &mut S, item: &Message) -> Result<(), S::Error> {
-        seq.serialize_element(&MessageView(item))
+/// Writes the fields a canonical type does not model, in their original order.
+fn write_extra<M: SerializeMap>(m: &mut M, extra: &Map<String, Value>) -> Result<(), M::Error> {
+    for (k, v) in extra {
+        m.serialize_entry(k, v)?;
     }
+    Ok(())
 }
 
+/// `id`, `object`, `created`, `model`: the head of a completion and of a chunk.
+fn write_head<M: SerializeMap>(
+    m: &mut M,
+    id: &Option<String>,
+    object: &'static str,
+    created: Option<u64>,
+    model: &Option<String>,
+) -> Result<(), M::Error> {
+    if let Some(id) = id {
+        m.serialize_entry("id", id)?;
+    }
+    m.serialize_entry("object", object)?;
+    if let Some(c) = created {
+        m.serialize_entry("created", &c)?;
+    }
+    if let Some(model) = model {
+        m.serialize_entry("model", model)?;
+    }
+    Ok(())
+}
+
+struct MessageView<'a>(&'a Message);
 impl Serialize for MessageView<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let msg = self.0;
@@ -485,7 +499,7 @@ impl Serialize for MessageView<'_> {
         m.serialize_entry("role", msg.role.as_str())?;
         match &msg.content {
             Some(Content::Text(t)) => m.serialize_entry("content", t)?,
-            Some(Content::Parts(ps)) => m.serialize_entry("content", &Seq(ps, PartOut))?,
+            Some(Content::Parts(ps)) => m.serialize_entry("content", &Seq(ps, PartView))?,
             // An assistant turn that only calls tools carries `content: null` on the wire.
             None => m.serialize_entry("content", &Value::Null)?,
         }
@@ -493,7 +507,7 @@ impl Serialize for MessageView<'_> {
             m.serialize_entry("name", n)?;
         }
         if !msg.tool_calls.is_empty() {
-            m.serialize_entry("tool_calls", &Seq(&msg.tool_calls, ToolCallOut))?;
+            m.serialize_entry("tool_calls", &Seq(&msg.tool_calls, ToolCallView))?;
         }
         if let Some(id) = &msg.tool_call_id {
             m.serialize_entry("tool_call_id", id)?;
@@ -501,19 +515,12 @@ impl Serialize for MessageView<'_> {
         if let Some(r) = &msg.reasoning {
             m.serialize_entry("reasoning_content", r)?;
         }
-        for (k, v) in &msg.extra {
-            m.serialize_entry(k, v)?;
-        }
+        write_extra(&mut m, &msg.extra)?;
         m.end()
     }
 }
 
 struct PartView<'a>(&'a Part);
-impl Writer<Part> for PartOut {
-    fn write<S: SerializeSeq>(&self, seq: &mut S, item: &Part) -> Result<(), S::Error> {
-        seq.serialize_element(&PartView(item))
-    }
-}
 impl Serialize for PartView<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self.0 {
@@ -521,9 +528,7 @@ impl Serialize for PartView<'_> {
                 let mut m = s.serialize_map(None)?;
                 m.serialize_entry("type", "text")?;
                 m.serialize_entry("text", text)?;
-                for (k, v) in extra {
-                    m.serialize_entry(k, v)?;
-                }
+                write_extra(&mut m, extra)?;
                 m.end()
             }
             Part::Image { url, detail, extra } => {
@@ -535,9 +540,7 @@ impl Serialize for PartView<'_> {
                     img.insert("detail".into(), Value::String(d.clone()));
                 }
                 m.serialize_entry("image_url", &img)?;
-                for (k, v) in extra {
-                    m.serialize_entry(k, v)?;
-                }
+                write_extra(&mut m, extra)?;
                 m.end()
             }
             Part::Other(v) => v.serialize(s),
@@ -546,11 +549,6 @@ impl Serialize for PartView<'_> {
 }
 
 struct ToolCallView<'a>(&'a ToolCall);
-impl Writer<ToolCall> for ToolCallOut {
-    fn write<S: SerializeSeq>(&self, seq: &mut S, item: &ToolCall) -> Result<(), S::Error> {
-        seq.serialize_element(&ToolCallView(item))
-    }
-}
 impl Serialize for ToolCallView<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self.0 {
@@ -571,9 +569,7 @@ impl Serialize for ToolCallView<'_> {
                     f.insert("arguments".into(), Value::String(a.clone()));
                 }
                 m.serialize_entry("function", &f)?;
-                for (k, v) in extra {
-                    m.serialize_entry(k, v)?;
-                }
+                write_extra(&mut m, extra)?;
                 m.end()
             }
             ToolCall::Other(v) => v.serialize(s),
@@ -582,11 +578,6 @@ impl Serialize for ToolCallView<'_> {
 }
 
 struct ToolView<'a>(&'a Tool);
-impl Writer<Tool> for ToolOut {
-    fn write<S: SerializeSeq>(&self, seq: &mut S, item: &Tool) -> Result<(), S::Error> {
-        seq.serialize_element(&ToolView(item))
-    }
-}
 impl Serialize for ToolView<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self.0 {
@@ -611,9 +602,7 @@ impl Serialize for ToolView<'_> {
                     f.extend(more);
                 }
                 m.serialize_entry("function", &f)?;
-                for (k, v) in &rest {
-                    m.serialize_entry(k, v)?;
-                }
+                write_extra(&mut m, &rest)?;
                 m.end()
             }
             Tool::Other(v) => v.serialize(s),
@@ -733,9 +722,7 @@ impl Serialize for UsageView<'_> {
         if let Some(n) = u.total_tokens {
             m.serialize_entry("total_tokens", &n)?;
         }
-        for (k, v) in &u.extra {
-            m.serialize_entry(k, v)?;
-        }
+        write_extra(&mut m, &u.extra)?;
         m.end()
     }
 }
@@ -750,26 +737,7 @@ impl Serialize for ResponseBody<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let r = self.resp;
         let mut m = s.serialize_map(None)?;
-        if let Some(id) = &r.id {
-            m.serialize_entry("id", id)?;
-        }
-        m.serialize_entry("object", "chat.completion")?;
-        if let Some(c) = r.created {
-            m.serialize_entry("created", &c)?;
-        }
-        if let Some(model) = &r.model {
-            m.serialize_entry("model", model)?;
-        }
-        struct Choices<'a>(&'a [Choice]);
-        impl Serialize for Choices<'_> {
-            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                let mut seq = s.serialize_seq(Some(self.0.len()))?;
-                for c in self.0 {
-                    seq.serialize_element(&ChoiceView(c))?;
-                }
-                seq.end()
-            }
-        }
+        write_head(&mut m, &r.id, "chat.completion", r.created, &r.model)?;
         struct ChoiceView<'a>(&'a Choice);
         impl Serialize for ChoiceView<'_> {
             fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -778,13 +746,11 @@ impl Serialize for ResponseBody<'_> {
                 m.serialize_entry("index", &c.index)?;
                 m.serialize_entry("message", &MessageView(&c.message))?;
                 m.serialize_entry("finish_reason", &c.finish_reason)?;
-                for (k, v) in &c.extra {
-                    m.serialize_entry(k, v)?;
-                }
+                write_extra(&mut m, &c.extra)?;
                 m.end()
             }
         }
-        m.serialize_entry("choices", &Choices(&r.choices))?;
+        m.serialize_entry("choices", &Seq(&r.choices, ChoiceView))?;
         if let Some(u) = &r.usage {
             m.serialize_entry("usage", &UsageView(u))?;
         }
@@ -912,26 +878,7 @@ impl Serialize for ChunkBody<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let c = self.chunk;
         let mut m = s.serialize_map(None)?;
-        if let Some(id) = &c.id {
-            m.serialize_entry("id", id)?;
-        }
-        m.serialize_entry("object", "chat.completion.chunk")?;
-        if let Some(created) = c.created {
-            m.serialize_entry("created", &created)?;
-        }
-        if let Some(model) = &c.model {
-            m.serialize_entry("model", model)?;
-        }
-        struct Choices<'a>(&'a [ChunkChoice]);
-        impl Serialize for Choices<'_> {
-            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                let mut seq = s.serialize_seq(Some(self.0.len()))?;
-                for c in self.0 {
-                    seq.serialize_element(&ChunkChoiceView(c))?;
-                }
-                seq.end()
-            }
-        }
+        write_head(&mut m, &c.id, "chat.completion.chunk", c.created, &c.model)?;
         struct ChunkChoiceView<'a>(&'a ChunkChoice);
         impl Serialize for ChunkChoiceView<'_> {
             fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -940,33 +887,22 @@ impl Serialize for ChunkBody<'_> {
                 m.serialize_entry("index", &c.index)?;
                 m.serialize_entry("delta", &DeltaView(&c.delta))?;
                 m.serialize_entry("finish_reason", &c.finish_reason)?;
-                for (k, v) in &c.extra {
-                    m.serialize_entry(k, v)?;
-                }
+                write_extra(&mut m, &c.extra)?;
                 m.end()
             }
         }
-        m.serialize_entry("choices", &Choices(&c.choices))?;
+        m.serialize_entry("choices", &Seq(&c.choices, ChunkChoiceView))?;
         match &c.usage {
             Some(u) => m.serialize_entry("usage", &UsageView(u))?,
             None if self.usage_null => m.serialize_entry("usage", &Value::Null)?,
             None => {}
         }
-        for (k, v) in &c.extra {
-            m.serialize_entry(k, v)?;
-        }
+        write_extra(&mut m, &c.extra)?;
         m.end()
     }
 }
 
-struct ToolCallDeltaOut;
 struct ToolCallDeltaView<'a>(&'a ToolCallDelta);
-impl Writer<ToolCallDelta> for ToolCallDeltaOut {
-    fn write<S: SerializeSeq>(&self, seq: &mut S, item: &ToolCallDelta) -> Result<(), S::Error> {
-        seq.serialize_element(&ToolCallDeltaView(item))
-    }
-}
-
 impl Serialize for ToolCallDeltaView<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let t = self.0;
@@ -994,9 +930,7 @@ impl Serialize for ToolCallDeltaView<'_> {
             }
             m.serialize_entry("function", &F(t))?;
         }
-        for (k, v) in &t.extra {
-            m.serialize_entry(k, v)?;
-        }
+        write_extra(&mut m, &t.extra)?;
         m.end()
     }
 }
@@ -1016,11 +950,9 @@ impl Serialize for DeltaView<'_> {
             m.serialize_entry("reasoning_content", r)?;
         }
         if !d.tool_calls.is_empty() {
-            m.serialize_entry("tool_calls", &Seq(&d.tool_calls, ToolCallDeltaOut))?;
+            m.serialize_entry("tool_calls", &Seq(&d.tool_calls, ToolCallDeltaView))?;
         }
-        for (k, v) in &d.extra {
-            m.serialize_entry(k, v)?;
-        }
+        write_extra(&mut m, &d.extra)?;
         m.end()
     }
 }
@@ -1067,9 +999,7 @@ impl Serialize for EmbeddingsBody<'_> {
         let mut m = s.serialize_map(None)?;
         m.serialize_entry("model", self.model)?;
         m.serialize_entry("input", &self.req.input)?;
-        for (k, v) in &self.req.extra {
-            m.serialize_entry(k, v)?;
-        }
+        write_extra(&mut m, &self.req.extra)?;
         m.end()
     }
 }

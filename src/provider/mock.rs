@@ -618,29 +618,37 @@ impl MockServer {
     }
 }
 
+/// What every mock route does first: parse the body, count and record the request, and pick
+/// the spec in force.
+struct Incoming {
+    uri: axum::http::Uri,
+    version: axum::http::Version,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
 fn begin(
     state: &MockState,
     path: &str,
-    uri: &axum::http::Uri,
-    version: axum::http::Version,
-    headers: &HeaderMap,
-    body: &Value,
-) -> (u64, MockSpec) {
+    req: Incoming,
+) -> Result<(u64, MockSpec, Value), Box<Response>> {
+    let body: Value = serde_json::from_slice(&req.body)
+        .map_err(|e| Box::new(bad_request(&format!("invalid JSON: {e}"))))?;
     let n = state.seen.fetch_add(1, Ordering::SeqCst);
     if state.record
         && let Ok(mut r) = state.received.lock()
     {
         r.push(Received {
             path: path.to_string(),
-            uri: uri.to_string(),
-            version,
-            headers: headers.clone(),
+            uri: req.uri.to_string(),
+            version: req.version,
+            headers: req.headers,
             body: body.clone(),
         });
     }
     state.changed.notify_waiters();
     let spec = state.spec.lock().map(|s| s.clone()).unwrap_or_default();
-    (n, spec)
+    Ok((n, spec, body))
 }
 
 /// Counts an abort when dropped before `done` is set: the peer went away mid-answer.
@@ -691,11 +699,16 @@ async fn chat(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let v: Value = match serde_json::from_slice(&body) {
-        Ok(v) => v,
-        Err(e) => return bad_request(&format!("invalid JSON: {e}")),
+    let incoming = Incoming {
+        uri,
+        version,
+        headers,
+        body,
     };
-    let (n, spec) = begin(&state, "/chat/completions", &uri, version, &headers, &v);
+    let (n, spec, v) = match begin(&state, "/chat/completions", incoming) {
+        Ok(b) => b,
+        Err(resp) => return *resp,
+    };
     let req = match crate::protocol::openai::request_from_value(v) {
         Ok(r) => r,
         Err(e) => return bad_request(&e.message),
@@ -783,11 +796,16 @@ async fn embeddings(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let v: Value = match serde_json::from_slice(&body) {
-        Ok(v) => v,
-        Err(e) => return bad_request(&format!("invalid JSON: {e}")),
+    let incoming = Incoming {
+        uri,
+        version,
+        headers,
+        body,
     };
-    let (n, spec) = begin(&state, "/embeddings", &uri, version, &headers, &v);
+    let (n, spec, v) = match begin(&state, "/embeddings", incoming) {
+        Ok(b) => b,
+        Err(resp) => return *resp,
+    };
     match spec.behaviour(n) {
         Behaviour::Status(s, ra) => return status_response(s, ra),
         Behaviour::Hang | Behaviour::StallAfter(_) => std::future::pending::<()>().await,

@@ -276,17 +276,17 @@ fn set_header(resp: &mut Response, name: &'static str, value: &str) {
     }
 }
 
-/// The failover report headers: true at the moment they are sent (the commit point).
-fn report_headers(resp: &mut Response, report: &Report) {
-    if let Some((channel, model)) = &report.served {
-        set_header(resp, "x-switchyard-channel", channel);
-        set_header(resp, "x-switchyard-model", model);
+/// A served response with the failover report headers (true at the moment they are sent:
+/// the commit point, for streams) and the request id.
+fn served(mut resp: Response, ctx: &Ctx) -> Response {
+    if let Some((channel, model)) = &ctx.report.served {
+        set_header(&mut resp, "x-switchyard-channel", channel);
+        set_header(&mut resp, "x-switchyard-model", model);
     }
-    set_header(
-        resp,
-        "x-switchyard-attempts",
-        &report.attempts.len().to_string(),
-    );
+    let attempts = ctx.report.attempts.len().to_string();
+    set_header(&mut resp, "x-switchyard-attempts", &attempts);
+    set_header(&mut resp, "x-request-id", &ctx.id);
+    resp
 }
 
 fn json_response(body: Vec<u8>) -> Response {
@@ -346,16 +346,14 @@ async fn chat_completions(
             Ok(committed) => {
                 let ttfb = ctx.started.elapsed();
                 let row = ctx.take_row(200, "ok");
-                let mut resp = sse::response(
+                let resp = sse::response(
                     committed,
                     snap.server.stream_idle_timeout,
                     req.stream_include_usage,
                     ctx.report.body_extension(),
                     sse::StreamLog::new(state.log.clone(), row, ctx.started, ttfb),
                 );
-                report_headers(&mut resp, &ctx.report);
-                set_header(&mut resp, "x-request-id", &ctx.id);
-                resp
+                served(resp, &ctx)
             }
             Err(err) => {
                 let e = exec_error(&ctx, err);
@@ -383,10 +381,7 @@ async fn chat_completions(
                     .map(|n| n as f64 / secs);
             }
             state.log.record(row);
-            let mut out = json_response(body);
-            report_headers(&mut out, &ctx.report);
-            set_header(&mut out, "x-request-id", &ctx.id);
-            out
+            served(json_response(body), &ctx)
         }
         Err(err) => {
             let e = exec_error(&ctx, err);
@@ -395,21 +390,13 @@ async fn chat_completions(
     }
 }
 
-async fn parse_chat(
-    ctx: &mut Ctx,
-    headers: &HeaderMap,
-    body: Body,
-) -> Result<crate::protocol::ChatRequest, ApiError> {
+/// Authenticates, reads the body within its limits and parses it as JSON, noting the
+/// requested model (and stream flag) for the log even if the rest of the body is invalid.
+async fn read_json(ctx: &mut Ctx, headers: &HeaderMap, body: Body) -> Result<Value, ApiError> {
     ctx.authenticate(headers)?;
-    let bytes = read_body(
-        headers,
-        body,
-        ctx.snap.server.max_body_bytes,
-        ctx.snap.server.request_timeout,
-    )
-    .await?;
+    let server = &ctx.snap.server;
+    let bytes = read_body(headers, body, server.max_body_bytes, server.request_timeout).await?;
     let value = parse_json(&bytes)?;
-    // Record what we can even if the rest of the body is invalid.
     ctx.requested_model = value
         .get("model")
         .and_then(Value::as_str)
@@ -418,28 +405,24 @@ async fn parse_chat(
         .get("stream")
         .and_then(Value::as_bool)
         .unwrap_or(false);
+    Ok(value)
+}
+
+async fn parse_chat(
+    ctx: &mut Ctx,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<crate::protocol::ChatRequest, ApiError> {
+    let value = read_json(ctx, headers, body).await?;
     Ok(openai::request_from_value(value)?)
 }
 
 async fn embeddings(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     let mut ctx = Ctx::new(&state, "embeddings");
-    let parsed = async {
-        ctx.authenticate(&headers)?;
-        let bytes = read_body(
-            &headers,
-            body,
-            ctx.snap.server.max_body_bytes,
-            ctx.snap.server.request_timeout,
-        )
-        .await?;
-        let value = parse_json(&bytes)?;
-        ctx.requested_model = value
-            .get("model")
-            .and_then(Value::as_str)
-            .map(str::to_string);
-        Ok::<_, ApiError>(openai::embeddings_from_value(value)?)
-    }
-    .await;
+    let parsed = match read_json(&mut ctx, &headers, body).await {
+        Ok(value) => openai::embeddings_from_value(value).map_err(ApiError::from),
+        Err(e) => Err(e),
+    };
     let req = match parsed {
         Ok(r) => r,
         Err(e) => return fail(ctx, e),
@@ -456,10 +439,10 @@ async fn embeddings(State(state): State<AppState>, headers: HeaderMap, body: Bod
             if let (Some(ext), Some(obj)) = (ctx.report.body_extension(), v.as_object_mut()) {
                 obj.insert("switchyard".into(), ext);
             }
-            let mut out = json_response(serde_json::to_vec(&v).unwrap_or_default());
-            report_headers(&mut out, &ctx.report);
-            set_header(&mut out, "x-request-id", &ctx.id);
-            out
+            served(
+                json_response(serde_json::to_vec(&v).unwrap_or_default()),
+                &ctx,
+            )
         }
         Err(err) => {
             let e = exec_error(&ctx, err);

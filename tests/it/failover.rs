@@ -179,12 +179,7 @@ async fn misrouted_404_and_refused_credentials_fail_over() {
     let resp = gw.chat(chat_body(false)).await;
     assert_eq!(resp.status(), 200);
     let v: Value = resp.json().await.unwrap();
-    let reasons: Vec<&str> = v["switchyard"]["failover"]["attempts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a["reason"].as_str().unwrap())
-        .collect();
+    let reasons = reasons(&v["switchyard"]["failover"]["attempts"]);
     assert_eq!(reasons, ["misrouted", "auth_error", "ok"]);
 }
 
@@ -330,12 +325,7 @@ async fn the_request_deadline_gives_504() {
     assert_eq!(header(&resp, "x-should-retry"), "false");
     let e = error_envelope(resp, 504).await;
     assert_eq!(e["code"], "request_timeout");
-    let reasons: Vec<&str> = e["attempts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a["reason"].as_str().unwrap())
-        .collect();
+    let reasons = reasons(&e["attempts"]);
     assert_eq!(reasons, ["timeout", "timeout"]);
 }
 
@@ -383,12 +373,7 @@ async fn other_4xx_from_an_upstream_fail_over_instead_of_reaching_the_client() {
     let resp = gw.chat(chat_body(false)).await;
     assert_eq!(resp.status(), 200);
     let v: Value = resp.json().await.unwrap();
-    let reasons: Vec<&str> = v["switchyard"]["failover"]["attempts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a["reason"].as_str().unwrap())
-        .collect();
+    let reasons = reasons(&v["switchyard"]["failover"]["attempts"]);
     assert_eq!(reasons, ["misrouted", "server_error", "ok"]);
 }
 

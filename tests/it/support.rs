@@ -187,6 +187,18 @@ pub fn sse_text(body: &str) -> String {
         .collect()
 }
 
+/// The `reason` of each attempt in a failover report's attempt list.
+pub fn reasons(attempts: &Value) -> Vec<String> {
+    attempts
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|x| x["reason"].as_str().unwrap_or("").to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Asserts the OpenAI error envelope and returns `error`.
 pub async fn error_envelope(resp: reqwest::Response, status: u16) -> Value {
     assert_eq!(resp.status().as_u16(), status);
