@@ -462,6 +462,21 @@ impl<'a, T, V: Serialize> Serialize for Seq<'a, T, V> {
     }
 }
 
+/// A small JSON object of optional string fields, written without building a `Map`.
+struct Fields<'a, const N: usize>([(&'static str, Option<&'a str>); N]);
+
+impl<const N: usize> Serialize for Fields<'_, N> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        for (k, v) in &self.0 {
+            if let Some(v) = v {
+                m.serialize_entry(k, v)?;
+            }
+        }
+        m.end()
+    }
+}
+
 /// Writes the fields a canonical type does not model, in their original order.
 fn write_extra<M: SerializeMap>(m: &mut M, extra: &Map<String, Value>) -> Result<(), M::Error> {
     for (k, v) in extra {
@@ -534,11 +549,7 @@ impl Serialize for PartView<'_> {
             Part::Image { url, detail, extra } => {
                 let mut m = s.serialize_map(None)?;
                 m.serialize_entry("type", "image_url")?;
-                let mut img = Map::new();
-                img.insert("url".into(), Value::String(url.clone()));
-                if let Some(d) = detail {
-                    img.insert("detail".into(), Value::String(d.clone()));
-                }
+                let img = Fields([("url", Some(url.as_str())), ("detail", detail.as_deref())]);
                 m.serialize_entry("image_url", &img)?;
                 write_extra(&mut m, extra)?;
                 m.end()
@@ -563,11 +574,10 @@ impl Serialize for ToolCallView<'_> {
                     m.serialize_entry("id", id)?;
                 }
                 m.serialize_entry("type", "function")?;
-                let mut f = Map::new();
-                f.insert("name".into(), Value::String(name.clone()));
-                if let Some(a) = arguments {
-                    f.insert("arguments".into(), Value::String(a.clone()));
-                }
+                let f = Fields([
+                    ("name", Some(name.as_str())),
+                    ("arguments", arguments.as_deref()),
+                ]);
                 m.serialize_entry("function", &f)?;
                 write_extra(&mut m, extra)?;
                 m.end()
@@ -915,20 +925,11 @@ impl Serialize for ToolCallDeltaView<'_> {
             m.serialize_entry("type", k)?;
         }
         if t.function {
-            struct F<'a>(&'a ToolCallDelta);
-            impl Serialize for F<'_> {
-                fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                    let mut f = s.serialize_map(None)?;
-                    if let Some(n) = &self.0.name {
-                        f.serialize_entry("name", n)?;
-                    }
-                    if let Some(a) = &self.0.arguments {
-                        f.serialize_entry("arguments", a)?;
-                    }
-                    f.end()
-                }
-            }
-            m.serialize_entry("function", &F(t))?;
+            let f = Fields([
+                ("name", t.name.as_deref()),
+                ("arguments", t.arguments.as_deref()),
+            ]);
+            m.serialize_entry("function", &f)?;
         }
         write_extra(&mut m, &t.extra)?;
         m.end()
