@@ -29,7 +29,7 @@ use super::{ChunkStream, UpstreamError};
 use crate::protocol::openai::{ChunkBody, ResponseBody};
 use crate::protocol::{
     ChatRequest, ChatResponse, Choice, ChunkChoice, Content, Delta, EmbeddingsRequest, Message,
-    Role, StreamChunk, Usage,
+    Role, StreamChunk, ToolCall, ToolCallDelta, Usage,
 };
 
 /// How a mock channel or server answers.
@@ -45,6 +45,8 @@ pub struct MockSpec {
     pub chunks: u32,
     /// Length of the deterministic embedding vectors.
     pub embedding_dims: usize,
+    /// Answer with this tool call instead of text; its arguments are streamed in `chunks`.
+    pub tool_call: Option<MockToolCall>,
     /// Applied to every request that the script does not cover.
     pub fault: Option<Fault>,
     /// Applied to the 1st, 2nd... request this mock sees; then `fault` (or a normal answer).
@@ -59,10 +61,20 @@ impl Default for MockSpec {
             chunk_ms: 0,
             chunks: 4,
             embedding_dims: 8,
+            tool_call: None,
             fault: None,
             script: Vec::new(),
         }
     }
+}
+
+/// A function call the mock answers with.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MockToolCall {
+    pub name: String,
+    /// JSON text of the arguments.
+    pub arguments: String,
 }
 
 /// One scripted behaviour. Exactly one of the fields is set.
@@ -166,9 +178,10 @@ impl MockSpec {
         }
     }
 
-    /// The text in `chunks` pieces of near-equal length (by characters).
+    /// The text (or the tool call's arguments) in `chunks` pieces of near-equal length.
     fn pieces(&self) -> Vec<String> {
-        let chars: Vec<char> = self.text.chars().collect();
+        let source = self.tool_call.as_ref().map_or(&self.text, |t| &t.arguments);
+        let chars: Vec<char> = source.chars().collect();
         let n = (self.chunks.max(1) as usize).min(chars.len().max(1));
         if chars.is_empty() {
             return Vec::new();
@@ -215,11 +228,28 @@ fn reply(spec: &MockSpec, model: &str, req: &ChatRequest, n: u64) -> ChatRespons
         id: Some(format!("chatcmpl-mock-{n}")),
         model: Some(model.to_string()),
         created: Some(now_secs()),
-        choices: vec![Choice {
-            index: 0,
-            message: Message::new(Role::Assistant, spec.text.clone()),
-            finish_reason: Some("stop".into()),
-            extra: Map::new(),
+        choices: vec![match &spec.tool_call {
+            None => Choice {
+                index: 0,
+                message: Message::new(Role::Assistant, spec.text.clone()),
+                finish_reason: Some("stop".into()),
+                extra: Map::new(),
+            },
+            Some(t) => Choice {
+                index: 0,
+                message: Message {
+                    content: None,
+                    tool_calls: vec![ToolCall::Function {
+                        id: Some(format!("call_mock_{n}")),
+                        name: t.name.clone(),
+                        arguments: Some(t.arguments.clone()),
+                        extra: Map::new(),
+                    }],
+                    ..Message::new(Role::Assistant, "")
+                },
+                finish_reason: Some("tool_calls".into()),
+                extra: Map::new(),
+            },
         }],
         usage: Some(usage(req, pieces.len() as u64)),
         extra: Map::new(),
@@ -246,7 +276,16 @@ fn reply_chunks(spec: &MockSpec, model: &str, req: &ChatRequest, n: u64) -> Vec<
     };
     let pieces = spec.pieces();
     let output_tokens = pieces.len() as u64;
-    let mut out = Vec::with_capacity(pieces.len() + 3);
+    let mut out = Vec::with_capacity(pieces.len() + 4);
+    let call = |id: Option<String>, name: Option<String>, arguments: String| ToolCallDelta {
+        index: 0,
+        kind: id.as_ref().map(|_| "function".to_string()),
+        id,
+        function: true,
+        name,
+        arguments: Some(arguments),
+        extra: Map::new(),
+    };
     out.push(chunk(
         Delta {
             role: Some(Role::Assistant),
@@ -255,16 +294,39 @@ fn reply_chunks(spec: &MockSpec, model: &str, req: &ChatRequest, n: u64) -> Vec<
         },
         None,
     ));
-    for p in pieces {
+    // Like OpenAI: the call's id and name first, then its arguments in fragments.
+    if let Some(t) = &spec.tool_call {
         out.push(chunk(
             Delta {
-                content: Some(p),
+                tool_calls: vec![call(
+                    Some(format!("call_mock_{n}")),
+                    Some(t.name.clone()),
+                    String::new(),
+                )],
                 ..Delta::default()
             },
             None,
         ));
     }
-    out.push(chunk(Delta::default(), Some("stop")));
+    for p in pieces {
+        let delta = match spec.tool_call {
+            Some(_) => Delta {
+                tool_calls: vec![call(None, None, p)],
+                ..Delta::default()
+            },
+            None => Delta {
+                content: Some(p),
+                ..Delta::default()
+            },
+        };
+        out.push(chunk(delta, None));
+    }
+    let finish = if spec.tool_call.is_some() {
+        "tool_calls"
+    } else {
+        "stop"
+    };
+    out.push(chunk(Delta::default(), Some(finish)));
     out.push(StreamChunk {
         id,
         model,
@@ -290,6 +352,7 @@ fn schedule(spec: &MockSpec, b: Behaviour, chunks: Vec<StreamChunk>) -> Vec<Item
     let mut out = Vec::with_capacity(chunks.len() + 1);
     let mut content_sent = 0u32;
     for (i, c) in chunks.into_iter().enumerate() {
+        let first_content = content_sent == 0;
         if b == Behaviour::Empty && i > 0 {
             break;
         }
@@ -307,11 +370,11 @@ fn schedule(spec: &MockSpec, b: Behaviour, chunks: Vec<StreamChunk>) -> Vec<Item
                 _ => {}
             }
         }
-        let delay = match i {
-            0 => Duration::ZERO,
-            1 => ttft,
-            _ if has_content => gap,
-            _ => Duration::ZERO,
+        // The first output waits for the time to first token; later output comes `gap` apart.
+        let delay = match (has_content, first_content) {
+            (true, true) => ttft,
+            (true, false) => gap,
+            (false, _) => Duration::ZERO,
         };
         out.push(Item::Chunk(delay, Box::new(c)));
         if b == Behaviour::Hang {

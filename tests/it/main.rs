@@ -8,3 +8,4 @@ mod failover;
 mod hygiene;
 mod streaming;
 mod support;
+mod tools;
