@@ -188,11 +188,46 @@ impl ChannelConfig {
 }
 
 /// `"gpt-4o"` or `{ name = "gpt-4o", upstream = "gpt-4o-2024-08-06" }`.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
+#[derive(Debug)]
 pub enum ModelEntry {
     Name(String),
     Mapped { name: String, upstream: String },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MappedModel {
+    name: String,
+    upstream: String,
+}
+
+/// By hand rather than `untagged`, so a table keeps `deny_unknown_fields` and its error names
+/// the unknown key instead of "did not match any variant".
+impl<'de> Deserialize<'de> for ModelEntry {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = ModelEntry;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a model name or { name, upstream }")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ModelEntry, E> {
+                Ok(ModelEntry::Name(v.to_string()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<ModelEntry, A::Error> {
+                let m =
+                    MappedModel::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                Ok(ModelEntry::Mapped {
+                    name: m.name,
+                    upstream: m.upstream,
+                })
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 impl ModelEntry {
@@ -381,6 +416,23 @@ mod tests {
         "#;
         let err = parse(text, "t.toml", &env).unwrap_err().to_string();
         assert!(err.contains("colour"), "{err}");
+    }
+
+    #[test]
+    fn unknown_keys_in_a_model_table_are_errors() {
+        let text = r#"
+            [[channels]]
+            name = "a"
+            provider = "mock"
+            models = ["x", { name = "m", upstream = "u", weight = 3 }]
+        "#;
+        let err = parse(text, "t.toml", &env).unwrap_err().to_string();
+        assert!(
+            err.contains("channels[0].models[1]") && err.contains("weight"),
+            "{err}"
+        );
+        let ok = parse(&text.replace(", weight = 3", ""), "t.toml", &env).unwrap();
+        assert_eq!(ok.channels[0].models[1].upstream(), "u");
     }
 
     #[test]

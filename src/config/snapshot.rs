@@ -447,6 +447,42 @@ mod tests {
     }
 
     #[test]
+    fn short_secrets_and_misplaced_fields_are_refused_by_name() {
+        let cases = [
+            (
+                format!("[server]\nadmin_token = \"short\"\n{BASE}"),
+                "server.admin_token",
+            ),
+            (
+                format!("[[keys]]\nname = \"k\"\nkey = \"sk-1\"\n{BASE}"),
+                "keys[0].key",
+            ),
+            (
+                BASE.replace(
+                    "models = [\"m\", {",
+                    "api_keys = [\"x\"]\nmodels = [\"m\", {",
+                ),
+                "channels[0].api_keys",
+            ),
+            (
+                format!("[server]\nlisten = \"localhost:80\"\n{BASE}"),
+                "server.listen",
+            ),
+            (
+                BASE.replace(
+                    "priority = 2",
+                    "priority = 2\nconnect_timeout_ms = 5000\ntimeout_ms = 1000",
+                ),
+                "channels[1].connect_timeout_ms",
+            ),
+        ];
+        for (text, field) in cases {
+            let err = load(&text).unwrap_err();
+            assert!(err.contains(field), "{field}: {err}");
+        }
+    }
+
+    #[test]
     fn authenticate_finds_the_matching_key() {
         let text = format!(
             "[[keys]]\nname = \"x\"\nkey = \"sk-xxxxxxxx1\"\n[[keys]]\nname = \"y\"\nkey = \"sk-yyyyyyyy2\"\n{BASE}"

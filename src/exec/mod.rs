@@ -43,13 +43,21 @@ impl AttemptRecord {
     }
 }
 
+/// The channel that served, the model as the client named it, and the upstream's name for it.
+#[derive(Debug, Clone)]
+pub struct Served {
+    pub channel: Arc<str>,
+    pub model: Arc<str>,
+    pub upstream_model: Arc<str>,
+}
+
 /// What happened to a request: the failover report.
 #[derive(Debug, Clone, Default)]
 pub struct Report {
     pub requested_model: String,
     pub attempts: Vec<AttemptRecord>,
-    /// The channel and model that served (set at success / the commit point).
-    pub served: Option<(Arc<str>, Arc<str>)>,
+    /// Who served (set at success / the commit point).
+    pub served: Option<Served>,
 }
 
 impl Report {
@@ -69,11 +77,11 @@ impl Report {
         if self.attempts.len() <= 1 {
             return None;
         }
-        let (channel, model) = self.served.clone()?;
+        let served = self.served.as_ref()?;
         Some(json!({
             "requested_model": self.requested_model,
-            "served_model": &*model,
-            "served_channel": &*channel,
+            "served_model": &*served.model,
+            "served_channel": &*served.channel,
             "failover": {"occurred": true, "attempts": self.attempts_json()},
         }))
     }
@@ -198,7 +206,11 @@ where
                 Ok(Ok(v)) => {
                     record.status = Some(200);
                     report.attempts.push(record);
-                    report.served = Some((ch.name.clone(), model_name));
+                    report.served = Some(Served {
+                        channel: ch.name.clone(),
+                        model: model_name,
+                        upstream_model: cand.upstream_model,
+                    });
                     return Ok(v);
                 }
                 Ok(Err(f)) => f,
@@ -393,7 +405,11 @@ mod tests {
             latency_ms: 1,
         };
         r.attempts.push(ok.clone());
-        r.served = Some(("a".into(), "m".into()));
+        r.served = Some(Served {
+            channel: "a".into(),
+            model: "m".into(),
+            upstream_model: "m-1".into(),
+        });
         assert!(r.body_extension().is_none());
         r.attempts.insert(
             0,

@@ -181,13 +181,17 @@ impl MockSpec {
     /// The text (or the tool call's arguments) in `chunks` pieces of near-equal length.
     fn pieces(&self) -> Vec<String> {
         let source = self.tool_call.as_ref().map_or(&self.text, |t| &t.arguments);
-        let chars: Vec<char> = source.chars().collect();
-        let n = (self.chunks.max(1) as usize).min(chars.len().max(1));
-        if chars.is_empty() {
+        let count = source.chars().count();
+        if count == 0 {
             return Vec::new();
         }
-        let per = chars.len().div_ceil(n);
-        chars.chunks(per).map(|c| c.iter().collect()).collect()
+        let per = count.div_ceil((self.chunks.max(1) as usize).min(count));
+        // Cut at every `per`-th character boundary (no per-character copy: texts can be large).
+        let mut cuts: Vec<usize> = source.char_indices().step_by(per).map(|(i, _)| i).collect();
+        cuts.push(source.len());
+        cuts.windows(2)
+            .map(|w| source[w[0]..w[1]].to_string())
+            .collect()
     }
 
     fn total_time(&self) -> Duration {
@@ -583,6 +587,8 @@ struct MockState {
     received: Mutex<Vec<Received>>,
     /// Responses whose connection went away before the answer was complete.
     aborted: AtomicU64,
+    /// Responses sent to the end (for a stream: its last byte was taken by the connection).
+    completed: AtomicU64,
     changed: Notify,
 }
 
@@ -617,6 +623,7 @@ impl MockServer {
             record,
             received: Mutex::new(Vec::new()),
             aborted: AtomicU64::new(0),
+            completed: AtomicU64::new(0),
             changed: Notify::new(),
         });
         let app = axum::Router::new()
@@ -659,6 +666,10 @@ impl MockServer {
 
     pub fn aborted(&self) -> u64 {
         self.state.aborted.load(Ordering::SeqCst)
+    }
+
+    pub fn completed(&self) -> u64 {
+        self.state.completed.load(Ordering::SeqCst)
     }
 
     /// Replaces the spec; the request counter (and so the script position) starts over.
@@ -722,10 +733,13 @@ struct AbortGuard {
 
 impl Drop for AbortGuard {
     fn drop(&mut self) {
-        if !self.done {
-            self.state.aborted.fetch_add(1, Ordering::SeqCst);
-            self.state.changed.notify_waiters();
-        }
+        let counter = if self.done {
+            &self.state.completed
+        } else {
+            &self.state.aborted
+        };
+        counter.fetch_add(1, Ordering::SeqCst);
+        self.state.changed.notify_waiters();
     }
 }
 

@@ -137,11 +137,11 @@ impl Upstream {
                 Ok(Upstream::OpenAi(o))
             }
             ProviderKind::Mock => {
-                if c.base_url.is_some() || !c.api_keys.is_empty() {
-                    return Err((
-                        "base_url",
-                        "a mock channel takes no base_url or api_keys".into(),
-                    ));
+                if c.base_url.is_some() {
+                    return Err(("base_url", "a mock channel takes no base_url".into()));
+                }
+                if !c.api_keys.is_empty() {
+                    return Err(("api_keys", "a mock channel takes no api_keys".into()));
                 }
                 let spec = c.mock.clone().unwrap_or_default();
                 spec.validate().map_err(|m| ("mock", m))?;

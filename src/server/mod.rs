@@ -170,8 +170,8 @@ impl Ctx {
             key_name: self.key.as_deref().map(str::to_string),
             endpoint: self.endpoint,
             requested_model: self.requested_model.clone(),
-            served_model: served.as_ref().map(|s| s.1.to_string()),
-            channel: served.as_ref().map(|s| s.0.to_string()),
+            served_model: served.as_ref().map(|s| s.model.to_string()),
+            channel: served.as_ref().map(|s| s.channel.to_string()),
             status,
             outcome: outcome.to_string(),
             attempts: self.report.attempts_json().to_string(),
@@ -201,22 +201,26 @@ impl Drop for Ctx {
     }
 }
 
-/// `Authorization: Bearer <key>` or `x-api-key: <key>`.
+/// `Authorization: Bearer <key>`, else `x-api-key: <key>` (also when Authorization carries
+/// another scheme, as some clients send for a proxy in between).
 fn bearer(headers: &HeaderMap) -> Option<&str> {
-    if let Some(v) = headers
+    let from_auth = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-    {
-        let v = v.trim();
-        if v.len() > 7 && v[..7].eq_ignore_ascii_case("bearer ") {
-            return Some(v[7..].trim());
-        }
-        return None;
-    }
-    headers
-        .get("x-api-key")
-        .and_then(|v| v.to_str().ok())
         .map(str::trim)
+        .and_then(|v| {
+            let scheme = v.get(..7)?;
+            scheme
+                .eq_ignore_ascii_case("bearer ")
+                .then(|| v.get(7..).map(str::trim))
+                .flatten()
+        });
+    from_auth.or_else(|| {
+        headers
+            .get("x-api-key")
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    })
 }
 
 /// Reads the body up to `limit` bytes; more is a 413 (checked against Content-Length first, so
@@ -279,9 +283,10 @@ fn set_header(resp: &mut Response, name: &'static str, value: &str) {
 /// A served response with the failover report headers (true at the moment they are sent:
 /// the commit point, for streams) and the request id.
 fn served(mut resp: Response, ctx: &Ctx) -> Response {
-    if let Some((channel, model)) = &ctx.report.served {
-        set_header(&mut resp, "x-switchyard-channel", channel);
-        set_header(&mut resp, "x-switchyard-model", model);
+    if let Some(s) = &ctx.report.served {
+        set_header(&mut resp, "x-switchyard-channel", &s.channel);
+        set_header(&mut resp, "x-switchyard-model", &s.model);
+        set_header(&mut resp, "x-switchyard-upstream-model", &s.upstream_model);
     }
     let attempts = ctx.report.attempts.len().to_string();
     set_header(&mut resp, "x-switchyard-attempts", &attempts);
@@ -459,10 +464,18 @@ async fn models(State(state): State<AppState>, headers: HeaderMap) -> Response {
     {
         return ApiError::Unauthorized.into_response();
     }
+    // Only models that some enabled channel serves: the rest would answer 503.
     let data: Vec<Value> = snap
         .models
-        .keys()
-        .map(|m| json!({"id": &**m, "object": "model", "created": 0, "owned_by": "switchyard"}))
+        .iter()
+        .filter(|(_, routes)| {
+            routes
+                .iter()
+                .any(|r| snap.channels.get(r.channel).is_some_and(|c| c.enabled))
+        })
+        .map(
+            |(m, _)| json!({"id": &**m, "object": "model", "created": 0, "owned_by": "switchyard"}),
+        )
         .collect();
     axum::Json(json!({"object": "list", "data": data})).into_response()
 }

@@ -160,3 +160,69 @@ async fn reload_swaps_the_config_and_keeps_it_when_invalid() {
     assert_eq!(resp.status(), 200);
     assert_eq!(header(&resp, "x-switchyard-channel"), "one");
 }
+
+#[tokio::test]
+async fn a_reload_during_the_attempts_does_not_change_the_plan_in_flight() {
+    let hang = mock(faulty(
+        "x",
+        switchyard::provider::mock::Fault {
+            hang: true,
+            ..Default::default()
+        },
+    ))
+    .await;
+    let backup = mock(text_spec("old backup")).await;
+    let other = mock(text_spec("new channel")).await;
+    let gw = gateway(&format!(
+        "{}{}",
+        openai_channel("hang", &hang.base_url(), 1, "timeout_ms = 500"),
+        openai_channel("backup", &backup.base_url(), 2, "")
+    ))
+    .await;
+    let url = gw.chat_url();
+    let pending = tokio::spawn(async move {
+        client()
+            .post(url)
+            .bearer_auth(KEY)
+            .json(&chat_body(false))
+            .send()
+            .await
+            .unwrap()
+    });
+    // The request is on its first attempt; the config now loses its backup channel.
+    eventually(&hang, "requests >= 1", |m| m.requests() >= 1).await;
+    gw.rewrite(&openai_channel("other", &other.base_url(), 1, ""));
+    let reload = client()
+        .post(format!("{}/admin/reload", gw.url))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reload.status(), 200);
+    // The request in flight still fails over along the plan it started with.
+    let resp = pending.await.unwrap();
+    assert_eq!(header(&resp, "x-switchyard-channel"), "backup");
+    assert_eq!(other.requests(), 0);
+    // New requests use the new config.
+    let resp = gw.chat(chat_body(false)).await;
+    assert_eq!(header(&resp, "x-switchyard-channel"), "other");
+}
+
+#[tokio::test]
+async fn unauthenticated_requests_are_not_logged() {
+    let up = mock(text_spec("ok")).await;
+    let gw = gateway(&openai_channel("up", &up.base_url(), 1, "")).await;
+    for _ in 0..3 {
+        let resp = client()
+            .post(gw.chat_url())
+            .json(&chat_body(false))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 401);
+    }
+    assert_eq!(gw.chat(chat_body(false)).await.status(), 200);
+    let rows = gw.admin_requests().await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["status"], 200);
+}

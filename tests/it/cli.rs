@@ -25,17 +25,19 @@ async fn spawn_listening(
     dir: &std::path::Path,
     marker: &'static str,
 ) -> (Proc, String) {
+    // stderr goes to dir/stderr.log, for tests that read what the binary logged.
+    let stderr = std::fs::File::create(dir.join("stderr.log")).expect("stderr file");
     let mut child = Command::new(BIN)
         .args(args)
         .current_dir(dir)
         .env("SWITCHYARD_LOG", "warn")
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(stderr)
         .spawn()
         .expect("binary runs");
     let stdout = child.stdout.take().expect("stdout");
     let proc = Proc(child);
-    let url = tokio::task::spawn_blocking(move || {
+    let read = tokio::task::spawn_blocking(move || {
         for line in BufReader::new(stdout).lines() {
             let line = line.ok()?;
             if let Some(rest) = line.split(marker).nth(1) {
@@ -43,10 +45,12 @@ async fn spawn_listening(
             }
         }
         None
-    })
-    .await
-    .unwrap()
-    .expect("the binary prints where it listens");
+    });
+    let url = tokio::time::timeout(std::time::Duration::from_secs(30), read)
+        .await
+        .expect("the binary starts within 30 s")
+        .unwrap()
+        .expect("the binary prints where it listens");
     (proc, url)
 }
 
@@ -79,6 +83,13 @@ async fn serve_without_config_runs_the_demo_and_answers_the_readme_request() {
     );
     // The request log is SQLite in the working directory.
     assert!(dir.path().join("switchyard.db").exists());
+    // Demo mode says so at start-up, with the key and the loopback restriction.
+    let banner = std::fs::read_to_string(dir.path().join("stderr.log")).unwrap();
+    assert!(
+        banner.contains("DEMO MODE") && banner.contains("sk-switchyard-demo"),
+        "{banner}"
+    );
+    assert!(banner.contains("loopback"), "{banner}");
 }
 
 #[tokio::test]
@@ -200,13 +211,12 @@ async fn sighup_reloads_the_config_file() {
     );
     // The reload happens asynchronously in the server; ask until it shows (bounded).
     let mut seen = String::new();
-    for _ in 0..100 {
+    for _ in 0..200 {
         seen = models().await;
         if seen == "after" {
             break;
         }
-        tokio::task::yield_now().await;
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     assert_eq!(seen, "after");
 }
@@ -279,7 +289,7 @@ async fn sigterm_lets_streams_in_flight_finish_and_writes_their_log_rows() {
         format!(
             "[log]\nsqlite_path = \"{}\"\n[[keys]]\nname = \"a\"\nkey = \"{KEY}\"\n\
              [[channels]]\nname = \"slow\"\nprovider = \"mock\"\nmodels = [\"m\"]\n\
-             mock = {{ text = \"0123456789\", chunks = 10, chunk_ms = 40 }}\n",
+             mock = {{ text = \"abcdefghijklmnopqrst\", chunks = 20, chunk_ms = 60 }}\n",
             dir.path().join("g.db").display()
         ),
     )
@@ -313,10 +323,14 @@ async fn sigterm_lets_streams_in_flight_finish_and_writes_their_log_rows() {
             .unwrap()
             .success()
     );
+    let mut after_kill = String::new();
     while let Some(c) = resp.chunk().await.unwrap() {
-        body.push_str(&String::from_utf8_lossy(&c));
+        after_kill.push_str(&String::from_utf8_lossy(&c));
     }
-    assert_eq!(sse_text(&body), "0123456789");
+    // Most of the 1.2 s stream was still to come when the signal arrived.
+    assert!(sse_text(&after_kill).len() >= 10, "{after_kill}");
+    body.push_str(&after_kill);
+    assert_eq!(sse_text(&body), "abcdefghijklmnopqrst");
     assert!(body.ends_with("data: [DONE]\n\n"));
     let status = tokio::task::spawn_blocking(move || p.0.wait())
         .await

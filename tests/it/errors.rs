@@ -35,7 +35,7 @@ async fn missing_or_wrong_keys_are_401() {
         .await
         .unwrap();
     error_envelope(resp, 401).await;
-    // x-api-key works as well as Bearer.
+    // x-api-key works as well as Bearer, also beside an Authorization of another scheme.
     let resp = c
         .post(gw.chat_url())
         .header("x-api-key", KEY)
@@ -44,7 +44,17 @@ async fn missing_or_wrong_keys_are_401() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 200);
-    assert_eq!(up.requests(), 1);
+    let resp = c
+        .post(gw.chat_url())
+        .header("authorization", "Basic cHJveHk6cHc=")
+        .header("x-api-key", KEY)
+        .json(&chat_body(false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(header(&resp, "x-request-id").starts_with("req_"));
+    assert_eq!(up.requests(), 2);
 }
 
 #[tokio::test]
@@ -105,6 +115,7 @@ async fn bodies_over_the_limit_are_413_even_without_content_length() {
     let (up, gw) = one_good_channel().await;
     let big = json!({"model": "m", "messages": [{"role": "user", "content": "x".repeat(4096)}]});
     let resp = gw.chat(big.clone()).await;
+    assert!(header(&resp, "x-request-id").starts_with("req_"));
     let e = error_envelope(resp, 413).await;
     assert_eq!(e["code"], "request_too_large");
     // Chunked upload: no Content-Length to check up front.

@@ -321,7 +321,7 @@ async fn the_request_deadline_gives_504() {
     let started = std::time::Instant::now();
     let resp = gw.chat(chat_body(false)).await;
     let took = started.elapsed().as_millis();
-    assert!((500..2000).contains(&took), "{took} ms");
+    assert!((500..5000).contains(&took), "{took} ms");
     assert_eq!(header(&resp, "x-should-retry"), "false");
     let e = error_envelope(resp, 504).await;
     assert_eq!(e["code"], "request_timeout");
@@ -410,6 +410,40 @@ async fn the_last_channel_may_wait_out_a_short_retry_after() {
         ..text_spec("x")
     });
     let gw = gateway(&openai_channel("only", &limited.base_url(), 1, "")).await;
+    let started = std::time::Instant::now();
     let resp = gw.chat(chat_body(false)).await;
     error_envelope(resp, 429).await;
+    assert_eq!(limited.requests(), 1);
+    assert!(started.elapsed() < std::time::Duration::from_millis(1000));
+}
+
+#[tokio::test]
+async fn upstream_422_and_413_are_the_clients_and_403_fails_over() {
+    for code in [422, 413] {
+        let picky = mock(faulty("x", status(code))).await;
+        let backup = mock(text_spec("ok")).await;
+        let gw = gateway(&format!(
+            "{}{}",
+            openai_channel("picky", &picky.base_url(), 1, ""),
+            openai_channel("backup", &backup.base_url(), 2, "")
+        ))
+        .await;
+        assert_eq!(gw.chat(chat_body(false)).await.status().as_u16(), code);
+        assert_eq!(backup.requests(), 0);
+    }
+    let forbidden = mock(faulty("x", status(403))).await;
+    let backup = mock(text_spec("ok")).await;
+    let gw = gateway(&format!(
+        "{}{}",
+        openai_channel("forbidden", &forbidden.base_url(), 1, ""),
+        openai_channel("backup", &backup.base_url(), 2, "")
+    ))
+    .await;
+    let resp = gw.chat(chat_body(false)).await;
+    assert_eq!(resp.status(), 200);
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(
+        reasons(&v["switchyard"]["failover"]["attempts"]),
+        ["auth_error", "ok"]
+    );
 }

@@ -41,6 +41,10 @@ async fn mapped_models_use_the_upstream_name() {
         .await;
     assert_eq!(resp.status(), 200);
     assert_eq!(header(&resp, "x-switchyard-model"), "friendly");
+    assert_eq!(
+        header(&resp, "x-switchyard-upstream-model"),
+        "vendor-model-2024-08-06"
+    );
     assert_eq!(up.received()[0].body["model"], "vendor-model-2024-08-06");
     // No api_keys configured: no Authorization header at all (Ollama-style upstream).
     assert!(up.received()[0].headers.get("authorization").is_none());
@@ -124,6 +128,29 @@ async fn models_lists_what_the_key_can_use() {
         .map(|m| m["id"].as_str().unwrap())
         .collect();
     assert_eq!(ids, ["e", "m"]);
+    // A model whose only channel is disabled is not offered.
+    gw.rewrite(&format!(
+        "{}[[channels]]\nname = \"off\"\nprovider = \"mock\"\nmodels = [\"hidden\"]\nenabled = false\n",
+        openai_channel("up", &up.base_url(), 1, "")
+    ));
+    let reload = client()
+        .post(format!("{}/admin/reload", gw.url))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reload.status(), 200);
+    let v: serde_json::Value = client()
+        .get(format!("{}/v1/models", gw.url))
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(!v.to_string().contains("hidden"), "{v}");
+    assert!(v.to_string().contains("\"m\""), "{v}");
     let resp = client()
         .get(format!("{}/v1/models", gw.url))
         .send()

@@ -287,3 +287,96 @@ async fn the_usage_request_can_be_turned_off_per_channel() {
         true
     );
 }
+
+#[tokio::test]
+async fn a_slow_client_holds_the_upstream_back_instead_of_filling_memory() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // 48 MiB of answer in 1 KiB chunks, sent as fast as the sockets take it: more than the
+    // kernel's socket buffers on the way can hold (up to 32 MiB + 4 MiB autotuned here).
+    let big = mock(MockSpec {
+        text: "x".repeat(48 << 20),
+        chunks: 48 << 10,
+        ..MockSpec::default()
+    })
+    .await;
+    let gw = gateway(&openai_channel("big", &big.base_url(), 1, "")).await;
+    // A raw client with a small receive buffer, so the kernel cannot absorb the answer for it.
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    let mut conn = sock.connect(gw.running.addr).await.unwrap();
+    let body = serde_json::to_string(&stream_body(false)).unwrap();
+    let request = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {KEY}\r\n\
+         Content-Type: application/json\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    conn.write_all(request.as_bytes()).await.unwrap();
+    let mut first = vec![0u8; 4096];
+    let n = conn.read(&mut first).await.unwrap();
+    assert!(String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"));
+    // The client stops reading. Nothing may drain the upstream for it: given time, the mock
+    // must still be blocked mid-answer (a gateway buffering the stream would have taken it all).
+    tokio::time::sleep(std::time::Duration::from_millis(1000)).await;
+    assert_eq!(
+        big.completed(),
+        0,
+        "the upstream finished while the client was not reading"
+    );
+    // The client reads again: everything arrives, in order, ending with [DONE].
+    let mut rest = Vec::new();
+    conn.read_to_end(&mut rest).await.unwrap();
+    let rest = String::from_utf8_lossy(&rest);
+    let tail = &rest[rest.len().saturating_sub(64)..];
+    // The last event, then the end of the chunked body.
+    assert!(
+        tail.contains("data: [DONE]\n\n") && tail.ends_with("0\r\n\r\n"),
+        "{tail}"
+    );
+    eventually(&big, "completed >= 1", |m| m.completed() >= 1).await;
+}
+
+#[tokio::test]
+async fn chunks_reach_the_client_as_they_are_produced() {
+    let slow = mock(MockSpec {
+        text: "aaaabbbbccccdddd".into(),
+        chunks: 4,
+        chunk_ms: 150,
+        ..MockSpec::default()
+    })
+    .await;
+    let gw = gateway(&openai_channel("slow", &slow.base_url(), 1, "")).await;
+    let mut resp = gw.chat(stream_body(false)).await;
+    let mut first_content_at = None;
+    let mut text = String::new();
+    while let Some(bytes) = resp.chunk().await.unwrap() {
+        let got = sse_text(&String::from_utf8_lossy(&bytes));
+        if !got.is_empty() && first_content_at.is_none() {
+            first_content_at = Some(std::time::Instant::now());
+        }
+        text.push_str(&got);
+    }
+    let after_first = first_content_at.unwrap().elapsed();
+    assert_eq!(text, "aaaabbbbccccdddd");
+    // Three more chunks 150 ms apart came after the first one reached the client.
+    assert!(
+        after_first >= std::time::Duration::from_millis(400),
+        "{after_first:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_upstream_400_on_a_stream_is_returned_as_is() {
+    let picky = mock(faulty("x", status(400))).await;
+    let backup = mock(text_spec("ok")).await;
+    let gw = gateway(&format!(
+        "{}{}",
+        openai_channel("picky", &picky.base_url(), 1, ""),
+        openai_channel("backup", &backup.base_url(), 2, "")
+    ))
+    .await;
+    let resp = gw.chat(stream_body(false)).await;
+    assert_eq!(resp.status(), 400);
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "mock_client_error");
+    assert_eq!(backup.requests(), 0);
+}
