@@ -31,15 +31,16 @@ pub struct AttemptRecord {
     pub latency_ms: u64,
 }
 
-impl AttemptRecord {
-    pub fn to_json(&self) -> Value {
-        json!({
-            "channel": &*self.channel,
-            "model": &*self.model,
-            "status": self.status,
-            "reason": self.class.map_or("ok", OutcomeClass::as_str),
-            "latency_ms": self.latency_ms,
-        })
+impl serde::Serialize for AttemptRecord {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(5))?;
+        m.serialize_entry("channel", &*self.channel)?;
+        m.serialize_entry("model", &*self.model)?;
+        m.serialize_entry("status", &self.status)?;
+        m.serialize_entry("reason", self.class.map_or("ok", OutcomeClass::as_str))?;
+        m.serialize_entry("latency_ms", &self.latency_ms)?;
+        m.end()
     }
 }
 
@@ -69,7 +70,12 @@ impl Report {
     }
 
     pub fn attempts_json(&self) -> Value {
-        Value::Array(self.attempts.iter().map(AttemptRecord::to_json).collect())
+        serde_json::to_value(&self.attempts).unwrap_or(Value::Null)
+    }
+
+    /// The attempts as JSON text, for the log row (written directly, no tree).
+    pub fn attempts_text(&self) -> String {
+        serde_json::to_string(&self.attempts).unwrap_or_else(|_| "[]".into())
     }
 
     /// The body extension, present only when failover occurred (more than one attempt).

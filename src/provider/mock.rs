@@ -143,9 +143,9 @@ impl Fault {
             );
         }
         if let Some(s) = self.status
-            && !(400..=599).contains(&s)
+            && !(300..=599).contains(&s)
         {
-            return Err(format!("fault status {s} must be 400..=599"));
+            return Err(format!("fault status {s} must be 300..=599"));
         }
         if self.retry_after_seconds.is_some() && self.status.is_none() {
             return Err("retry_after_seconds goes with status".into());
@@ -756,6 +756,13 @@ fn status_response(status: u16, retry_after: Option<u64>) -> Response {
     {
         resp.headers_mut().insert(header::RETRY_AFTER, v);
     }
+    if (300..400).contains(&status) {
+        // Back to this same mock: a client that follows it shows up as a second request.
+        resp.headers_mut().insert(
+            header::LOCATION,
+            header::HeaderValue::from_static("/v1/chat/completions?redirected=1"),
+        );
+    }
     resp
 }
 
@@ -939,7 +946,7 @@ mod tests {
     fn faults_must_set_exactly_one_thing() {
         let bad: MockSpec = toml::from_str("fault = { hang = true, status = 500 }").unwrap();
         assert!(bad.validate().is_err());
-        let bad: MockSpec = toml::from_str("fault = { status = 200 }").unwrap();
+        let bad: MockSpec = toml::from_str("fault = { status = 204 }").unwrap();
         assert!(bad.validate().is_err());
     }
 

@@ -76,6 +76,9 @@ impl HttpClients {
             .connect_timeout(Duration::from_millis(connect_timeout_ms))
             .pool_idle_timeout(Duration::from_secs(90))
             .tcp_nodelay(true)
+            // Never follow an upstream redirect: it would re-send the request (and possibly a
+            // credential) somewhere the config does not name. A 3xx is that attempt's failure.
+            .redirect(reqwest::redirect::Policy::none())
             .no_proxy();
         // HTTP/1.1 unless asked: one multiplexed connection can queue long streams behind its
         // stream limit without saying so.

@@ -174,7 +174,7 @@ impl Ctx {
             channel: served.as_ref().map(|s| s.channel.to_string()),
             status,
             outcome: outcome.to_string(),
-            attempts: self.report.attempts_json().to_string(),
+            attempts: self.report.attempts_text(),
             stream: self.stream,
             total_ms: self.started.elapsed().as_millis() as u64,
             ..LogRow::default()

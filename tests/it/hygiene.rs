@@ -198,3 +198,21 @@ async fn a_query_in_the_base_url_is_kept() {
         "/v1/chat/completions?api-version=2024-10-21"
     );
 }
+
+#[tokio::test]
+async fn upstream_redirects_are_not_followed() {
+    let redirecting = mock(faulty("x", status(307))).await;
+    let good = mock(text_spec("ok")).await;
+    let gw = gateway(&format!(
+        "{}{}",
+        openai_channel("redirecting", &redirecting.base_url(), 1, ""),
+        openai_channel("good", &good.base_url(), 2, "")
+    ))
+    .await;
+    let resp = gw.chat(chat_body(false)).await;
+    assert_eq!(header(&resp, "x-switchyard-channel"), "good");
+    // Followed, the 307 would have sent the request (and the upstream key) again.
+    assert_eq!(redirecting.requests(), 1);
+    let v: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(v["switchyard"]["failover"]["attempts"][0]["status"], 307);
+}
