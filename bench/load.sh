@@ -17,31 +17,8 @@ GW_PORT=${GW_PORT:-18080}
 # CPU for the gateway. GW_CPU=1 puts it beside the mock and wrk: no cross-core wake-ups, which
 # separates the gateway's own cost from the VM's cost of waking an idle core.
 GW_CPU=${GW_CPU:-0}
-KEY=sk-bench-key-000000
-
-command -v wrk >/dev/null || { echo "wrk not found: apt-get install wrk" >&2; exit 1; }
-command -v taskset >/dev/null || { echo "taskset not found (util-linux)" >&2; exit 1; }
-
-cargo build --release --quiet
-BIN=${CARGO_TARGET_DIR:-target}/release/switchyard
-
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-wait_port() {
-  for _ in $(seq 1 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.05
-  done
-  echo "port $1 did not open" >&2
-  exit 1
-}
+# shellcheck source=bench/common.sh
+. bench/common.sh
 
 taskset -c 1 "$BIN" --log-level error mock --port "$MOCK_PORT" \
   --text "The quick brown fox jumps over the lazy dog, twice over." --chunks 8 >/dev/null &

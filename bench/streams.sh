@@ -15,30 +15,9 @@ STREAMS=${STREAMS:-"500 2000"}
 DURATION=${DURATION:-15}
 MOCK_PORT=${MOCK_PORT:-18083}
 GW_PORT=${GW_PORT:-18082}
-KEY=sk-bench-key-000000
-
-command -v wrk >/dev/null || { echo "wrk not found: apt-get install wrk" >&2; exit 1; }
+# shellcheck source=bench/common.sh
+. bench/common.sh
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-
-cargo build --release --quiet
-BIN=${CARGO_TARGET_DIR:-target}/release/switchyard
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-wait_port() {
-  for _ in $(seq 1 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.05
-  done
-  echo "port $1 did not open" >&2
-  exit 1
-}
 
 taskset -c 1 "$BIN" --log-level error mock --port "$MOCK_PORT" --ttft-ms 100 --chunk-ms 50 --chunks 20 \
   --text "Streams stay open for about a second, one small chunk every fifty milliseconds, like tokens." >/dev/null &

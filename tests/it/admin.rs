@@ -120,14 +120,7 @@ async fn reload_swaps_the_config_and_keeps_it_when_invalid() {
     })
     .await;
     let gw = gateway(&openai_channel("one", &one.base_url(), 1, "")).await;
-    let reload = || async {
-        client()
-            .post(format!("{}/admin/reload", gw.url))
-            .bearer_auth(ADMIN)
-            .send()
-            .await
-            .unwrap()
-    };
+    let reload = || async { gw.reload().await };
     gw.rewrite(&openai_channel("two", &two.base_url(), 1, ""));
     let resp = reload().await;
     assert_eq!(resp.status(), 200);
@@ -192,12 +185,7 @@ async fn a_reload_during_the_attempts_does_not_change_the_plan_in_flight() {
     // The request is on its first attempt; the config now loses its backup channel.
     eventually(&hang, "requests >= 1", |m| m.requests() >= 1).await;
     gw.rewrite(&openai_channel("other", &other.base_url(), 1, ""));
-    let reload = client()
-        .post(format!("{}/admin/reload", gw.url))
-        .bearer_auth(ADMIN)
-        .send()
-        .await
-        .unwrap();
+    let reload = gw.reload().await;
     assert_eq!(reload.status(), 200);
     // The request in flight still fails over along the plan it started with.
     let resp = pending.await.unwrap();

@@ -7,13 +7,10 @@ use crate::support::*;
 
 #[tokio::test]
 async fn fails_over_on_500_and_reports_it() {
-    let bad = mock(faulty("bad", status(500))).await;
-    let good = mock(text_spec("from backup")).await;
-    let gw = gateway(&format!(
-        "{}{}",
-        openai_channel("primary", &bad.base_url(), 1, ""),
-        openai_channel("backup", &good.base_url(), 2, "")
-    ))
+    let (bad, good, gw) = two_tiers(
+        ("primary", faulty("bad", status(500)), ""),
+        ("backup", text_spec("from backup")),
+    )
     .await;
     let resp = gw.chat(chat_body(false)).await;
     assert_eq!(resp.status(), 200);
@@ -83,29 +80,31 @@ async fn fails_over_on_429_with_and_without_retry_after_without_sleeping() {
 
 #[tokio::test]
 async fn all_rate_limited_is_429_with_retry_after_and_no_sdk_retry() {
-    let a = mock(faulty(
-        "x",
-        Fault {
-            status: Some(429),
-            retry_after_seconds: Some(7),
-            ..Fault::default()
-        },
-    ))
-    .await;
-    let b = mock(faulty(
-        "x",
-        Fault {
-            status: Some(429),
-            retry_after_seconds: Some(3),
-            ..Fault::default()
-        },
-    ))
-    .await;
-    let gw = gateway(&format!(
-        "{}{}",
-        openai_channel("a", &a.base_url(), 1, ""),
-        openai_channel("b", &b.base_url(), 2, "")
-    ))
+    let (_a, _b, gw) = two_tiers(
+        (
+            "a",
+            faulty(
+                "x",
+                Fault {
+                    status: Some(429),
+                    retry_after_seconds: Some(7),
+                    ..Fault::default()
+                },
+            ),
+            "",
+        ),
+        (
+            "b",
+            faulty(
+                "x",
+                Fault {
+                    status: Some(429),
+                    retry_after_seconds: Some(3),
+                    ..Fault::default()
+                },
+            ),
+        ),
+    )
     .await;
     let resp = gw.chat(chat_body(false)).await;
     assert_eq!(header(&resp, "retry-after"), "3");
@@ -139,20 +138,20 @@ async fn fails_over_on_connection_refused() {
 
 #[tokio::test]
 async fn fails_over_on_attempt_timeout() {
-    let slow = mock(faulty(
-        "x",
-        Fault {
-            hang: true,
-            ..Fault::default()
-        },
-    ))
-    .await;
-    let good = mock(text_spec("ok")).await;
-    let gw = gateway(&format!(
-        "{}{}",
-        openai_channel("slow", &slow.base_url(), 1, "timeout_ms = 300"),
-        openai_channel("good", &good.base_url(), 2, "")
-    ))
+    let (slow, _good, gw) = two_tiers(
+        (
+            "slow",
+            faulty(
+                "x",
+                Fault {
+                    hang: true,
+                    ..Fault::default()
+                },
+            ),
+            "timeout_ms = 300",
+        ),
+        ("good", text_spec("ok")),
+    )
     .await;
     let resp = gw.chat(chat_body(false)).await;
     assert_eq!(resp.status(), 200);
@@ -185,13 +184,10 @@ async fn misrouted_404_and_refused_credentials_fail_over() {
 
 #[tokio::test]
 async fn upstream_400_is_returned_as_is_and_never_failed_over() {
-    let picky = mock(faulty("x", status(400))).await;
-    let backup = mock(text_spec("ok")).await;
-    let gw = gateway(&format!(
-        "{}{}",
-        openai_channel("picky", &picky.base_url(), 1, "max_retries = 2"),
-        openai_channel("backup", &backup.base_url(), 2, "")
-    ))
+    let (picky, backup, gw) = two_tiers(
+        ("picky", faulty("x", status(400)), "max_retries = 2"),
+        ("backup", text_spec("ok")),
+    )
     .await;
     let resp = gw.chat(chat_body(false)).await;
     assert_eq!(resp.status(), 400);
@@ -331,13 +327,10 @@ async fn the_request_deadline_gives_504() {
 
 #[tokio::test]
 async fn embeddings_are_routed_with_failover() {
-    let bad = mock(faulty("x", status(502))).await;
-    let good = mock(text_spec("x")).await;
-    let gw = gateway(&format!(
-        "{}{}",
-        openai_channel("bad", &bad.base_url(), 1, ""),
-        openai_channel("good", &good.base_url(), 2, "")
-    ))
+    let (_bad, good, gw) = two_tiers(
+        ("bad", faulty("x", status(502)), ""),
+        ("good", text_spec("x")),
+    )
     .await;
     let resp = client()
         .post(format!("{}/v1/embeddings", gw.url))
@@ -431,13 +424,10 @@ async fn upstream_422_and_413_are_the_clients_and_403_fails_over() {
         assert_eq!(gw.chat(chat_body(false)).await.status().as_u16(), code);
         assert_eq!(backup.requests(), 0);
     }
-    let forbidden = mock(faulty("x", status(403))).await;
-    let backup = mock(text_spec("ok")).await;
-    let gw = gateway(&format!(
-        "{}{}",
-        openai_channel("forbidden", &forbidden.base_url(), 1, ""),
-        openai_channel("backup", &backup.base_url(), 2, "")
-    ))
+    let (_forbidden, _backup, gw) = two_tiers(
+        ("forbidden", faulty("x", status(403)), ""),
+        ("backup", text_spec("ok")),
+    )
     .await;
     let resp = gw.chat(chat_body(false)).await;
     assert_eq!(resp.status(), 200);

@@ -133,12 +133,7 @@ async fn models_lists_what_the_key_can_use() {
         "{}[[channels]]\nname = \"off\"\nprovider = \"mock\"\nmodels = [\"hidden\"]\nenabled = false\n",
         openai_channel("up", &up.base_url(), 1, "")
     ));
-    let reload = client()
-        .post(format!("{}/admin/reload", gw.url))
-        .bearer_auth(ADMIN)
-        .send()
-        .await
-        .unwrap();
+    let reload = gw.reload().await;
     assert_eq!(reload.status(), 200);
     let v: serde_json::Value = client()
         .get(format!("{}/v1/models", gw.url))
@@ -171,12 +166,7 @@ async fn upstream_http_version_is_1_1_unless_the_channel_opts_into_http2() {
     assert_eq!(gw.chat(chat_body(false)).await.status(), 200);
     // Streams over HTTP/2 too: take h1 out and stream through the h2 channel.
     gw.rewrite(&openai_channel("h2", &up.base_url(), 1, "http2 = true"));
-    let reload = client()
-        .post(format!("{}/admin/reload", gw.url))
-        .bearer_auth(ADMIN)
-        .send()
-        .await
-        .unwrap();
+    let reload = gw.reload().await;
     assert_eq!(reload.status(), 200);
     let body = gw.chat(chat_body(true)).await.text().await.unwrap();
     assert_eq!(sse_text(&body), "ok");
@@ -201,13 +191,10 @@ async fn a_query_in_the_base_url_is_kept() {
 
 #[tokio::test]
 async fn upstream_redirects_are_not_followed() {
-    let redirecting = mock(faulty("x", status(307))).await;
-    let good = mock(text_spec("ok")).await;
-    let gw = gateway(&format!(
-        "{}{}",
-        openai_channel("redirecting", &redirecting.base_url(), 1, ""),
-        openai_channel("good", &good.base_url(), 2, "")
-    ))
+    let (redirecting, _good, gw) = two_tiers(
+        ("redirecting", faulty("x", status(307)), ""),
+        ("good", text_spec("ok")),
+    )
     .await;
     let resp = gw.chat(chat_body(false)).await;
     assert_eq!(header(&resp, "x-switchyard-channel"), "good");

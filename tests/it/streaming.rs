@@ -47,13 +47,10 @@ async fn usage_chunk_is_passed_when_the_client_asks() {
 
 #[tokio::test]
 async fn a_500_before_the_first_byte_is_invisible() {
-    let bad = mock(faulty("BAD", status(500))).await;
-    let good = mock(text_spec("good answer")).await;
-    let gw = gateway(&format!(
-        "{}{}",
-        openai_channel("bad", &bad.base_url(), 1, ""),
-        openai_channel("good", &good.base_url(), 2, "")
-    ))
+    let (_bad, _good, gw) = two_tiers(
+        ("bad", faulty("BAD", status(500)), ""),
+        ("good", text_spec("good answer")),
+    )
     .await;
     let resp = gw.chat(stream_body(false)).await;
     assert_eq!(resp.status(), 200);
@@ -67,20 +64,20 @@ async fn a_500_before_the_first_byte_is_invisible() {
 #[tokio::test]
 async fn a_hang_past_first_token_timeout_fails_over_invisibly() {
     // The hanging upstream sends headers and a role-only chunk, then nothing.
-    let hang = mock(faulty(
-        "HANG",
-        Fault {
-            hang: true,
-            ..Fault::default()
-        },
-    ))
-    .await;
-    let good = mock(text_spec("served by backup")).await;
-    let gw = gateway(&format!(
-        "{}{}",
-        openai_channel("hang", &hang.base_url(), 1, "first_token_timeout_ms = 300"),
-        openai_channel("good", &good.base_url(), 2, "")
-    ))
+    let (hang, _good, gw) = two_tiers(
+        (
+            "hang",
+            faulty(
+                "HANG",
+                Fault {
+                    hang: true,
+                    ..Fault::default()
+                },
+            ),
+            "first_token_timeout_ms = 300",
+        ),
+        ("good", text_spec("served by backup")),
+    )
     .await;
     let resp = gw.chat(stream_body(false)).await;
     assert_eq!(resp.status(), 200);
@@ -94,23 +91,23 @@ async fn a_hang_past_first_token_timeout_fails_over_invisibly() {
 
 #[tokio::test]
 async fn a_cut_after_the_first_token_is_an_error_frame_without_done() {
-    let cut = mock(MockSpec {
-        chunks: 4,
-        ..faulty(
-            "AAAABBBBCCCCDDDD",
-            Fault {
-                cut_after: Some(2),
-                ..Fault::default()
+    let (_cut, backup, gw) = two_tiers(
+        (
+            "cut",
+            MockSpec {
+                chunks: 4,
+                ..faulty(
+                    "AAAABBBBCCCCDDDD",
+                    Fault {
+                        cut_after: Some(2),
+                        ..Fault::default()
+                    },
+                )
             },
-        )
-    })
-    .await;
-    let backup = mock(text_spec("backup")).await;
-    let gw = gateway(&format!(
-        "{}{}",
-        openai_channel("cut", &cut.base_url(), 1, ""),
-        openai_channel("backup", &backup.base_url(), 2, "")
-    ))
+            "",
+        ),
+        ("backup", text_spec("backup")),
+    )
     .await;
     let resp = gw.chat(stream_body(false)).await;
     assert_eq!(resp.status(), 200);
@@ -237,20 +234,20 @@ async fn in_process_mock_channels_stream_and_fail_over() {
 
 #[tokio::test]
 async fn a_stream_that_ends_without_an_answer_fails_over() {
-    let empty = mock(faulty(
-        "x",
-        Fault {
-            empty: true,
-            ..Fault::default()
-        },
-    ))
-    .await;
-    let good = mock(text_spec("real answer")).await;
-    let gw = gateway(&format!(
-        "{}{}",
-        openai_channel("empty", &empty.base_url(), 1, ""),
-        openai_channel("good", &good.base_url(), 2, "")
-    ))
+    let (_empty, _good, gw) = two_tiers(
+        (
+            "empty",
+            faulty(
+                "x",
+                Fault {
+                    empty: true,
+                    ..Fault::default()
+                },
+            ),
+            "",
+        ),
+        ("good", text_spec("real answer")),
+    )
     .await;
     let resp = gw.chat(stream_body(false)).await;
     assert_eq!(header(&resp, "x-switchyard-channel"), "good");
@@ -366,13 +363,10 @@ async fn chunks_reach_the_client_as_they_are_produced() {
 
 #[tokio::test]
 async fn an_upstream_400_on_a_stream_is_returned_as_is() {
-    let picky = mock(faulty("x", status(400))).await;
-    let backup = mock(text_spec("ok")).await;
-    let gw = gateway(&format!(
-        "{}{}",
-        openai_channel("picky", &picky.base_url(), 1, ""),
-        openai_channel("backup", &backup.base_url(), 2, "")
-    ))
+    let (_picky, backup, gw) = two_tiers(
+        ("picky", faulty("x", status(400)), ""),
+        ("backup", text_spec("ok")),
+    )
     .await;
     let resp = gw.chat(stream_body(false)).await;
     assert_eq!(resp.status(), 400);

@@ -43,6 +43,16 @@ impl Gateway {
         std::fs::write(&self.config_path, config_text(dir, "", channels)).expect("write config");
     }
 
+    /// `POST /admin/reload` with the admin token.
+    pub async fn reload(&self) -> reqwest::Response {
+        client()
+            .post(format!("{}/admin/reload", self.url))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .expect("admin reachable")
+    }
+
     /// Waits until every request-log row queued so far is written.
     pub async fn flush_log(&self) {
         self.running.state.log.flush().await;
@@ -102,6 +112,23 @@ pub async fn gateway_with(server_extra: &str, channels: &str) -> Gateway {
 
 pub async fn gateway(channels: &str) -> Gateway {
     gateway_with("", channels).await
+}
+
+/// Two mock upstreams as tier 1 (`first`, with `first_extra` channel settings) and tier 2
+/// (`second`) of a gateway: the shape of most failover tests.
+pub async fn two_tiers(
+    first: (&str, MockSpec, &str),
+    second: (&str, MockSpec),
+) -> (MockServer, MockServer, Gateway) {
+    let a = mock(first.1).await;
+    let b = mock(second.1).await;
+    let gw = gateway(&format!(
+        "{}{}",
+        openai_channel(first.0, &a.base_url(), 1, first.2),
+        openai_channel(second.0, &b.base_url(), 2, "")
+    ))
+    .await;
+    (a, b, gw)
 }
 
 /// An `openai` channel in front of a mock server, serving model `m`.

@@ -62,20 +62,20 @@ async fn tool_definitions_and_history_reach_the_upstream_intact() {
 
 #[tokio::test]
 async fn streamed_tool_calls_commit_on_the_first_delta_and_reassemble() {
-    let hang = mock(MockSpec {
-        fault: Some(Fault {
-            hang: true,
-            ..Fault::default()
-        }),
-        ..tool_spec()
-    })
-    .await;
-    let up = mock(tool_spec()).await;
-    let gw = gateway(&format!(
-        "{}{}",
-        openai_channel("hang", &hang.base_url(), 1, "first_token_timeout_ms = 300"),
-        openai_channel("up", &up.base_url(), 2, "")
-    ))
+    let (_hang, _up, gw) = two_tiers(
+        (
+            "hang",
+            MockSpec {
+                fault: Some(Fault {
+                    hang: true,
+                    ..Fault::default()
+                }),
+                ..tool_spec()
+            },
+            "first_token_timeout_ms = 300",
+        ),
+        ("up", tool_spec()),
+    )
     .await;
     let resp = gw.chat(tool_request(true)).await;
     assert_eq!(header(&resp, "x-switchyard-channel"), "up");

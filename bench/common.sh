@@ -1,0 +1,28 @@
+# Shared by the bench scripts (sourced, not run): tools check, release build, a scratch dir and
+# the processes started into it, cleaned up on exit, and a wait for a port to open.
+
+KEY=sk-bench-key-000000
+
+command -v wrk >/dev/null || { echo "wrk not found: apt-get install wrk" >&2; exit 1; }
+command -v taskset >/dev/null || { echo "taskset not found (util-linux)" >&2; exit 1; }
+
+cargo build --release --quiet
+BIN=${CARGO_TARGET_DIR:-target}/release/switchyard
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+wait_port() {
+  for _ in $(seq 1 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.05
+  done
+  echo "port $1 did not open" >&2
+  exit 1
+}
