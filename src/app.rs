@@ -8,6 +8,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 
 use crate::config::{self, ConfigError, Live, Snapshot};
+use crate::health::{Clock, Health, SystemClock};
 use crate::provider::HttpClients;
 use crate::server::{self, AppState, Running};
 use crate::store::{RequestLog, StoreError};
@@ -43,6 +44,16 @@ pub async fn start(
     clients: HttpClients,
     listen: Option<SocketAddr>,
 ) -> Result<Running, StartError> {
+    start_with_clock(snapshot, clients, listen, Arc::new(SystemClock)).await
+}
+
+/// [`start`] with the clock health reads (tests drive cooldowns with a manual one).
+pub async fn start_with_clock(
+    snapshot: Snapshot,
+    clients: HttpClients,
+    listen: Option<SocketAddr>,
+    clock: Arc<dyn Clock>,
+) -> Result<Running, StartError> {
     let addr = listen.unwrap_or(snapshot.server.listen);
     if snapshot.is_demo() && !addr.ip().is_loopback() {
         return Err(StartError::DemoNotLoopback(addr));
@@ -56,6 +67,7 @@ pub async fn start(
         .map_err(|source| StartError::Bind { addr, source })?;
     let state = AppState {
         live: Arc::new(Live::new(snapshot, clients)),
+        health: Arc::new(Health::new(clock)),
         log: Arc::new(log),
     };
     server::spawn(listener, state).map_err(|source| StartError::Bind { addr, source })

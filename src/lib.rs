@@ -7,6 +7,7 @@
 
 pub mod config;
 pub mod exec;
+pub mod health;
 pub mod protocol;
 pub mod provider;
 pub mod router;

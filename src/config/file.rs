@@ -39,6 +39,8 @@ pub struct FileConfig {
     #[serde(default)]
     pub log: LogSection,
     #[serde(default)]
+    pub health: HealthSection,
+    #[serde(default)]
     pub keys: Vec<KeyConfig>,
     pub channels: Vec<ChannelConfig>,
 }
@@ -87,6 +89,64 @@ impl Default for LogSection {
         LogSection {
             sqlite_path: "switchyard.db".into(),
             queue_capacity: 8192,
+        }
+    }
+}
+
+/// How channel health is scored (`[health]`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HealthSection {
+    /// Verdicts older than this leave a channel's window.
+    pub window_seconds: u64,
+    /// At most this many verdicts per channel.
+    pub window_size: usize,
+    /// Latency score 100 at or below this...
+    pub latency_good_ms: u64,
+    /// ...and 0 at or above this, linear between.
+    pub latency_bad_ms: u64,
+    /// A channel's weight is scaled by its score, never below this share of it.
+    pub min_weight_factor: f64,
+}
+
+impl Default for HealthSection {
+    fn default() -> Self {
+        HealthSection {
+            window_seconds: 300,
+            window_size: 100,
+            latency_good_ms: 1000,
+            latency_bad_ms: 10_000,
+            min_weight_factor: 0.05,
+        }
+    }
+}
+
+/// `[channels.circuit_breaker]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CircuitBreakerConfig {
+    /// `false` ignores health for this channel entirely.
+    pub enabled: bool,
+    /// Keep health and the circuit per channel + model.
+    pub per_model: bool,
+    /// Retryable failures within `window_seconds` that open the circuit.
+    pub failure_threshold: u32,
+    pub window_seconds: u64,
+    /// How long an open circuit is skipped (doubles on a failed trial, up to 5×).
+    pub cooldown_seconds: u64,
+    /// How long a 429 cools the channel when the upstream gives no Retry-After.
+    pub rate_limit_cooldown_seconds: u64,
+}
+
+impl Default for CircuitBreakerConfig {
+    fn default() -> Self {
+        CircuitBreakerConfig {
+            enabled: true,
+            per_model: false,
+            failure_threshold: 3,
+            window_seconds: 30,
+            cooldown_seconds: 60,
+            rate_limit_cooldown_seconds: 15,
         }
     }
 }
@@ -149,6 +209,8 @@ pub struct ChannelConfig {
     /// request log. Turn off for servers that reject `stream_options`.
     #[serde(default = "default_true")]
     pub stream_usage: bool,
+    #[serde(default)]
+    pub circuit_breaker: CircuitBreakerConfig,
     pub mock: Option<MockSpec>,
 }
 

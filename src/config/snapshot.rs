@@ -10,6 +10,7 @@ use subtle::ConstantTimeEq;
 
 use super::file::{ChannelConfig, FileConfig, ProviderKind, Timeouts};
 use super::{ConfigError, DEMO_KEY, Source};
+use crate::health::{BreakerSettings, HealthSettings};
 use crate::provider::{HttpClients, Upstream};
 
 /// A secret string: compared in constant time, never printed.
@@ -70,6 +71,7 @@ pub struct Channel {
     pub retry_interval: Duration,
     pub timeout: Duration,
     pub first_token_timeout: Duration,
+    pub breaker: BreakerSettings,
     pub upstream: Upstream,
 }
 
@@ -84,6 +86,7 @@ pub struct ModelRoute {
 pub struct Snapshot {
     pub server: ServerSettings,
     pub log: LogSettings,
+    pub health: HealthSettings,
     pub keys: Vec<GatewayKey>,
     pub channels: Vec<Channel>,
     /// Model name → the channels that list it, in config order. Sorted by name for listing.
@@ -199,6 +202,25 @@ pub(crate) fn compile(
     if cfg.log.queue_capacity == 0 {
         return Err(err("log.queue_capacity".into(), "must be > 0".into()));
     }
+    let h = &cfg.health;
+    if h.window_seconds == 0 || h.window_size == 0 {
+        return Err(err(
+            "health.window_seconds".into(),
+            "the window needs a length and a size > 0".into(),
+        ));
+    }
+    if h.latency_good_ms >= h.latency_bad_ms {
+        return Err(err(
+            "health.latency_good_ms".into(),
+            "must be below health.latency_bad_ms".into(),
+        ));
+    }
+    if !(h.min_weight_factor > 0.0 && h.min_weight_factor <= 1.0) {
+        return Err(err(
+            "health.min_weight_factor".into(),
+            "must be in (0, 1]".into(),
+        ));
+    }
 
     let mut key_names = HashSet::new();
     let mut key_values = HashSet::new();
@@ -289,6 +311,16 @@ pub(crate) fn compile(
             retry_interval: Duration::from_millis(c.retry_interval_ms),
             timeout: Duration::from_millis(t.attempt_ms),
             first_token_timeout: Duration::from_millis(t.first_token_ms),
+            breaker: BreakerSettings {
+                enabled: c.circuit_breaker.enabled,
+                per_model: c.circuit_breaker.per_model,
+                failure_threshold: c.circuit_breaker.failure_threshold,
+                window: Duration::from_secs(c.circuit_breaker.window_seconds),
+                cooldown: Duration::from_secs(c.circuit_breaker.cooldown_seconds),
+                rate_limit_cooldown: Duration::from_secs(
+                    c.circuit_breaker.rate_limit_cooldown_seconds,
+                ),
+            },
             upstream,
         });
     }
@@ -307,6 +339,13 @@ pub(crate) fn compile(
             sqlite_path: cfg.log.sqlite_path.clone(),
             queue_capacity: cfg.log.queue_capacity,
         },
+        health: HealthSettings {
+            window: Duration::from_secs(h.window_seconds),
+            window_size: h.window_size,
+            latency_good: Duration::from_millis(h.latency_good_ms),
+            latency_bad: Duration::from_millis(h.latency_bad_ms),
+            min_factor: h.min_weight_factor,
+        },
         keys,
         channels,
         models,
@@ -322,6 +361,13 @@ fn validate_channel(
 ) -> Result<(), (&'static str, String)> {
     if c.models.is_empty() {
         return Err(("models", "at least one model is required".into()));
+    }
+    let cb = &c.circuit_breaker;
+    if cb.failure_threshold == 0 || cb.window_seconds == 0 || cb.cooldown_seconds == 0 {
+        return Err((
+            "circuit_breaker",
+            "failure_threshold, window_seconds and cooldown_seconds must be > 0".into(),
+        ));
     }
     if c.weight == 0 {
         return Err((

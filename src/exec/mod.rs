@@ -16,19 +16,33 @@ use serde_json::{Value, json};
 use tokio::time::{Instant, timeout_at};
 
 use crate::config::{Channel, Snapshot};
+use crate::health::{Health, Key, Skip, Verdict};
 use crate::protocol::{ChatRequest, ChatResponse, EmbeddingsRequest, StreamChunk};
 use crate::provider::ChunkStream;
 use crate::router::{self, RouteError};
 
-/// One upstream call as reported to clients and the log. Never carries upstream error text.
+/// One upstream call (or a channel skipped by its health) as reported to clients and the log.
+/// Never carries upstream error text.
 #[derive(Debug, Clone)]
 pub struct AttemptRecord {
     pub channel: Arc<str>,
     pub model: Arc<str>,
     pub status: Option<u16>,
-    /// `None` = success.
+    /// `None` = success (or a skip).
     pub class: Option<OutcomeClass>,
     pub latency_ms: u64,
+    /// Set when the channel was not called: why.
+    pub skip: Option<Skip>,
+}
+
+impl AttemptRecord {
+    fn reason(&self) -> &'static str {
+        match (self.skip, self.class) {
+            (Some(s), _) => s.as_str(),
+            (None, Some(c)) => c.as_str(),
+            (None, None) => "ok",
+        }
+    }
 }
 
 impl serde::Serialize for AttemptRecord {
@@ -38,7 +52,7 @@ impl serde::Serialize for AttemptRecord {
         m.serialize_entry("channel", &*self.channel)?;
         m.serialize_entry("model", &*self.model)?;
         m.serialize_entry("status", &self.status)?;
-        m.serialize_entry("reason", self.class.map_or("ok", OutcomeClass::as_str))?;
+        m.serialize_entry("reason", self.reason())?;
         m.serialize_entry("latency_ms", &self.latency_ms)?;
         m.end()
     }
@@ -69,6 +83,11 @@ impl Report {
         }
     }
 
+    /// Upstream calls made (skipped channels not counted).
+    pub fn tried(&self) -> usize {
+        self.attempts.iter().filter(|a| a.skip.is_none()).count()
+    }
+
     pub fn attempts_json(&self) -> Value {
         serde_json::to_value(&self.attempts).unwrap_or(Value::Null)
     }
@@ -80,7 +99,7 @@ impl Report {
 
     /// The body extension, present only when failover occurred (more than one attempt).
     pub fn body_extension(&self) -> Option<Value> {
-        if self.attempts.len() <= 1 {
+        if self.tried() <= 1 {
             return None;
         }
         let served = self.served.as_ref()?;
@@ -94,7 +113,7 @@ impl Report {
 
     /// The last failure's class: what the request log calls the outcome of a failed request.
     pub fn last_class(&self) -> Option<OutcomeClass> {
-        self.attempts.last().and_then(|a| a.class)
+        self.attempts.iter().rev().find_map(|a| a.class)
     }
 }
 
@@ -167,10 +186,43 @@ fn backoff(
     (exp + jitter).min(cap)
 }
 
+/// Health's key for a channel serving a model.
+fn health_key(ch: &Channel, model: &str) -> Key {
+    Key {
+        channel: ch.name.clone(),
+        model: ch.breaker.per_model.then(|| model.into()),
+    }
+}
+
+/// What a failed attempt says about the channel itself.
+fn verdict(f: &Failure, latency: Duration) -> Verdict {
+    match f.class {
+        OutcomeClass::ClientError => Verdict::Neutral,
+        OutcomeClass::RateLimit => Verdict::RateLimited {
+            retry_after: f.retry_after,
+        },
+        _ => Verdict::Failure { latency },
+    }
+}
+
+/// Holds a channel's half-open trial; gives it back unjudged if the attempt never finished
+/// (the client left, the deadline passed). A judged trial has already moved the circuit on.
+struct Trial<'h> {
+    health: &'h Health,
+    key: Key,
+}
+
+impl Drop for Trial<'_> {
+    fn drop(&mut self) {
+        self.health.release_trial(&self.key);
+    }
+}
+
 /// Runs attempts in plan order until one succeeds, the client's own mistake is found, the
 /// attempt cap or the deadline is reached, or nothing is left.
 async fn run<'s, T, F, Fut>(
     snap: &'s Snapshot,
+    health: &Health,
     model: &str,
     deadline: Instant,
     report: &mut Report,
@@ -181,35 +233,77 @@ where
     Fut: Future<Output = Result<T, Failure>>,
 {
     let mut rng = fastrand::Rng::new();
-    let plan = router::plan(snap, model, &mut rng)?;
+    let standing = |i: usize| match snap.channels.get(i) {
+        Some(ch) => health.standing(&health_key(ch, model), &snap.health, &ch.breaker),
+        None => crate::health::Standing::healthy(),
+    };
+    let plan = router::plan(snap, model, &standing, &mut rng)?;
     let model_name: Arc<str> = model.into();
+    let skip_record = |ch: &Channel, reason: Skip| AttemptRecord {
+        channel: ch.name.clone(),
+        model: model_name.clone(),
+        status: None,
+        class: None,
+        latency_ms: 0,
+        skip: Some(reason),
+    };
     let mut retry_after: Option<Duration> = None;
-    let last = plan.len().saturating_sub(1);
-    'channels: for (pos, cand) in plan.into_iter().enumerate() {
+    for s in &plan.skipped {
+        if let Some(ch) = snap.channels.get(s.channel) {
+            report.attempts.push(skip_record(ch, s.reason));
+        }
+        if let Some(d) = s.retry_in {
+            retry_after = Some(retry_after.map_or(d, |r| r.min(d)));
+        }
+    }
+    let last = plan.candidates.len().saturating_sub(1);
+    'channels: for (pos, cand) in plan.candidates.into_iter().enumerate() {
         let Some(ch) = snap.channels.get(cand.channel) else {
             continue;
         };
+        let key = health_key(ch, model);
+        let _trial = if cand.half_open {
+            if !health.begin_trial(&key) {
+                report.attempts.push(skip_record(ch, Skip::TrialInFlight));
+                continue;
+            }
+            Some(Trial {
+                health,
+                key: key.clone(),
+            })
+        } else {
+            None
+        };
         let mut retries = 0;
         loop {
-            if report.attempts.len() >= snap.server.max_attempts as usize {
+            if report.tried() >= snap.server.max_attempts as usize {
                 break 'channels;
             }
             let t0 = Instant::now();
             let res = timeout_at(deadline, call(ch, cand.upstream_model.clone())).await;
+            let latency = t0.elapsed();
             let mut record = AttemptRecord {
                 channel: ch.name.clone(),
                 model: model_name.clone(),
                 status: None,
                 class: None,
-                latency_ms: t0.elapsed().as_millis() as u64,
+                latency_ms: latency.as_millis() as u64,
+                skip: None,
             };
             let failure = match res {
                 Err(_) => {
+                    // The request's deadline, not the channel's verdict: health is not told.
                     record.class = Some(OutcomeClass::Timeout);
                     report.attempts.push(record);
                     return Err(ExecError::Deadline);
                 }
                 Ok(Ok(v)) => {
+                    health.record(
+                        &key,
+                        &snap.health,
+                        &ch.breaker,
+                        Verdict::Success { latency },
+                    );
                     record.status = Some(200);
                     report.attempts.push(record);
                     report.served = Some(Served {
@@ -221,6 +315,7 @@ where
                 }
                 Ok(Err(f)) => f,
             };
+            health.record(&key, &snap.health, &ch.breaker, verdict(&failure, latency));
             record.status = failure.status;
             record.class = Some(failure.class);
             report.attempts.push(record);
@@ -277,15 +372,22 @@ where
             continue 'channels;
         }
     }
+    // Every channel was rate limited: now, or still cooling from an earlier 429.
     let all_rate_limited = !report.attempts.is_empty()
         && report
             .attempts
             .iter()
-            .all(|a| a.class == Some(OutcomeClass::RateLimit));
+            .all(|a| a.class == Some(OutcomeClass::RateLimit) || a.skip == Some(Skip::RateLimited));
     if all_rate_limited {
         return Err(ExecError::AllRateLimited {
             retry_after: retry_after.unwrap_or(Duration::from_secs(1)),
         });
+    }
+    if report.tried() == 0 {
+        // Every channel was skipped by its health: answer at once, without waiting.
+        return Err(ExecError::Route(RouteError::NoAvailableChannel(
+            model.to_string(),
+        )));
     }
     Err(ExecError::AllAttemptsFailed)
 }
@@ -293,36 +395,52 @@ where
 /// Non-streaming chat: each attempt bounded by the channel's `timeout_ms`.
 pub async fn chat(
     snap: &Snapshot,
+    health: &Health,
     req: &ChatRequest,
     deadline: Instant,
     report: &mut Report,
 ) -> Result<ChatResponse, ExecError> {
-    run(snap, &req.model, deadline, report, |ch, up| async move {
-        match timeout_at(Instant::now() + ch.timeout, ch.upstream.chat(req, &up)).await {
-            Err(_) => Err(Failure::timeout("attempt timeout")),
-            Ok(r) => r.map_err(classify),
-        }
-    })
+    run(
+        snap,
+        health,
+        &req.model,
+        deadline,
+        report,
+        |ch, up| async move {
+            match timeout_at(Instant::now() + ch.timeout, ch.upstream.chat(req, &up)).await {
+                Err(_) => Err(Failure::timeout("attempt timeout")),
+                Ok(r) => r.map_err(classify),
+            }
+        },
+    )
     .await
 }
 
 pub async fn embeddings(
     snap: &Snapshot,
+    health: &Health,
     req: &EmbeddingsRequest,
     deadline: Instant,
     report: &mut Report,
 ) -> Result<Value, ExecError> {
-    run(snap, &req.model, deadline, report, |ch, up| async move {
-        match timeout_at(
-            Instant::now() + ch.timeout,
-            ch.upstream.embeddings(req, &up),
-        )
-        .await
-        {
-            Err(_) => Err(Failure::timeout("attempt timeout")),
-            Ok(r) => r.map_err(classify),
-        }
-    })
+    run(
+        snap,
+        health,
+        &req.model,
+        deadline,
+        report,
+        |ch, up| async move {
+            match timeout_at(
+                Instant::now() + ch.timeout,
+                ch.upstream.embeddings(req, &up),
+            )
+            .await
+            {
+                Err(_) => Err(Failure::timeout("attempt timeout")),
+                Ok(r) => r.map_err(classify),
+            }
+        },
+    )
     .await
 }
 
@@ -341,38 +459,46 @@ pub struct Committed {
 /// to the client, so any failure there just moves on to the next attempt.
 pub async fn chat_stream(
     snap: &Snapshot,
+    health: &Health,
     req: &ChatRequest,
     deadline: Instant,
     report: &mut Report,
 ) -> Result<Committed, ExecError> {
-    run(snap, &req.model, deadline, report, |ch, up| async move {
-        let open = async {
-            let mut rest = ch.upstream.chat_stream(req, &up).await.map_err(classify)?;
-            let mut head = Vec::new();
-            loop {
-                match rest.next().await {
-                    Some(item) => {
-                        let chunk = item.map_err(classify)?;
-                        // A live upstream that keeps sending empty chunks commits at the cap:
-                        // what is held before commit stays bounded.
-                        let commit = chunk.has_content()
-                            || chunk.has_finish()
-                            || head.len() + 1 >= MAX_HEAD_CHUNKS;
-                        head.push(chunk);
-                        if commit {
-                            return Ok(Committed { head, rest });
+    run(
+        snap,
+        health,
+        &req.model,
+        deadline,
+        report,
+        |ch, up| async move {
+            let open = async {
+                let mut rest = ch.upstream.chat_stream(req, &up).await.map_err(classify)?;
+                let mut head = Vec::new();
+                loop {
+                    match rest.next().await {
+                        Some(item) => {
+                            let chunk = item.map_err(classify)?;
+                            // A live upstream that keeps sending empty chunks commits at the cap:
+                            // what is held before commit stays bounded.
+                            let commit = chunk.has_content()
+                                || chunk.has_finish()
+                                || head.len() + 1 >= MAX_HEAD_CHUNKS;
+                            head.push(chunk);
+                            if commit {
+                                return Ok(Committed { head, rest });
+                            }
                         }
+                        // `[DONE]` with neither content nor a finish reason is not an answer.
+                        None => return Err(Failure::empty_stream()),
                     }
-                    // `[DONE]` with neither content nor a finish reason is not an answer.
-                    None => return Err(Failure::empty_stream()),
                 }
+            };
+            match timeout_at(Instant::now() + ch.first_token_timeout, open).await {
+                Err(_) => Err(Failure::timeout("first token timeout")),
+                Ok(r) => r,
             }
-        };
-        match timeout_at(Instant::now() + ch.first_token_timeout, open).await {
-            Err(_) => Err(Failure::timeout("first token timeout")),
-            Ok(r) => r,
-        }
-    })
+        },
+    )
     .await
 }
 
@@ -409,6 +535,7 @@ mod tests {
             status: Some(200),
             class: None,
             latency_ms: 1,
+            skip: None,
         };
         r.attempts.push(ok.clone());
         r.served = Some(Served {

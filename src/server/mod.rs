@@ -25,13 +25,16 @@ use tokio::net::TcpListener;
 
 use crate::config::{GatewayKey, Live, Snapshot};
 use crate::exec::{self, Report};
+use crate::health::Health;
 use crate::protocol::openai;
 use crate::store::{LogRow, RequestLog};
 
-/// Shared by every handler: the live config and the request log.
+/// Shared by every handler: the live config, channel health (which outlives config swaps) and
+/// the request log.
 #[derive(Clone)]
 pub struct AppState {
     pub live: Arc<Live>,
+    pub health: Arc<Health>,
     pub log: Arc<RequestLog>,
 }
 
@@ -44,6 +47,7 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/admin/requests", get(admin_requests))
         .route("/admin/reload", post(admin_reload))
+        .route("/admin/health", get(admin_health))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
@@ -288,7 +292,7 @@ fn served(mut resp: Response, ctx: &Ctx) -> Response {
         set_header(&mut resp, "x-switchyard-model", &s.model);
         set_header(&mut resp, "x-switchyard-upstream-model", &s.upstream_model);
     }
-    let attempts = ctx.report.attempts.len().to_string();
+    let attempts = ctx.report.tried().to_string();
     set_header(&mut resp, "x-switchyard-attempts", &attempts);
     set_header(&mut resp, "x-request-id", &ctx.id);
     resp
@@ -318,8 +322,8 @@ fn fail(mut ctx: Ctx, err: ApiError) -> Response {
         ctx.log.record(row);
     }
     let mut resp = err.into_response();
-    if !ctx.report.attempts.is_empty() {
-        let n = ctx.report.attempts.len().to_string();
+    if ctx.report.tried() > 0 {
+        let n = ctx.report.tried().to_string();
         set_header(&mut resp, "x-switchyard-attempts", &n);
     }
     set_header(&mut resp, "x-request-id", &ctx.id);
@@ -347,7 +351,8 @@ async fn chat_completions(
     let snap = ctx.snap.clone();
     let deadline = ctx.deadline();
     if req.stream {
-        return match exec::chat_stream(&snap, &req, deadline, &mut ctx.report).await {
+        return match exec::chat_stream(&snap, &state.health, &req, deadline, &mut ctx.report).await
+        {
             Ok(committed) => {
                 let ttfb = ctx.started.elapsed();
                 let row = ctx.take_row(200, "ok");
@@ -366,7 +371,7 @@ async fn chat_completions(
             }
         };
     }
-    match exec::chat(&snap, &req, deadline, &mut ctx.report).await {
+    match exec::chat(&snap, &state.health, &req, deadline, &mut ctx.report).await {
         Ok(resp) => {
             let ext = ctx.report.body_extension();
             let body = serde_json::to_vec(&openai::ResponseBody {
@@ -435,7 +440,7 @@ async fn embeddings(State(state): State<AppState>, headers: HeaderMap, body: Bod
     ctx.report = Report::new(&req.model);
     let snap = ctx.snap.clone();
     let deadline = ctx.deadline();
-    match exec::embeddings(&snap, &req, deadline, &mut ctx.report).await {
+    match exec::embeddings(&snap, &state.health, &req, deadline, &mut ctx.report).await {
         Ok(mut v) => {
             let mut row = ctx.take_row(200, "ok");
             row.ttfb_ms = Some(row.total_ms);
@@ -571,6 +576,35 @@ async fn admin_reload(State(state): State<AppState>, headers: HeaderMap, uri: Ur
             ApiError::Admin(e.to_string()).into_response()
         }
     }
+}
+
+/// Channel health as the router sees it: score, success rate, circuit and cooldowns.
+async fn admin_health(State(state): State<AppState>, headers: HeaderMap, uri: Uri) -> Response {
+    let snap = state.live.load();
+    if let Err(e) = admin_guard(&snap, &headers, &uri) {
+        return e.into_response();
+    }
+    let known = state.health.report(&snap.health);
+    // Channels health has no verdicts for yet are healthy by default: list them too.
+    let mut rows: Vec<Value> = known.as_array().cloned().unwrap_or_default();
+    for ch in &snap.channels {
+        if !rows.iter().any(|r| r["channel"] == *ch.name) {
+            rows.push(json!({
+                "channel": &*ch.name, "model": null, "score": 100.0, "verdicts": 0,
+                "success_rate": null, "circuit": "closed", "circuit_seconds_left": null,
+                "rate_limited_seconds_left": null,
+            }));
+        }
+    }
+    for r in &mut rows {
+        let enabled = snap
+            .channels
+            .iter()
+            .find(|c| r["channel"] == *c.name)
+            .map(|c| c.enabled && c.breaker.enabled);
+        r["health_checked"] = json!(enabled);
+    }
+    axum::Json(json!({"object": "list", "data": rows})).into_response()
 }
 
 async fn not_found(uri: Uri) -> Response {

@@ -5,6 +5,7 @@ mod admin;
 mod cli;
 mod errors;
 mod failover;
+mod health;
 mod hygiene;
 mod streaming;
 mod support;

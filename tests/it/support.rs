@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use serde_json::{Value, json};
 use switchyard::config;
+use switchyard::health::ManualClock;
 use switchyard::provider::mock::{Fault, MockServer, MockSpec};
 use switchyard::provider::{HttpClients, install_crypto_provider};
 use switchyard::server::Running;
@@ -17,6 +18,8 @@ pub const ADMIN: &str = "admin-token-0123456789";
 
 pub struct Gateway {
     pub running: Running,
+    /// The clock channel health reads: tests move it to end windows and cooldowns.
+    pub clock: std::sync::Arc<ManualClock>,
     pub url: String,
     pub config_path: PathBuf,
     _dir: tempfile::TempDir,
@@ -56,6 +59,19 @@ impl Gateway {
     /// Waits until every request-log row queued so far is written.
     pub async fn flush_log(&self) {
         self.running.state.log.flush().await;
+    }
+
+    pub async fn admin_health(&self) -> Vec<Value> {
+        let v: Value = client()
+            .get(format!("{}/admin/health", self.url))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .expect("admin reachable")
+            .json()
+            .await
+            .expect("json");
+        v["data"].as_array().cloned().unwrap_or_default()
     }
 
     pub async fn admin_requests(&self) -> Vec<Value> {
@@ -98,12 +114,14 @@ pub async fn gateway_with(server_extra: &str, channels: &str) -> Gateway {
     std::fs::write(&path, config_text(dir.path(), server_extra, channels)).expect("write config");
     let clients = HttpClients::default();
     let snap = config::load_file(&path, &clients).expect("test config is valid");
-    let running = switchyard::app::start(snap, clients, None)
+    let clock = ManualClock::new();
+    let running = switchyard::app::start_with_clock(snap, clients, None, clock.clone())
         .await
         .expect("gateway starts");
     let url = format!("http://{}", running.addr);
     Gateway {
         running,
+        clock,
         url,
         config_path: path,
         _dir: dir,

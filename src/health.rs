@@ -1,0 +1,607 @@
+//! Channel health: a sliding window of each channel's own verdicts, a 0–100 score, a circuit
+//! breaker, and rate-limit cooldowns. Keyed by channel name (and model, for `per_model`
+//! channels), so state survives config reloads. Time comes from an injected [`Clock`], so tests
+//! drive windows and cooldowns without sleeping.
+//!
+//! Locking: one `std::sync::Mutex` around the map, held only for short arithmetic, never across
+//! an await.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+/// Where health reads the time.
+pub trait Clock: Send + Sync + 'static {
+    fn now(&self) -> Instant;
+}
+
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+}
+
+/// A clock that moves only when told to (tests).
+pub struct ManualClock {
+    base: Instant,
+    offset: Mutex<Duration>,
+}
+
+impl ManualClock {
+    pub fn new() -> Arc<ManualClock> {
+        Arc::new(ManualClock {
+            base: Instant::now(),
+            offset: Mutex::new(Duration::ZERO),
+        })
+    }
+
+    pub fn advance(&self, d: Duration) {
+        if let Ok(mut o) = self.offset.lock() {
+            *o += d;
+        }
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Instant {
+        self.base + self.offset.lock().map_or(Duration::ZERO, |o| *o)
+    }
+}
+
+/// Global scoring settings (`[health]`).
+#[derive(Debug, Clone, Copy)]
+pub struct HealthSettings {
+    /// Verdicts older than this leave the window.
+    pub window: Duration,
+    /// At most this many verdicts are kept per channel.
+    pub window_size: usize,
+    pub latency_good: Duration,
+    pub latency_bad: Duration,
+    /// Weight factor floor, so a low-scoring channel still gets a trickle.
+    pub min_factor: f64,
+}
+
+impl Default for HealthSettings {
+    fn default() -> Self {
+        HealthSettings {
+            window: Duration::from_secs(300),
+            window_size: 100,
+            latency_good: Duration::from_millis(1000),
+            latency_bad: Duration::from_millis(10_000),
+            min_factor: 0.05,
+        }
+    }
+}
+
+/// Per-channel breaker settings (`[channels.circuit_breaker]`).
+#[derive(Debug, Clone, Copy)]
+pub struct BreakerSettings {
+    pub enabled: bool,
+    pub per_model: bool,
+    pub failure_threshold: u32,
+    pub window: Duration,
+    pub cooldown: Duration,
+    pub rate_limit_cooldown: Duration,
+}
+
+impl Default for BreakerSettings {
+    fn default() -> Self {
+        BreakerSettings {
+            enabled: true,
+            per_model: false,
+            failure_threshold: 3,
+            window: Duration::from_secs(30),
+            cooldown: Duration::from_secs(60),
+            rate_limit_cooldown: Duration::from_secs(15),
+        }
+    }
+}
+
+/// An open circuit's cooldown doubles on each failed trial, up to this many times the setting.
+const MAX_COOLDOWN_FACTOR: u32 = 5;
+
+/// What one attempt says about a channel.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Verdict {
+    Success {
+        latency: Duration,
+    },
+    /// A retryable failure of the channel's own (connection, its own timeout, 5xx...).
+    Failure {
+        latency: Duration,
+    },
+    RateLimited {
+        retry_after: Option<Duration>,
+    },
+    /// Says nothing about the channel (the client's own error, a caller's tighter deadline).
+    Neutral,
+}
+
+/// Why a channel is not tried now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Skip {
+    CircuitOpen,
+    RateLimited,
+    /// Half-open, and another request is already its trial.
+    TrialInFlight,
+}
+
+impl Skip {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Skip::CircuitOpen => "circuit_open",
+            Skip::RateLimited => "rate_limited_cooldown",
+            Skip::TrialInFlight => "circuit_half_open",
+        }
+    }
+}
+
+/// A channel's standing for routing, read once per request.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Standing {
+    pub skip: Option<Skip>,
+    /// 0–100.
+    pub score: f64,
+    /// Multiplies the channel's weight inside its tier.
+    pub factor: f64,
+    /// The next attempt is the half-open trial: take it with [`Health::begin_trial`].
+    pub half_open: bool,
+    /// For a rate-limit cooldown: how long until it ends.
+    pub retry_in: Option<Duration>,
+}
+
+impl Standing {
+    pub fn healthy() -> Standing {
+        Standing {
+            skip: None,
+            score: 100.0,
+            factor: 1.0,
+            half_open: false,
+            retry_in: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Key {
+    pub channel: Arc<str>,
+    pub model: Option<Arc<str>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    at: Instant,
+    ok: bool,
+    latency: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Circuit {
+    Closed,
+    Open { until: Instant },
+    HalfOpen { trial: bool },
+}
+
+#[derive(Debug)]
+struct Entry {
+    samples: VecDeque<Sample>,
+    /// Times of recent retryable failures, for the breaker's own window.
+    failures: VecDeque<Instant>,
+    circuit: Circuit,
+    /// The cooldown the next opening uses (doubles on failed trials).
+    cooldown: Duration,
+    cooling_until: Option<Instant>,
+}
+
+impl Entry {
+    fn new(b: &BreakerSettings) -> Entry {
+        Entry {
+            samples: VecDeque::new(),
+            failures: VecDeque::new(),
+            circuit: Circuit::Closed,
+            cooldown: b.cooldown,
+            cooling_until: None,
+        }
+    }
+
+    fn prune(&mut self, now: Instant, s: &HealthSettings, b: &BreakerSettings) {
+        while self
+            .samples
+            .front()
+            .is_some_and(|x| now.duration_since(x.at) > s.window)
+            || self.samples.len() > s.window_size
+        {
+            self.samples.pop_front();
+        }
+        while self
+            .failures
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > b.window)
+        {
+            self.failures.pop_front();
+        }
+    }
+
+    /// 0.7 × success rate + 0.3 × latency score, 0–100; 100 with no verdicts yet.
+    fn score(&self, s: &HealthSettings) -> f64 {
+        if self.samples.is_empty() {
+            return 100.0;
+        }
+        let ok: Vec<&Sample> = self.samples.iter().filter(|x| x.ok).collect();
+        let success = ok.len() as f64 / self.samples.len() as f64;
+        let latency = if ok.is_empty() {
+            0.0
+        } else {
+            ok.iter().map(|x| latency_score(x.latency, s)).sum::<f64>() / ok.len() as f64
+        };
+        100.0 * (0.7 * success + 0.3 * latency)
+    }
+}
+
+/// 1 at or below `latency_good`, 0 at or above `latency_bad`, linear between.
+fn latency_score(l: Duration, s: &HealthSettings) -> f64 {
+    if l <= s.latency_good {
+        return 1.0;
+    }
+    if l >= s.latency_bad {
+        return 0.0;
+    }
+    let span = (s.latency_bad - s.latency_good).as_secs_f64();
+    1.0 - (l - s.latency_good).as_secs_f64() / span
+}
+
+pub struct Health {
+    clock: Arc<dyn Clock>,
+    entries: Mutex<HashMap<Key, Entry>>,
+}
+
+impl Health {
+    pub fn new(clock: Arc<dyn Clock>) -> Health {
+        Health {
+            clock,
+            entries: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<Key, Entry>> {
+        // A panic elsewhere while holding the lock leaves plain numbers: keep using them.
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The channel's standing now. An open circuit whose cooldown has passed turns half-open.
+    pub fn standing(&self, key: &Key, s: &HealthSettings, b: &BreakerSettings) -> Standing {
+        if !b.enabled {
+            return Standing::healthy();
+        }
+        let now = self.clock.now();
+        let mut map = self.lock();
+        let Some(e) = map.get_mut(key) else {
+            return Standing::healthy();
+        };
+        e.prune(now, s, b);
+        if let Circuit::Open { until } = e.circuit
+            && now >= until
+        {
+            e.circuit = Circuit::HalfOpen { trial: false };
+        }
+        let score = e.score(s);
+        let skip = match e.circuit {
+            Circuit::Open { .. } => Some(Skip::CircuitOpen),
+            Circuit::HalfOpen { trial: true } => Some(Skip::TrialInFlight),
+            _ if e.cooling_until.is_some_and(|t| now < t) => Some(Skip::RateLimited),
+            _ => None,
+        };
+        Standing {
+            skip,
+            score,
+            factor: (score / 100.0).max(s.min_factor),
+            half_open: matches!(e.circuit, Circuit::HalfOpen { trial: false }),
+            retry_in: e
+                .cooling_until
+                .filter(|t| *t > now)
+                .map(|t| t.duration_since(now)),
+        }
+    }
+
+    /// Claims the single half-open trial; false when another request holds it.
+    pub fn begin_trial(&self, key: &Key) -> bool {
+        let mut map = self.lock();
+        match map.get_mut(key) {
+            Some(e) if e.circuit == (Circuit::HalfOpen { trial: false }) => {
+                e.circuit = Circuit::HalfOpen { trial: true };
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Gives the trial back unjudged (the request was cancelled or gave up mid-trial).
+    pub fn release_trial(&self, key: &Key) {
+        let mut map = self.lock();
+        if let Some(e) = map.get_mut(key)
+            && e.circuit == (Circuit::HalfOpen { trial: true })
+        {
+            e.circuit = Circuit::HalfOpen { trial: false };
+        }
+    }
+
+    pub fn record(&self, key: &Key, s: &HealthSettings, b: &BreakerSettings, v: Verdict) {
+        if !b.enabled || v == Verdict::Neutral {
+            return;
+        }
+        let now = self.clock.now();
+        let mut map = self.lock();
+        let e = map.entry(key.clone()).or_insert_with(|| Entry::new(b));
+        e.prune(now, s, b);
+        match v {
+            Verdict::Success { latency } => {
+                e.samples.push_back(Sample {
+                    at: now,
+                    ok: true,
+                    latency,
+                });
+                if matches!(e.circuit, Circuit::HalfOpen { .. }) {
+                    e.circuit = Circuit::Closed;
+                    e.cooldown = b.cooldown;
+                    e.failures.clear();
+                }
+            }
+            Verdict::Failure { latency } => {
+                e.samples.push_back(Sample {
+                    at: now,
+                    ok: false,
+                    latency,
+                });
+                e.failures.push_back(now);
+                match e.circuit {
+                    Circuit::HalfOpen { .. } => {
+                        e.cooldown = (e.cooldown * 2).min(b.cooldown * MAX_COOLDOWN_FACTOR);
+                        e.circuit = Circuit::Open {
+                            until: now + e.cooldown,
+                        };
+                    }
+                    Circuit::Closed if e.failures.len() >= b.failure_threshold as usize => {
+                        e.circuit = Circuit::Open {
+                            until: now + e.cooldown,
+                        };
+                        tracing::warn!(
+                            channel = &*key.channel,
+                            model = key.model.as_deref(),
+                            cooldown_s = e.cooldown.as_secs(),
+                            "circuit opened: the channel is skipped until its cooldown ends"
+                        );
+                    }
+                    _ => {}
+                }
+            }
+            Verdict::RateLimited { retry_after } => {
+                let until = now + retry_after.unwrap_or(b.rate_limit_cooldown);
+                e.cooling_until = Some(e.cooling_until.map_or(until, |t| t.max(until)));
+                // A rate limit is not a broken channel: a half-open trial that met one ends
+                // without a verdict.
+                if e.circuit == (Circuit::HalfOpen { trial: true }) {
+                    e.circuit = Circuit::HalfOpen { trial: false };
+                }
+            }
+            Verdict::Neutral => {}
+        }
+        while e.samples.len() > s.window_size {
+            e.samples.pop_front();
+        }
+    }
+
+    /// Everything health knows, for `GET /admin/health`.
+    pub fn report(&self, s: &HealthSettings) -> Value {
+        let now = self.clock.now();
+        let map = self.lock();
+        let mut rows: Vec<Value> = map
+            .iter()
+            .map(|(k, e)| {
+                let total = e.samples.len();
+                let ok = e.samples.iter().filter(|x| x.ok).count();
+                let (state, left) = match e.circuit {
+                    Circuit::Closed => ("closed", None),
+                    Circuit::Open { until } => ("open", Some(until.saturating_duration_since(now))),
+                    Circuit::HalfOpen { .. } => ("half_open", None),
+                };
+                json!({
+                    "channel": &*k.channel,
+                    "model": k.model.as_deref(),
+                    "score": (e.score(s) * 10.0).round() / 10.0,
+                    "verdicts": total,
+                    "success_rate": if total == 0 { Value::Null } else { json!(ok as f64 / total as f64) },
+                    "circuit": state,
+                    "circuit_seconds_left": left.map(|d| d.as_secs_f64()),
+                    "rate_limited_seconds_left": e.cooling_until
+                        .filter(|t| *t > now)
+                        .map(|t| t.duration_since(now).as_secs_f64()),
+                })
+            })
+            .collect();
+        rows.sort_by(|a, b| a["channel"].as_str().cmp(&b["channel"].as_str()));
+        Value::Array(rows)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(c: &str) -> Key {
+        Key {
+            channel: c.into(),
+            model: None,
+        }
+    }
+
+    fn fail() -> Verdict {
+        Verdict::Failure {
+            latency: Duration::from_millis(10),
+        }
+    }
+
+    fn ok(ms: u64) -> Verdict {
+        Verdict::Success {
+            latency: Duration::from_millis(ms),
+        }
+    }
+
+    #[test]
+    fn threshold_opens_cooldown_half_opens_one_trial_closes() {
+        let clock = ManualClock::new();
+        let h = Health::new(clock.clone());
+        let (s, b) = (HealthSettings::default(), BreakerSettings::default());
+        let k = key("a");
+        h.record(&k, &s, &b, fail());
+        h.record(&k, &s, &b, fail());
+        assert_eq!(h.standing(&k, &s, &b).skip, None);
+        h.record(&k, &s, &b, fail());
+        assert_eq!(h.standing(&k, &s, &b).skip, Some(Skip::CircuitOpen));
+        clock.advance(Duration::from_secs(59));
+        assert_eq!(h.standing(&k, &s, &b).skip, Some(Skip::CircuitOpen));
+        clock.advance(Duration::from_secs(1));
+        let st = h.standing(&k, &s, &b);
+        assert!(st.half_open && st.skip.is_none());
+        assert!(h.begin_trial(&k));
+        assert!(!h.begin_trial(&k), "only one trial at a time");
+        assert_eq!(h.standing(&k, &s, &b).skip, Some(Skip::TrialInFlight));
+        h.record(&k, &s, &b, ok(5));
+        let st = h.standing(&k, &s, &b);
+        assert_eq!(st.skip, None);
+        assert!(!st.half_open);
+    }
+
+    #[test]
+    fn a_failed_trial_doubles_the_cooldown_up_to_five_times() {
+        let clock = ManualClock::new();
+        let h = Health::new(clock.clone());
+        let (s, b) = (HealthSettings::default(), BreakerSettings::default());
+        let k = key("a");
+        for _ in 0..3 {
+            h.record(&k, &s, &b, fail());
+        }
+        let mut expected = 60;
+        for want in [120, 240, 300, 300] {
+            clock.advance(Duration::from_secs(expected));
+            assert!(h.standing(&k, &s, &b).half_open);
+            assert!(h.begin_trial(&k));
+            h.record(&k, &s, &b, fail());
+            clock.advance(Duration::from_secs(want - 1));
+            assert_eq!(
+                h.standing(&k, &s, &b).skip,
+                Some(Skip::CircuitOpen),
+                "{want}"
+            );
+            expected = 1;
+        }
+    }
+
+    #[test]
+    fn failures_outside_the_window_do_not_open() {
+        let clock = ManualClock::new();
+        let h = Health::new(clock.clone());
+        let (s, b) = (HealthSettings::default(), BreakerSettings::default());
+        let k = key("a");
+        for _ in 0..5 {
+            h.record(&k, &s, &b, fail());
+            clock.advance(Duration::from_secs(16));
+        }
+        assert_eq!(h.standing(&k, &s, &b).skip, None);
+    }
+
+    #[test]
+    fn rate_limits_cool_for_retry_after_or_the_setting() {
+        let clock = ManualClock::new();
+        let h = Health::new(clock.clone());
+        let (s, b) = (HealthSettings::default(), BreakerSettings::default());
+        let k = key("a");
+        h.record(
+            &k,
+            &s,
+            &b,
+            Verdict::RateLimited {
+                retry_after: Some(Duration::from_secs(2)),
+            },
+        );
+        assert_eq!(h.standing(&k, &s, &b).skip, Some(Skip::RateLimited));
+        clock.advance(Duration::from_millis(1999));
+        assert_eq!(h.standing(&k, &s, &b).skip, Some(Skip::RateLimited));
+        clock.advance(Duration::from_millis(1));
+        assert_eq!(h.standing(&k, &s, &b).skip, None);
+        h.record(&k, &s, &b, Verdict::RateLimited { retry_after: None });
+        clock.advance(Duration::from_secs(14));
+        assert_eq!(h.standing(&k, &s, &b).skip, Some(Skip::RateLimited));
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(h.standing(&k, &s, &b).skip, None);
+    }
+
+    #[test]
+    fn score_follows_the_formula_and_client_errors_do_not_count() {
+        let clock = ManualClock::new();
+        let h = Health::new(clock);
+        let (s, b) = (HealthSettings::default(), BreakerSettings::default());
+        let k = key("a");
+        // 3 successes at 1 s (latency score 1), 1 at 5.5 s (0.5), 1 failure.
+        for _ in 0..3 {
+            h.record(&k, &s, &b, ok(1000));
+        }
+        h.record(&k, &s, &b, ok(5500));
+        h.record(&k, &s, &b, Verdict::Neutral);
+        h.record(&k, &s, &b, fail());
+        let expected = 100.0 * (0.7 * 0.8 + 0.3 * (3.5 / 4.0));
+        let st = h.standing(&k, &s, &b);
+        assert!(
+            (st.score - expected).abs() < 1e-9,
+            "{} vs {expected}",
+            st.score
+        );
+        assert!((st.factor - expected / 100.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_floor_keeps_a_trickle_and_disabled_breakers_ignore_health() {
+        let clock = ManualClock::new();
+        let h = Health::new(clock);
+        let s = HealthSettings::default();
+        let b = BreakerSettings {
+            failure_threshold: 100,
+            ..BreakerSettings::default()
+        };
+        let k = key("a");
+        for _ in 0..10 {
+            h.record(&k, &s, &b, fail());
+        }
+        let st = h.standing(&k, &s, &b);
+        assert_eq!(st.score, 0.0);
+        assert_eq!(st.factor, s.min_factor);
+        let off = BreakerSettings {
+            enabled: false,
+            ..b
+        };
+        assert_eq!(h.standing(&k, &s, &off), Standing::healthy());
+    }
+
+    #[test]
+    fn per_model_keys_are_separate() {
+        let clock = ManualClock::new();
+        let h = Health::new(clock);
+        let (s, b) = (HealthSettings::default(), BreakerSettings::default());
+        let k1 = Key {
+            channel: "a".into(),
+            model: Some("m1".into()),
+        };
+        let k2 = Key {
+            channel: "a".into(),
+            model: Some("m2".into()),
+        };
+        for _ in 0..3 {
+            h.record(&k1, &s, &b, fail());
+        }
+        assert_eq!(h.standing(&k1, &s, &b).skip, Some(Skip::CircuitOpen));
+        assert_eq!(h.standing(&k2, &s, &b).skip, None);
+    }
+}

@@ -1,0 +1,198 @@
+//! Channel health over real HTTP: the circuit breaker, half-open trials, rate-limit cooldowns.
+//! Time is the gateway's injected clock, moved by the test.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use switchyard::provider::mock::{Fault, MockSpec};
+
+use crate::support::*;
+
+async fn ask(gw: &Gateway) -> (u16, String, Value) {
+    let resp = gw.chat(chat_body(false)).await;
+    let status = resp.status().as_u16();
+    let channel = header(&resp, "x-switchyard-channel").to_string();
+    let v: Value = resp.json().await.unwrap_or(Value::Null);
+    (status, channel, v)
+}
+
+#[tokio::test]
+async fn an_open_circuit_takes_the_channel_out_until_a_trial_succeeds() {
+    let (dead, backup, gw) = two_tiers(
+        ("dead", faulty("x", status(500)), ""),
+        ("backup", text_spec("ok")),
+    )
+    .await;
+    // Three failures inside the window open the circuit (each request still fails over).
+    for _ in 0..3 {
+        assert_eq!(ask(&gw).await.1, "backup");
+    }
+    assert_eq!(dead.requests(), 3);
+    // Later requests make no attempt on it, and say why.
+    let resp = gw.chat(chat_body(false)).await;
+    assert_eq!(header(&resp, "x-switchyard-attempts"), "1");
+    assert_eq!(dead.requests(), 3);
+    let rows = gw.admin_requests().await;
+    assert_eq!(rows[0]["attempts"][0]["reason"], "circuit_open");
+    let health = gw.admin_health().await;
+    let row = health.iter().find(|r| r["channel"] == "dead").unwrap();
+    assert_eq!(row["circuit"], "open");
+    assert!(row["circuit_seconds_left"].as_f64().unwrap() > 59.0);
+
+    // After the cooldown one request is the trial; it fails, the cooldown doubles.
+    gw.clock.advance(Duration::from_secs(60));
+    assert_eq!(ask(&gw).await.1, "backup");
+    assert_eq!(dead.requests(), 4);
+    gw.clock.advance(Duration::from_secs(119));
+    ask(&gw).await;
+    assert_eq!(
+        dead.requests(),
+        4,
+        "still open: the cooldown doubled to 120 s"
+    );
+    // The upstream recovers; the next trial succeeds and closes the circuit.
+    dead.set_spec(text_spec("alive again"));
+    gw.clock.advance(Duration::from_secs(1));
+    assert_eq!(ask(&gw).await.1, "dead");
+    for _ in 0..3 {
+        assert_eq!(ask(&gw).await.1, "dead");
+    }
+    assert_eq!(backup.requests(), 6);
+}
+
+#[tokio::test]
+async fn half_open_lets_exactly_one_trial_through() {
+    let (dead, _backup, gw) = two_tiers(
+        ("dead", faulty("x", status(503)), ""),
+        ("backup", text_spec("ok")),
+    )
+    .await;
+    for _ in 0..3 {
+        ask(&gw).await;
+    }
+    // The recovered upstream answers slowly, so the trial is still running when others arrive.
+    dead.set_spec(MockSpec {
+        ttft_ms: 400,
+        ..text_spec("slow but alive")
+    });
+    gw.clock.advance(Duration::from_secs(60));
+    let (a, b, c) = tokio::join!(ask(&gw), ask(&gw), ask(&gw));
+    let served: Vec<&str> = [&a.1, &b.1, &c.1].iter().map(|s| s.as_str()).collect();
+    assert_eq!(
+        served.iter().filter(|s| **s == "dead").count(),
+        1,
+        "{served:?}"
+    );
+    assert_eq!(dead.requests(), 1);
+    // The two others skipped it because the trial was taken, and said so.
+    let rows = gw.admin_requests().await;
+    let half_open_skips = rows[..3]
+        .iter()
+        .filter(|r| {
+            reasons(&r["attempts"]).first().map(String::as_str) == Some("circuit_half_open")
+        })
+        .count();
+    assert_eq!(half_open_skips, 2, "{rows:#?}");
+}
+
+#[tokio::test]
+async fn a_429_with_retry_after_cools_the_channel_exactly_that_long() {
+    let (limited, _backup, gw) = two_tiers(
+        (
+            "limited",
+            faulty(
+                "x",
+                Fault {
+                    status: Some(429),
+                    retry_after_seconds: Some(2),
+                    ..Fault::default()
+                },
+            ),
+            "",
+        ),
+        ("backup", text_spec("ok")),
+    )
+    .await;
+    assert_eq!(ask(&gw).await.1, "backup");
+    assert_eq!(limited.requests(), 1);
+    gw.clock.advance(Duration::from_millis(1999));
+    assert_eq!(ask(&gw).await.1, "backup");
+    assert_eq!(limited.requests(), 1, "still cooling");
+    let rows = gw.admin_requests().await;
+    assert_eq!(rows[0]["attempts"][0]["reason"], "rate_limited_cooldown");
+    gw.clock.advance(Duration::from_millis(1));
+    ask(&gw).await;
+    assert_eq!(limited.requests(), 2, "the cooldown is over");
+}
+
+#[tokio::test]
+async fn when_every_channel_is_open_the_answer_is_503_at_once() {
+    let (a, b, gw) = two_tiers(
+        ("a", faulty("x", status(500)), ""),
+        ("b", faulty("x", status(502))),
+    )
+    .await;
+    for _ in 0..3 {
+        assert_eq!(ask(&gw).await.0, 502);
+    }
+    let started = std::time::Instant::now();
+    let resp = gw.chat(chat_body(false)).await;
+    assert_eq!(header(&resp, "x-should-retry"), "false");
+    let e = error_envelope(resp, 503).await;
+    assert!(started.elapsed() < Duration::from_millis(500));
+    assert_eq!(e["code"], "no_available_channel");
+    assert_eq!(reasons(&e["attempts"]), ["circuit_open", "circuit_open"]);
+    assert_eq!((a.requests(), b.requests()), (3, 3));
+}
+
+#[tokio::test]
+async fn every_channel_cooling_from_429_is_all_rate_limited_with_the_time_left() {
+    let limited = Fault {
+        status: Some(429),
+        retry_after_seconds: Some(20),
+        ..Fault::default()
+    };
+    let (a, _b, gw) = two_tiers(
+        ("a", faulty("x", limited.clone()), ""),
+        ("b", faulty("x", limited)),
+    )
+    .await;
+    let resp = gw.chat(chat_body(false)).await;
+    assert_eq!(resp.status(), 429);
+    gw.clock.advance(Duration::from_secs(5));
+    let resp = gw.chat(chat_body(false)).await;
+    assert_eq!(header(&resp, "retry-after"), "15");
+    let e = error_envelope(resp, 429).await;
+    assert_eq!(e["code"], "all_rate_limited");
+    assert_eq!(a.requests(), 1);
+}
+
+#[tokio::test]
+async fn a_disabled_breaker_ignores_health() {
+    let (dead, _backup, gw) = two_tiers(
+        (
+            "dead",
+            faulty("x", status(500)),
+            "[channels.circuit_breaker]\nenabled = false",
+        ),
+        ("backup", text_spec("ok")),
+    )
+    .await;
+    for _ in 0..6 {
+        assert_eq!(ask(&gw).await.1, "backup");
+    }
+    assert_eq!(dead.requests(), 6, "never skipped");
+}
+
+#[tokio::test]
+async fn client_errors_never_open_the_circuit() {
+    let up = mock(faulty("x", status(400))).await;
+    let gw = gateway(&openai_channel("up", &up.base_url(), 1, "")).await;
+    for _ in 0..5 {
+        assert_eq!(gw.chat(chat_body(false)).await.status(), 400);
+    }
+    assert_eq!(up.requests(), 5);
+    let health = gw.admin_health().await;
+    assert_eq!(health[0]["circuit"], "closed");
+    assert_eq!(health[0]["score"], 100.0);
+}
