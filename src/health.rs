@@ -86,6 +86,8 @@ pub struct BreakerSettings {
     pub window: Duration,
     pub cooldown: Duration,
     pub rate_limit_cooldown: Duration,
+    /// After recovery the channel's share ramps from the floor to full over this long.
+    pub slow_start: Duration,
 }
 
 impl Default for BreakerSettings {
@@ -97,6 +99,7 @@ impl Default for BreakerSettings {
             window: Duration::from_secs(30),
             cooldown: Duration::from_secs(60),
             rate_limit_cooldown: Duration::from_secs(15),
+            slow_start: Duration::from_secs(30),
         }
     }
 }
@@ -195,6 +198,8 @@ struct Entry {
     /// The cooldown the next opening uses (doubles on failed trials).
     cooldown: Duration,
     cooling_until: Option<Instant>,
+    /// When the circuit last closed after being open (slow start runs from here).
+    recovered_at: Option<Instant>,
 }
 
 impl Entry {
@@ -205,6 +210,7 @@ impl Entry {
             circuit: Circuit::Closed,
             cooldown: b.cooldown,
             cooling_until: None,
+            recovered_at: None,
         }
     }
 
@@ -295,10 +301,17 @@ impl Health {
             _ if e.cooling_until.is_some_and(|t| now < t) => Some(Skip::RateLimited),
             _ => None,
         };
+        // Slow start: a just-recovered channel takes a growing share, not all of it at once.
+        let ramp = match e.recovered_at {
+            Some(t) if !b.slow_start.is_zero() && now.duration_since(t) < b.slow_start => {
+                now.duration_since(t).as_secs_f64() / b.slow_start.as_secs_f64()
+            }
+            _ => 1.0,
+        };
         Standing {
             skip,
             score,
-            factor: (score / 100.0).max(s.min_factor),
+            factor: (ramp * score / 100.0).max(s.min_factor),
             half_open: matches!(e.circuit, Circuit::HalfOpen { trial: false }),
             retry_in: e
                 .cooling_until
@@ -307,16 +320,23 @@ impl Health {
         }
     }
 
-    /// Claims the single half-open trial; false when another request holds it.
+    /// Claims the single half-open trial (an open circuit whose cooldown has passed is
+    /// half-open); false when another request holds it or the circuit is not half-open.
     pub fn begin_trial(&self, key: &Key) -> bool {
+        let now = self.clock.now();
         let mut map = self.lock();
-        match map.get_mut(key) {
-            Some(e) if e.circuit == (Circuit::HalfOpen { trial: false }) => {
-                e.circuit = Circuit::HalfOpen { trial: true };
-                true
-            }
-            _ => false,
+        let Some(e) = map.get_mut(key) else {
+            return false;
+        };
+        let due = match e.circuit {
+            Circuit::HalfOpen { trial } => !trial,
+            Circuit::Open { until } => now >= until,
+            Circuit::Closed => false,
+        };
+        if due {
+            e.circuit = Circuit::HalfOpen { trial: true };
         }
+        due
     }
 
     /// Gives the trial back unjudged (the request was cancelled or gave up mid-trial).
@@ -348,6 +368,12 @@ impl Health {
                     e.circuit = Circuit::Closed;
                     e.cooldown = b.cooldown;
                     e.failures.clear();
+                    e.recovered_at = Some(now);
+                    tracing::info!(
+                        channel = &*key.channel,
+                        model = key.model.as_deref(),
+                        "circuit closed: the channel recovered and ramps up"
+                    );
                 }
             }
             Verdict::Failure { latency } => {
@@ -473,6 +499,29 @@ mod tests {
         let st = h.standing(&k, &s, &b);
         assert_eq!(st.skip, None);
         assert!(!st.half_open);
+    }
+
+    #[test]
+    fn a_recovered_channel_ramps_up_over_slow_start() {
+        let clock = ManualClock::new();
+        let h = Health::new(clock.clone());
+        let (s, b) = (HealthSettings::default(), BreakerSettings::default());
+        let k = key("a");
+        for _ in 0..3 {
+            h.record(&k, &s, &b, fail());
+        }
+        clock.advance(Duration::from_secs(60));
+        assert!(h.begin_trial(&k));
+        h.record(&k, &s, &b, ok(5));
+        let f0 = h.standing(&k, &s, &b).factor;
+        clock.advance(Duration::from_secs(15));
+        let f15 = h.standing(&k, &s, &b).factor;
+        clock.advance(Duration::from_secs(15));
+        let f30 = h.standing(&k, &s, &b).factor;
+        let score = h.standing(&k, &s, &b).score / 100.0;
+        assert_eq!(f0, s.min_factor);
+        assert!((f15 - 0.5 * score).abs() < 1e-9, "{f15}");
+        assert!((f30 - score).abs() < 1e-9, "{f30}");
     }
 
     #[test]

@@ -136,6 +136,8 @@ pub struct CircuitBreakerConfig {
     pub cooldown_seconds: u64,
     /// How long a 429 cools the channel when the upstream gives no Retry-After.
     pub rate_limit_cooldown_seconds: u64,
+    /// After recovery the channel's share ramps up over this long (0 = at once).
+    pub slow_start_seconds: u64,
 }
 
 impl Default for CircuitBreakerConfig {
@@ -147,6 +149,7 @@ impl Default for CircuitBreakerConfig {
             window_seconds: 30,
             cooldown_seconds: 60,
             rate_limit_cooldown_seconds: 15,
+            slow_start_seconds: 30,
         }
     }
 }

@@ -320,6 +320,7 @@ pub(crate) fn compile(
                 rate_limit_cooldown: Duration::from_secs(
                     c.circuit_breaker.rate_limit_cooldown_seconds,
                 ),
+                slow_start: Duration::from_secs(c.circuit_breaker.slow_start_seconds),
             },
             upstream,
         });

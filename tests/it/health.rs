@@ -196,3 +196,49 @@ async fn client_errors_never_open_the_circuit() {
     assert_eq!(health[0]["circuit"], "closed");
     assert_eq!(health[0]["score"], 100.0);
 }
+
+#[tokio::test]
+async fn a_recovered_channel_ramps_up_its_share() {
+    let a = mock(faulty("x", status(500))).await;
+    let b = mock(text_spec("b")).await;
+    let gw = gateway(&format!(
+        "{}{}",
+        openai_channel("a", &a.base_url(), 1, ""),
+        openai_channel("b", &b.base_url(), 1, "")
+    ))
+    .await;
+    // Same tier: requests reach `a` until three failures open its circuit.
+    for _ in 0..200 {
+        if a.requests() >= 3 {
+            break;
+        }
+        assert_eq!(gw.chat(chat_body(false)).await.status(), 200);
+    }
+    assert_eq!(a.requests(), 3);
+    // Recovered upstream; after the cooldown, some request becomes the trial and closes it.
+    a.set_spec(text_spec("a"));
+    gw.clock.advance(Duration::from_secs(60));
+    for _ in 0..500 {
+        if a.requests() >= 1 {
+            break;
+        }
+        gw.chat(chat_body(false)).await;
+    }
+    assert_eq!(a.requests(), 1, "the trial");
+    let share = |n: u64, before: u64| (a.requests() - before) as f64 / n as f64;
+    // Right after recovery `a` gets only a trickle...
+    let before = a.requests();
+    for _ in 0..200 {
+        gw.chat(chat_body(false)).await;
+    }
+    let early = share(200, before);
+    // ...and its full share once slow start (30 s) is over.
+    gw.clock.advance(Duration::from_secs(30));
+    let before = a.requests();
+    for _ in 0..200 {
+        gw.chat(chat_body(false)).await;
+    }
+    let late = share(200, before);
+    assert!(early < 0.15, "early share {early}");
+    assert!(late > 0.3, "late share {late}");
+}

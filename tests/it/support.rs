@@ -20,6 +20,8 @@ pub struct Gateway {
     pub running: Running,
     /// The clock channel health reads: tests move it to end windows and cooldowns.
     pub clock: std::sync::Arc<ManualClock>,
+    /// One pooled client per gateway (building one per request costs milliseconds).
+    http: reqwest::Client,
     pub url: String,
     pub config_path: PathBuf,
     _dir: tempfile::TempDir,
@@ -31,7 +33,7 @@ impl Gateway {
     }
 
     pub async fn chat(&self, body: Value) -> reqwest::Response {
-        client()
+        self.http
             .post(self.chat_url())
             .bearer_auth(KEY)
             .json(&body)
@@ -122,6 +124,7 @@ pub async fn gateway_with(server_extra: &str, channels: &str) -> Gateway {
     Gateway {
         running,
         clock,
+        http: client(),
         url,
         config_path: path,
         _dir: dir,
