@@ -7,6 +7,7 @@ mod errors;
 mod failover;
 mod health;
 mod hygiene;
+mod latency;
 mod streaming;
 mod support;
 mod tools;
