@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 
 use crate::config::{self, ConfigError, Live, Snapshot};
-use crate::health::{Clock, Health, SystemClock};
+use crate::health::{Clock, Health, SystemClock, spawn_prober};
 use crate::provider::HttpClients;
 use crate::server::{self, AppState, Running};
 use crate::store::{RequestLog, StoreError};
@@ -70,7 +70,11 @@ pub async fn start_with_clock(
         health: Arc::new(Health::new(clock)),
         log: Arc::new(log),
     };
-    server::spawn(listener, state).map_err(|source| StartError::Bind { addr, source })
+    let prober = spawn_prober(state.live.clone(), state.health.clone());
+    let mut running =
+        server::spawn(listener, state).map_err(|source| StartError::Bind { addr, source })?;
+    running.background.push(prober);
+    Ok(running)
 }
 
 /// Reloads the config on every SIGHUP, for as long as the process runs.

@@ -138,6 +138,40 @@ pub struct CircuitBreakerConfig {
     pub rate_limit_cooldown_seconds: u64,
     /// After recovery the channel's share ramps up over this long (0 = at once).
     pub slow_start_seconds: u64,
+    pub probe: ProbeConfig,
+}
+
+/// `probe = { ... }` inside `[channels.circuit_breaker]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProbeConfig {
+    /// Off: a half-open circuit is tested by one live client request instead.
+    pub enabled: bool,
+    /// How often a closed channel scoring below `unhealthy_below` is probed.
+    pub interval_seconds: u64,
+    /// Probe successes that close an open circuit.
+    pub success_threshold: u32,
+    pub kind: ProbeKindConfig,
+    pub unhealthy_below: f64,
+}
+
+impl Default for ProbeConfig {
+    fn default() -> Self {
+        ProbeConfig {
+            enabled: true,
+            interval_seconds: 300,
+            success_threshold: 1,
+            kind: ProbeKindConfig::Completion,
+            unhealthy_below: 50.0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProbeKindConfig {
+    Completion,
+    Models,
 }
 
 impl Default for CircuitBreakerConfig {
@@ -150,6 +184,7 @@ impl Default for CircuitBreakerConfig {
             cooldown_seconds: 60,
             rate_limit_cooldown_seconds: 15,
             slow_start_seconds: 30,
+            probe: ProbeConfig::default(),
         }
     }
 }

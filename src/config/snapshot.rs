@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use subtle::ConstantTimeEq;
 
-use super::file::{ChannelConfig, FileConfig, ProviderKind, Timeouts};
+use super::file::{ChannelConfig, FileConfig, ProbeKindConfig, ProviderKind, Timeouts};
 use super::{ConfigError, DEMO_KEY, Source};
-use crate::health::{BreakerSettings, HealthSettings};
+use crate::health::{BreakerSettings, HealthSettings, ProbeKind, ProbeSettings};
 use crate::provider::{HttpClients, Upstream};
 
 /// A secret string: compared in constant time, never printed.
@@ -321,6 +321,18 @@ pub(crate) fn compile(
                     c.circuit_breaker.rate_limit_cooldown_seconds,
                 ),
                 slow_start: Duration::from_secs(c.circuit_breaker.slow_start_seconds),
+                probe: c.circuit_breaker.probe.enabled.then(|| {
+                    let p = &c.circuit_breaker.probe;
+                    ProbeSettings {
+                        kind: match p.kind {
+                            ProbeKindConfig::Completion => ProbeKind::Completion,
+                            ProbeKindConfig::Models => ProbeKind::Models,
+                        },
+                        interval: Duration::from_secs(p.interval_seconds),
+                        success_threshold: p.success_threshold,
+                        unhealthy_below: p.unhealthy_below,
+                    }
+                }),
             },
             upstream,
         });
@@ -364,6 +376,12 @@ fn validate_channel(
         return Err(("models", "at least one model is required".into()));
     }
     let cb = &c.circuit_breaker;
+    if cb.probe.interval_seconds == 0 || cb.probe.success_threshold == 0 {
+        return Err((
+            "circuit_breaker.probe",
+            "interval_seconds and success_threshold must be > 0".into(),
+        ));
+    }
     if cb.failure_threshold == 0 || cb.window_seconds == 0 || cb.cooldown_seconds == 0 {
         return Err((
             "circuit_breaker",

@@ -263,7 +263,7 @@ where
         };
         let key = health_key(ch, model);
         let _trial = if cand.half_open {
-            if !health.begin_trial(&key) {
+            if !health.begin_trial(&key, &ch.breaker) {
                 report.attempts.push(skip_record(ch, Skip::TrialInFlight));
                 continue;
             }

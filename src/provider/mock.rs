@@ -6,7 +6,6 @@
 //! also records what it received, for tests that must see what crossed the wire.
 
 use std::collections::hash_map::DefaultHasher;
-use std::convert::Infallible;
 use std::hash::{Hash, Hasher};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -514,6 +513,14 @@ impl MockUpstream {
         })))
     }
 
+    pub async fn models(&self) -> Result<(), UpstreamError> {
+        match self.next().1 {
+            Behaviour::Status(s, ra) => Err(Self::status_error(s, ra)),
+            Behaviour::Hang | Behaviour::StallAfter(_) => std::future::pending().await,
+            _ => Ok(()),
+        }
+    }
+
     pub async fn embeddings(
         &self,
         req: &EmbeddingsRequest,
@@ -906,8 +913,27 @@ async fn embeddings(
         .into_response()
 }
 
-async fn models() -> Result<Response, Infallible> {
-    Ok(axum::Json(json!({"object": "list", "data": [{"id": "mock", "object": "model", "owned_by": "switchyard-mock"}]})).into_response())
+async fn models(
+    State(state): State<Arc<MockState>>,
+    uri: axum::http::Uri,
+    version: axum::http::Version,
+    headers: HeaderMap,
+) -> Response {
+    let incoming = Incoming {
+        uri,
+        version,
+        headers,
+        body: Bytes::from_static(b"null"),
+    };
+    let (n, spec, _) = match begin(&state, "/models", incoming) {
+        Ok(b) => b,
+        Err(resp) => return *resp,
+    };
+    if let Behaviour::Status(s, ra) = spec.behaviour(n) {
+        return status_response(s, ra);
+    }
+    axum::Json(json!({"object": "list", "data": [{"id": "mock", "object": "model", "owned_by": "switchyard-mock"}]}))
+        .into_response()
 }
 
 #[cfg(test)]

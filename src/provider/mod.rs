@@ -186,6 +186,14 @@ impl Upstream {
             Upstream::Mock(m) => m.embeddings(req, model).await,
         }
     }
+
+    /// `GET /models`: a free check that the upstream answers and accepts the credential.
+    pub async fn models(&self) -> Result<(), UpstreamError> {
+        match self {
+            Upstream::OpenAi(o) => o.models().await,
+            Upstream::Mock(m) => m.models().await,
+        }
+    }
 }
 
 /// `Retry-After: <seconds>` or OpenAI's `retry-after-ms`. HTTP dates are ignored (rare upstream).

@@ -26,6 +26,7 @@ const MAX_RESPONSE_BODY: usize = 64 * 1024 * 1024;
 pub struct OpenAi {
     chat_url: Url,
     embeddings_url: Url,
+    models_url: Url,
     keys: Vec<Secret>,
     next_key: AtomicUsize,
     stream_usage: bool,
@@ -61,6 +62,7 @@ impl OpenAi {
         Ok(OpenAi {
             chat_url: endpoint("chat/completions"),
             embeddings_url: endpoint("embeddings"),
+            models_url: endpoint("models"),
             keys: keys.iter().map(|k| Secret::new(k.as_str())).collect(),
             next_key: AtomicUsize::new(0),
             stream_usage,
@@ -97,13 +99,7 @@ impl OpenAi {
                 }),
             )
             .body(body);
-        if let Some(k) = self.key() {
-            let mut v = HeaderValue::from_str(&format!("Bearer {}", k.expose())).map_err(|_| {
-                UpstreamError::Connect("api key is not a valid header value".into())
-            })?;
-            v.set_sensitive(true);
-            rb = rb.header(AUTHORIZATION, v);
-        }
+        rb = self.authorize(rb)?;
         let resp = rb.send().await.map_err(|e| {
             // `without_url`: the URL may carry credentials (`?key=`); it never reaches a log.
             UpstreamError::Connect(error_chain(&e.without_url()))
@@ -149,6 +145,32 @@ impl OpenAi {
             done: false,
             finished: false,
         }))
+    }
+
+    /// The next credential, as a sensitive header (never logged by the HTTP stack).
+    fn authorize(
+        &self,
+        rb: reqwest::RequestBuilder,
+    ) -> Result<reqwest::RequestBuilder, UpstreamError> {
+        let Some(k) = self.key() else {
+            return Ok(rb);
+        };
+        let mut v = HeaderValue::from_str(&format!("Bearer {}", k.expose()))
+            .map_err(|_| UpstreamError::Connect("api key is not a valid header value".into()))?;
+        v.set_sensitive(true);
+        Ok(rb.header(AUTHORIZATION, v))
+    }
+
+    pub async fn models(&self) -> Result<(), UpstreamError> {
+        let rb = self.authorize(self.client.get(self.models_url.clone()))?;
+        let resp = rb
+            .send()
+            .await
+            .map_err(|e| UpstreamError::Connect(error_chain(&e.without_url())))?;
+        if resp.status().is_success() {
+            return Ok(());
+        }
+        Err(status_error(resp).await)
     }
 
     pub async fn embeddings(

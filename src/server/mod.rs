@@ -59,11 +59,14 @@ pub struct Running {
     pub state: AppState,
     task: tokio::task::JoinHandle<()>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
+    /// Tasks that live as long as the server (the prober).
+    pub background: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Running {
     pub fn abort(&self) {
         self.task.abort();
+        self.background.iter().for_each(|t| t.abort());
     }
 
     /// Stops accepting, lets requests in flight finish for up to `grace`, then writes every
@@ -73,7 +76,7 @@ impl Running {
             let _ = stop.send(());
         }
         let finished = tokio::time::timeout(grace, &mut self.task).await.is_ok();
-        self.task.abort();
+        self.abort();
         self.state.log.flush().await;
         finished
     }
@@ -81,7 +84,7 @@ impl Running {
 
 impl Drop for Running {
     fn drop(&mut self) {
-        self.task.abort();
+        self.abort();
     }
 }
 
@@ -107,6 +110,7 @@ pub fn spawn(listener: TcpListener, state: AppState) -> std::io::Result<Running>
         state,
         task,
         stop: Some(stop),
+        background: Vec::new(),
     })
 }
 

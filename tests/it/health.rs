@@ -1,5 +1,5 @@
-//! Channel health over real HTTP: the circuit breaker, half-open trials, rate-limit cooldowns.
-//! Time is the gateway's injected clock, moved by the test.
+//! Channel health over real HTTP: the circuit breaker, half-open trials, probes, rate-limit
+//! cooldowns. Time is the gateway's injected clock, moved by the test.
 
 use std::time::Duration;
 
@@ -7,6 +7,9 @@ use serde_json::Value;
 use switchyard::provider::mock::{Fault, MockSpec};
 
 use crate::support::*;
+
+/// Channel settings for a breaker tested by live requests instead of probes.
+const LIVE_TRIALS: &str = "[channels.circuit_breaker]\nprobe = { enabled = false }";
 
 async fn ask(gw: &Gateway) -> (u16, String, Value) {
     let resp = gw.chat(chat_body(false)).await;
@@ -19,7 +22,7 @@ async fn ask(gw: &Gateway) -> (u16, String, Value) {
 #[tokio::test]
 async fn an_open_circuit_takes_the_channel_out_until_a_trial_succeeds() {
     let (dead, backup, gw) = two_tiers(
-        ("dead", faulty("x", status(500)), ""),
+        ("dead", faulty("x", status(500)), LIVE_TRIALS),
         ("backup", text_spec("ok")),
     )
     .await;
@@ -63,7 +66,7 @@ async fn an_open_circuit_takes_the_channel_out_until_a_trial_succeeds() {
 #[tokio::test]
 async fn half_open_lets_exactly_one_trial_through() {
     let (dead, _backup, gw) = two_tiers(
-        ("dead", faulty("x", status(503)), ""),
+        ("dead", faulty("x", status(503)), LIVE_TRIALS),
         ("backup", text_spec("ok")),
     )
     .await;
@@ -203,7 +206,7 @@ async fn a_recovered_channel_ramps_up_its_share() {
     let b = mock(text_spec("b")).await;
     let gw = gateway(&format!(
         "{}{}",
-        openai_channel("a", &a.base_url(), 1, ""),
+        openai_channel("a", &a.base_url(), 1, LIVE_TRIALS),
         openai_channel("b", &b.base_url(), 1, "")
     ))
     .await;
@@ -241,4 +244,75 @@ async fn a_recovered_channel_ramps_up_its_share() {
     let late = share(200, before);
     assert!(early < 0.15, "early share {early}");
     assert!(late > 0.3, "late share {late}");
+}
+
+#[tokio::test]
+async fn probes_close_a_circuit_without_risking_a_client_request() {
+    let (dead, _backup, gw) = two_tiers(
+        ("dead", faulty("x", status(500)), ""),
+        ("backup", text_spec("ok")),
+    )
+    .await;
+    for _ in 0..3 {
+        ask(&gw).await;
+    }
+    assert_eq!(dead.requests(), 3);
+    dead.set_spec(text_spec("alive"));
+    let seen_before = dead.received().len();
+    // Cooldown over: client requests still skip the channel; a probe tests it instead.
+    gw.clock.advance(Duration::from_secs(60));
+    eventually(&dead, "a probe", |m| m.requests() >= 1).await;
+    let probe = &dead.received()[seen_before].body;
+    assert_eq!(probe["max_tokens"], 1);
+    assert_eq!(probe["messages"][0]["content"], "ping");
+    // Once the probe has closed the circuit, client requests are served by it again.
+    let mut served = String::new();
+    for _ in 0..100 {
+        served = ask(&gw).await.1;
+        if served == "dead" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(served, "dead");
+    let health = gw.admin_health().await;
+    let row = health.iter().find(|r| r["channel"] == "dead").unwrap();
+    assert_eq!(row["circuit"], "closed");
+    assert_eq!(row["last_probe"]["ok"], true);
+    // Until the circuit closed, what the recovered upstream saw were probes, never clients.
+    let after: Vec<_> = dead.received()[seen_before..]
+        .iter()
+        .map(|r| r.body["max_tokens"].clone())
+        .collect();
+    let first_client = after.iter().position(|m| m.is_null()).unwrap();
+    assert!(
+        first_client >= 1 && after[..first_client].iter().all(|m| *m == 1),
+        "{after:?}"
+    );
+}
+
+#[tokio::test]
+async fn models_probes_ask_get_models() {
+    let (dead, _backup, gw) = two_tiers(
+        (
+            "dead",
+            faulty("x", status(500)),
+            "[channels.circuit_breaker]\nprobe = { kind = \"models\" }",
+        ),
+        ("backup", text_spec("ok")),
+    )
+    .await;
+    for _ in 0..3 {
+        ask(&gw).await;
+    }
+    dead.set_spec(text_spec("alive"));
+    let seen_before = dead.received().len();
+    gw.clock.advance(Duration::from_secs(60));
+    eventually(&dead, "a probe", |m| m.requests() >= 1).await;
+    let probe = &dead.received()[seen_before];
+    assert_eq!(probe.uri, "/v1/models");
+    assert_eq!(
+        probe.headers["authorization"].to_str().unwrap(),
+        format!("Bearer {UPSTREAM_KEY}")
+    );
 }

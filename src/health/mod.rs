@@ -6,6 +6,10 @@
 //! Locking: one `std::sync::Mutex` around the map, held only for short arithmetic, never across
 //! an await.
 
+mod probe;
+
+pub use probe::spawn_prober;
+
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -88,6 +92,47 @@ pub struct BreakerSettings {
     pub rate_limit_cooldown: Duration,
     /// After recovery the channel's share ramps from the floor to full over this long.
     pub slow_start: Duration,
+    /// Active probing; `None` = a half-open circuit is tested by one live request.
+    pub probe: Option<ProbeSettings>,
+}
+
+/// What a probe sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeKind {
+    /// A 1-token completion: exercises the real path.
+    Completion,
+    /// `GET /models`: free, but blind to a broken completion path.
+    Models,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct ProbeSettings {
+    pub kind: ProbeKind,
+    /// How often a closed channel scoring below `unhealthy_below` is probed.
+    pub interval: Duration,
+    /// Probe successes that close an open circuit.
+    pub success_threshold: u32,
+    pub unhealthy_below: f64,
+}
+
+impl Default for ProbeSettings {
+    fn default() -> Self {
+        ProbeSettings {
+            kind: ProbeKind::Completion,
+            interval: Duration::from_secs(300),
+            success_threshold: 1,
+            unhealthy_below: 50.0,
+        }
+    }
+}
+
+/// Why a probe is due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeReason {
+    /// The open circuit's cooldown is over: probes decide when it closes.
+    Recovery,
+    /// Closed, but scoring low: probes let the score rise without risking client requests.
+    LowScore,
 }
 
 impl Default for BreakerSettings {
@@ -100,6 +145,7 @@ impl Default for BreakerSettings {
             cooldown: Duration::from_secs(60),
             rate_limit_cooldown: Duration::from_secs(15),
             slow_start: Duration::from_secs(30),
+            probe: Some(ProbeSettings::default()),
         }
     }
 }
@@ -200,6 +246,10 @@ struct Entry {
     cooling_until: Option<Instant>,
     /// When the circuit last closed after being open (slow start runs from here).
     recovered_at: Option<Instant>,
+    probe_in_flight: bool,
+    /// Consecutive probe successes while open (`success_threshold` closes it).
+    probe_successes: u32,
+    last_probe: Option<(Instant, bool)>,
 }
 
 impl Entry {
@@ -211,6 +261,9 @@ impl Entry {
             cooldown: b.cooldown,
             cooling_until: None,
             recovered_at: None,
+            probe_in_flight: false,
+            probe_successes: 0,
+            last_probe: None,
         }
     }
 
@@ -289,8 +342,11 @@ impl Health {
             return Standing::healthy();
         };
         e.prune(now, s, b);
+        // Without probes an expired cooldown lets one live request be the trial; with them
+        // the circuit stays open (no client request is risked) until probes close it.
         if let Circuit::Open { until } = e.circuit
             && now >= until
+            && b.probe.is_none()
         {
             e.circuit = Circuit::HalfOpen { trial: false };
         }
@@ -321,8 +377,12 @@ impl Health {
     }
 
     /// Claims the single half-open trial (an open circuit whose cooldown has passed is
-    /// half-open); false when another request holds it or the circuit is not half-open.
-    pub fn begin_trial(&self, key: &Key) -> bool {
+    /// half-open); false when another request holds it, the circuit is not half-open, or
+    /// probes (not client requests) test this channel.
+    pub fn begin_trial(&self, key: &Key, b: &BreakerSettings) -> bool {
+        if b.probe.is_some() {
+            return false;
+        }
         let now = self.clock.now();
         let mut map = self.lock();
         let Some(e) = map.get_mut(key) else {
@@ -337,6 +397,91 @@ impl Health {
             e.circuit = Circuit::HalfOpen { trial: true };
         }
         due
+    }
+
+    /// Claims a probe of `key` if one is due: a recovery probe once an open circuit's
+    /// cooldown is over, or a periodic one for a closed channel scoring below the bar. Healthy
+    /// channels are never probed. The caller runs it and reports with [`Health::probe_result`].
+    pub fn claim_probe(
+        &self,
+        key: &Key,
+        s: &HealthSettings,
+        b: &BreakerSettings,
+    ) -> Option<ProbeReason> {
+        let p = b.probe.filter(|_| b.enabled)?;
+        let now = self.clock.now();
+        let mut map = self.lock();
+        let e = map.get_mut(key)?;
+        if e.probe_in_flight {
+            return None;
+        }
+        e.prune(now, s, b);
+        let reason = match e.circuit {
+            Circuit::Open { until } if now >= until => ProbeReason::Recovery,
+            Circuit::Closed
+                if e.score(s) < p.unhealthy_below
+                    && e.last_probe
+                        .is_none_or(|(t, _)| now.duration_since(t) >= p.interval) =>
+            {
+                ProbeReason::LowScore
+            }
+            _ => return None,
+        };
+        e.probe_in_flight = true;
+        Some(reason)
+    }
+
+    /// A probe's outcome. Recovery: `success_threshold` successes close the circuit, a failure
+    /// re-opens it with the cooldown doubled. Low score: the result is one more verdict.
+    pub fn probe_result(
+        &self,
+        key: &Key,
+        s: &HealthSettings,
+        b: &BreakerSettings,
+        ok: bool,
+        latency: Duration,
+    ) {
+        let now = self.clock.now();
+        let threshold = b.probe.map_or(1, |p| p.success_threshold.max(1));
+        {
+            let mut map = self.lock();
+            let Some(e) = map.get_mut(key) else {
+                return;
+            };
+            e.probe_in_flight = false;
+            e.last_probe = Some((now, ok));
+            if let Circuit::Open { until } = e.circuit
+                && now >= until
+            {
+                if ok {
+                    e.probe_successes += 1;
+                    if e.probe_successes < threshold {
+                        return;
+                    }
+                    e.probe_successes = 0;
+                    // Closing goes through the half-open path so recovery is handled once.
+                    e.circuit = Circuit::HalfOpen { trial: true };
+                } else {
+                    e.probe_successes = 0;
+                    e.circuit = Circuit::HalfOpen { trial: true };
+                }
+            }
+        }
+        let v = if ok {
+            Verdict::Success { latency }
+        } else {
+            Verdict::Failure { latency }
+        };
+        self.record(key, s, b, v);
+    }
+
+    /// Every key health holds for a channel (one, or one per model for `per_model`).
+    pub fn keys_of(&self, channel: &str) -> Vec<Key> {
+        self.lock()
+            .keys()
+            .filter(|k| &*k.channel == channel)
+            .cloned()
+            .collect()
     }
 
     /// Gives the trial back unjudged (the request was cancelled or gave up mid-trial).
@@ -445,6 +590,10 @@ impl Health {
                     "rate_limited_seconds_left": e.cooling_until
                         .filter(|t| *t > now)
                         .map(|t| t.duration_since(now).as_secs_f64()),
+                    "last_probe": e.last_probe.map(|(t, ok)| json!({
+                        "seconds_ago": now.duration_since(t).as_secs_f64(),
+                        "ok": ok,
+                    })),
                 })
             })
             .collect();
@@ -476,11 +625,19 @@ mod tests {
         }
     }
 
+    /// Breaker settings without probes: a half-open circuit is tested by a live request.
+    fn live_trials() -> BreakerSettings {
+        BreakerSettings {
+            probe: None,
+            ..BreakerSettings::default()
+        }
+    }
+
     #[test]
     fn threshold_opens_cooldown_half_opens_one_trial_closes() {
         let clock = ManualClock::new();
         let h = Health::new(clock.clone());
-        let (s, b) = (HealthSettings::default(), BreakerSettings::default());
+        let (s, b) = (HealthSettings::default(), live_trials());
         let k = key("a");
         h.record(&k, &s, &b, fail());
         h.record(&k, &s, &b, fail());
@@ -492,8 +649,8 @@ mod tests {
         clock.advance(Duration::from_secs(1));
         let st = h.standing(&k, &s, &b);
         assert!(st.half_open && st.skip.is_none());
-        assert!(h.begin_trial(&k));
-        assert!(!h.begin_trial(&k), "only one trial at a time");
+        assert!(h.begin_trial(&k, &b));
+        assert!(!h.begin_trial(&k, &b), "only one trial at a time");
         assert_eq!(h.standing(&k, &s, &b).skip, Some(Skip::TrialInFlight));
         h.record(&k, &s, &b, ok(5));
         let st = h.standing(&k, &s, &b);
@@ -505,13 +662,13 @@ mod tests {
     fn a_recovered_channel_ramps_up_over_slow_start() {
         let clock = ManualClock::new();
         let h = Health::new(clock.clone());
-        let (s, b) = (HealthSettings::default(), BreakerSettings::default());
+        let (s, b) = (HealthSettings::default(), live_trials());
         let k = key("a");
         for _ in 0..3 {
             h.record(&k, &s, &b, fail());
         }
         clock.advance(Duration::from_secs(60));
-        assert!(h.begin_trial(&k));
+        assert!(h.begin_trial(&k, &b));
         h.record(&k, &s, &b, ok(5));
         let f0 = h.standing(&k, &s, &b).factor;
         clock.advance(Duration::from_secs(15));
@@ -528,7 +685,7 @@ mod tests {
     fn a_failed_trial_doubles_the_cooldown_up_to_five_times() {
         let clock = ManualClock::new();
         let h = Health::new(clock.clone());
-        let (s, b) = (HealthSettings::default(), BreakerSettings::default());
+        let (s, b) = (HealthSettings::default(), live_trials());
         let k = key("a");
         for _ in 0..3 {
             h.record(&k, &s, &b, fail());
@@ -537,7 +694,7 @@ mod tests {
         for want in [120, 240, 300, 300] {
             clock.advance(Duration::from_secs(expected));
             assert!(h.standing(&k, &s, &b).half_open);
-            assert!(h.begin_trial(&k));
+            assert!(h.begin_trial(&k, &b));
             h.record(&k, &s, &b, fail());
             clock.advance(Duration::from_secs(want - 1));
             assert_eq!(
@@ -652,5 +809,82 @@ mod tests {
         }
         assert_eq!(h.standing(&k1, &s, &b).skip, Some(Skip::CircuitOpen));
         assert_eq!(h.standing(&k2, &s, &b).skip, None);
+    }
+
+    #[test]
+    fn with_probes_no_client_request_is_the_trial_and_probes_close_it() {
+        let clock = ManualClock::new();
+        let h = Health::new(clock.clone());
+        let s = HealthSettings::default();
+        let b = BreakerSettings {
+            probe: Some(ProbeSettings {
+                success_threshold: 2,
+                ..ProbeSettings::default()
+            }),
+            ..BreakerSettings::default()
+        };
+        let k = key("a");
+        for _ in 0..3 {
+            h.record(&k, &s, &b, fail());
+        }
+        assert_eq!(h.claim_probe(&k, &s, &b), None, "cooldown not over");
+        clock.advance(Duration::from_secs(60));
+        let st = h.standing(&k, &s, &b);
+        assert_eq!(
+            st.skip,
+            Some(Skip::CircuitOpen),
+            "still skipped: probes decide"
+        );
+        assert!(!st.half_open && !h.begin_trial(&k, &b));
+        assert_eq!(h.claim_probe(&k, &s, &b), Some(ProbeReason::Recovery));
+        assert_eq!(h.claim_probe(&k, &s, &b), None, "one probe at a time");
+        h.probe_result(&k, &s, &b, true, Duration::from_millis(5));
+        assert_eq!(
+            h.standing(&k, &s, &b).skip,
+            Some(Skip::CircuitOpen),
+            "1 of 2 successes"
+        );
+        assert_eq!(h.claim_probe(&k, &s, &b), Some(ProbeReason::Recovery));
+        h.probe_result(&k, &s, &b, true, Duration::from_millis(5));
+        assert_eq!(h.standing(&k, &s, &b).skip, None, "closed");
+        // A failed recovery probe re-opens with the cooldown doubled.
+        for _ in 0..3 {
+            h.record(&k, &s, &b, fail());
+        }
+        clock.advance(Duration::from_secs(60));
+        assert_eq!(h.claim_probe(&k, &s, &b), Some(ProbeReason::Recovery));
+        h.probe_result(&k, &s, &b, false, Duration::from_millis(5));
+        clock.advance(Duration::from_secs(119));
+        assert_eq!(h.claim_probe(&k, &s, &b), None);
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(h.claim_probe(&k, &s, &b), Some(ProbeReason::Recovery));
+    }
+
+    #[test]
+    fn low_scoring_closed_channels_are_probed_each_interval_healthy_ones_never() {
+        let clock = ManualClock::new();
+        let h = Health::new(clock.clone());
+        let s = HealthSettings::default();
+        let b = BreakerSettings {
+            failure_threshold: 100,
+            ..BreakerSettings::default()
+        };
+        let (sick, fine) = (key("sick"), key("fine"));
+        for _ in 0..5 {
+            h.record(&sick, &s, &b, fail());
+            h.record(&fine, &s, &b, ok(5));
+        }
+        assert_eq!(h.claim_probe(&fine, &s, &b), None);
+        assert_eq!(h.claim_probe(&sick, &s, &b), Some(ProbeReason::LowScore));
+        h.probe_result(&sick, &s, &b, true, Duration::from_millis(5));
+        assert_eq!(
+            h.claim_probe(&sick, &s, &b),
+            None,
+            "not before the interval"
+        );
+        clock.advance(Duration::from_secs(300));
+        assert_eq!(h.claim_probe(&sick, &s, &b), Some(ProbeReason::LowScore));
+        clock.advance(Duration::from_secs(3600));
+        assert_eq!(h.claim_probe(&fine, &s, &b), None);
     }
 }

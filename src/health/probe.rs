@@ -1,0 +1,98 @@
+//! Active probes: a background task that tests channels health has doubts about, so that no
+//! client request is risked on them. Health decides when a probe is due ([`Health::claim_probe`]);
+//! this module only runs it and reports back.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Map;
+use tokio::time::Instant;
+
+use super::{Health, Key, ProbeKind, ProbeReason};
+use crate::config::{Live, Snapshot};
+use crate::protocol::{ChatRequest, MaxTokensField, Message, Role};
+
+/// How often the prober looks for due probes (real time; due-ness follows health's clock).
+const TICK: Duration = Duration::from_millis(250);
+
+/// Starts the prober; it runs until the task is aborted.
+pub fn spawn_prober(live: Arc<Live>, health: Arc<Health>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(TICK).await;
+            let snap = live.load();
+            for (idx, ch) in snap.channels.iter().enumerate() {
+                if !ch.enabled || !ch.breaker.enabled || ch.breaker.probe.is_none() {
+                    continue;
+                }
+                for key in health.keys_of(&ch.name) {
+                    if let Some(reason) = health.claim_probe(&key, &snap.health, &ch.breaker) {
+                        let (snap, health) = (snap.clone(), health.clone());
+                        tokio::spawn(async move { probe(&snap, &health, idx, key, reason).await });
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// The smallest real completion: one user word, one output token.
+fn probe_request(model: &str) -> ChatRequest {
+    ChatRequest {
+        model: model.to_string(),
+        messages: vec![Message::new(Role::User, "ping")],
+        stream: false,
+        stream_include_usage: false,
+        max_tokens: Some((MaxTokensField::MaxTokens, 1)),
+        temperature: None,
+        top_p: None,
+        stop: None,
+        tools: Vec::new(),
+        tool_choice: None,
+        extra: Map::new(),
+    }
+}
+
+async fn probe(snap: &Snapshot, health: &Health, idx: usize, key: Key, reason: ProbeReason) {
+    let Some(ch) = snap.channels.get(idx) else {
+        return;
+    };
+    // The model to probe: the key's own (per-model breakers), else the channel's first.
+    let route = snap.models.iter().find_map(|(name, routes)| {
+        let r = routes.iter().find(|r| r.channel == idx)?;
+        key.model
+            .as_deref()
+            .is_none_or(|m| m == &**name)
+            .then(|| (name.clone(), r.upstream_model.clone()))
+    });
+    let Some((model, upstream_model)) = route else {
+        // The channel no longer serves that model: nothing to probe; give the claim back.
+        health.probe_result(&key, &snap.health, &ch.breaker, false, Duration::ZERO);
+        return;
+    };
+    let kind = ch.breaker.probe.map_or(ProbeKind::Completion, |p| p.kind);
+    let started = Instant::now();
+    let ok = match kind {
+        ProbeKind::Completion => {
+            let req = probe_request(&model);
+            let call = ch.upstream.chat(&req, &upstream_model);
+            matches!(tokio::time::timeout(ch.timeout, call).await, Ok(Ok(_)))
+        }
+        ProbeKind::Models => {
+            matches!(
+                tokio::time::timeout(ch.timeout, ch.upstream.models()).await,
+                Ok(Ok(()))
+            )
+        }
+    };
+    let latency = started.elapsed();
+    tracing::info!(
+        channel = &*ch.name,
+        model = &*model,
+        reason = ?reason,
+        ok,
+        latency_ms = latency.as_millis() as u64,
+        "probe"
+    );
+    health.probe_result(&key, &snap.health, &ch.breaker, ok, latency);
+}
