@@ -79,7 +79,7 @@ pub async fn start_with_clock(
 
 /// Reloads the config on every SIGHUP, for as long as the process runs.
 #[cfg(unix)]
-pub fn reload_on_sighup(live: Arc<Live>) -> std::io::Result<()> {
+pub fn reload_on_sighup(live: Arc<Live>, health: Arc<Health>) -> std::io::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut hup = signal(SignalKind::hangup())?;
     tokio::spawn(async move {
@@ -89,7 +89,10 @@ pub fn reload_on_sighup(live: Arc<Live>) -> std::io::Result<()> {
                 continue;
             };
             match result {
-                Ok(s) => tracing::info!(channels = s.channels.len(), "config reloaded on SIGHUP"),
+                Ok(s) => {
+                    health.pools.reset();
+                    tracing::info!(channels = s.channels.len(), "config reloaded on SIGHUP")
+                }
                 Err(e) => {
                     tracing::error!(error = %e, "config reload refused; the running config stays")
                 }

@@ -108,7 +108,10 @@ async fn run(cmd: Command) -> Result<(), Box<dyn std::error::Error>> {
                 );
             }
             #[cfg(unix)]
-            switchyard::app::reload_on_sighup(running.state.live.clone())?;
+            switchyard::app::reload_on_sighup(
+                running.state.live.clone(),
+                running.state.health.clone(),
+            )?;
             print!("{}", running.state.live.load().describe());
             println!("switchyard listening on http://{}", running.addr);
             stop_signal().await?;

@@ -222,6 +222,12 @@ pub struct ChannelConfig {
     pub base_url: Option<String>,
     #[serde(default)]
     pub api_keys: Vec<String>,
+    /// Keys with limits: `[{ key, label, rpm, max_concurrency }]` (instead of `api_keys`).
+    #[serde(default)]
+    pub credentials: Vec<CredentialConfig>,
+    /// How long a 429 (without Retry-After) or a 403 cools one credential.
+    #[serde(default = "default_credential_cooldown")]
+    pub credential_cooldown_seconds: u64,
     pub models: Vec<ModelEntry>,
     #[serde(default = "one")]
     pub priority: u32,
@@ -250,6 +256,22 @@ pub struct ChannelConfig {
     #[serde(default)]
     pub circuit_breaker: CircuitBreakerConfig,
     pub mock: Option<MockSpec>,
+}
+
+fn default_credential_cooldown() -> u64 {
+    60
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CredentialConfig {
+    pub key: String,
+    /// Shown in logs and `/admin/health` instead of the key (default `key-N`).
+    pub label: Option<String>,
+    /// Requests per minute this key may send.
+    pub rpm: Option<u32>,
+    /// Attempts in flight at once on this key.
+    pub max_concurrency: Option<u32>,
 }
 
 fn one() -> u32 {

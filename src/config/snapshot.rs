@@ -10,7 +10,7 @@ use subtle::ConstantTimeEq;
 
 use super::file::{ChannelConfig, FileConfig, ProbeKindConfig, ProviderKind, Timeouts};
 use super::{ConfigError, DEMO_KEY, Source};
-use crate::health::{BreakerSettings, HealthSettings, ProbeKind, ProbeSettings};
+use crate::health::{BreakerSettings, HealthSettings, Limits, ProbeKind, ProbeSettings};
 use crate::provider::{HttpClients, Upstream};
 
 /// A secret string: compared in constant time, never printed.
@@ -72,6 +72,9 @@ pub struct Channel {
     pub timeout: Duration,
     pub first_token_timeout: Duration,
     pub breaker: BreakerSettings,
+    /// The channel's credentials by label, in the provider's key order (empty = no key).
+    pub credentials: Vec<(Arc<str>, Limits)>,
+    pub credential_cooldown: Duration,
     pub upstream: Upstream,
 }
 
@@ -279,6 +282,39 @@ pub(crate) fn compile(
                 format!("duplicate channel name {:?}", c.name),
             ));
         }
+        if !c.api_keys.is_empty() && !c.credentials.is_empty() {
+            return Err(err(
+                at("credentials"),
+                "give either api_keys or credentials, not both".into(),
+            ));
+        }
+        let mut labels: Vec<(Arc<str>, Limits)> = Vec::new();
+        for (j, k) in c.api_keys.iter().enumerate() {
+            labels.push((format!("key-{}", j + 1).into(), Limits::default()));
+            let _ = k;
+        }
+        for (j, cr) in c.credentials.iter().enumerate() {
+            if cr.rpm == Some(0) || cr.max_concurrency == Some(0) {
+                return Err(err(
+                    format!("channels[{i}].credentials[{j}]"),
+                    "rpm and max_concurrency must be >= 1".into(),
+                ));
+            }
+            let label = cr.label.clone().unwrap_or_else(|| format!("key-{}", j + 1));
+            if labels.iter().any(|(l, _)| **l == *label) {
+                return Err(err(
+                    format!("channels[{i}].credentials[{j}].label"),
+                    format!("duplicate label {label:?}"),
+                ));
+            }
+            labels.push((
+                label.into(),
+                Limits {
+                    rpm: cr.rpm,
+                    max_concurrency: cr.max_concurrency,
+                },
+            ));
+        }
         let t = c.timeouts(s.request_timeout_ms);
         validate_channel(c, t, s.request_timeout_ms).map_err(|(f, m)| err(at(f), m))?;
         let upstream = Upstream::build(c, t.connect_ms, clients).map_err(|(f, m)| err(at(f), m))?;
@@ -334,6 +370,8 @@ pub(crate) fn compile(
                     }
                 }),
             },
+            credentials: labels,
+            credential_cooldown: Duration::from_secs(c.credential_cooldown_seconds),
             upstream,
         });
     }

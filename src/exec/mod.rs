@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use tokio::time::{Instant, timeout_at};
 
 use crate::config::{Channel, Snapshot};
-use crate::health::{Health, Key, Skip, Verdict};
+use crate::health::{CredVerdict, Health, Key, Skip, Verdict};
 use crate::protocol::{ChatRequest, ChatResponse, EmbeddingsRequest, StreamChunk};
 use crate::provider::ChunkStream;
 use crate::router::{self, RouteError};
@@ -229,7 +229,7 @@ async fn run<'s, T, F, Fut>(
     mut call: F,
 ) -> Result<T, ExecError>
 where
-    F: FnMut(&'s Channel, Arc<str>) -> Fut,
+    F: FnMut(&'s Channel, Arc<str>, Option<usize>) -> Fut,
     Fut: Future<Output = Result<T, Failure>>,
 {
     let mut rng = fastrand::Rng::new();
@@ -275,12 +275,31 @@ where
             None
         };
         let mut retries = 0;
+        // Credentials of this channel that failed this request (429/401/403): not tried again.
+        let mut spent: Vec<usize> = Vec::new();
         loop {
             if report.tried() >= snap.server.max_attempts as usize {
                 break 'channels;
             }
+            let reservation = match health
+                .pools
+                .reserve(&ch.name, &ch.credentials, model, &spent)
+            {
+                Ok(r) => r,
+                Err(none) => {
+                    // No credential with headroom: skipped, not a failure of the channel.
+                    if spent.is_empty() {
+                        report.attempts.push(skip_record(ch, Skip::NoCredential));
+                    }
+                    if let Some(d) = none.retry_in {
+                        retry_after = Some(retry_after.map_or(d, |r| r.min(d)));
+                    }
+                    continue 'channels;
+                }
+            };
+            let cred = reservation.as_ref().map(|r| r.index);
             let t0 = Instant::now();
-            let res = timeout_at(deadline, call(ch, cand.upstream_model.clone())).await;
+            let res = timeout_at(deadline, call(ch, cand.upstream_model.clone(), cred)).await;
             let latency = t0.elapsed();
             let mut record = AttemptRecord {
                 channel: ch.name.clone(),
@@ -315,7 +334,28 @@ where
                 }
                 Ok(Err(f)) => f,
             };
-            health.record(&key, &snap.health, &ch.breaker, verdict(&failure, latency));
+            // A failure of the key, not the channel: cool or disable that credential and try
+            // another key of the same channel at once, before failing over.
+            let cred_verdict = match (failure.class, failure.status) {
+                (OutcomeClass::RateLimit, _) => Some(CredVerdict::RateLimited {
+                    retry_after: failure.retry_after,
+                }),
+                (OutcomeClass::AuthError, Some(401)) => Some(CredVerdict::Refused),
+                (OutcomeClass::AuthError, Some(403)) => Some(CredVerdict::ForbiddenForModel),
+                _ => None,
+            };
+            let per_key = match (&reservation, cred_verdict) {
+                (Some(r), Some(v)) => {
+                    health.pools.judge(r, model, v, ch.credential_cooldown);
+                    spent.push(r.index);
+                    true
+                }
+                _ => false,
+            };
+            drop(reservation);
+            if !per_key {
+                health.record(&key, &snap.health, &ch.breaker, verdict(&failure, latency));
+            }
             record.status = failure.status;
             record.class = Some(failure.class);
             report.attempts.push(record);
@@ -335,6 +375,9 @@ where
                     channel = &*ch.name, class = failure.class.as_str(), detail = %failure.detail,
                     "attempt failed"
                 ),
+            }
+            if per_key && spent.len() < ch.credentials.len() {
+                continue;
             }
             if !failure.class.fail_over() {
                 return match failure.passthrough {
@@ -367,6 +410,8 @@ where
                 }
                 tokio::time::sleep(wait).await;
                 retries += 1;
+                // The wait is over: the channel's keys may be tried again.
+                spent.clear();
                 continue;
             }
             continue 'channels;
@@ -374,10 +419,10 @@ where
     }
     // Every channel was rate limited: now, or still cooling from an earlier 429.
     let all_rate_limited = !report.attempts.is_empty()
-        && report
-            .attempts
-            .iter()
-            .all(|a| a.class == Some(OutcomeClass::RateLimit) || a.skip == Some(Skip::RateLimited));
+        && report.attempts.iter().all(|a| {
+            a.class == Some(OutcomeClass::RateLimit)
+                || matches!(a.skip, Some(Skip::RateLimited | Skip::NoCredential))
+        });
     if all_rate_limited {
         return Err(ExecError::AllRateLimited {
             retry_after: retry_after.unwrap_or(Duration::from_secs(1)),
@@ -406,8 +451,13 @@ pub async fn chat(
         &req.model,
         deadline,
         report,
-        |ch, up| async move {
-            match timeout_at(Instant::now() + ch.timeout, ch.upstream.chat(req, &up)).await {
+        |ch, up, cred| async move {
+            match timeout_at(
+                Instant::now() + ch.timeout,
+                ch.upstream.chat(req, &up, cred),
+            )
+            .await
+            {
                 Err(_) => Err(Failure::timeout("attempt timeout")),
                 Ok(r) => r.map_err(classify),
             }
@@ -429,10 +479,10 @@ pub async fn embeddings(
         &req.model,
         deadline,
         report,
-        |ch, up| async move {
+        |ch, up, cred| async move {
             match timeout_at(
                 Instant::now() + ch.timeout,
-                ch.upstream.embeddings(req, &up),
+                ch.upstream.embeddings(req, &up, cred),
             )
             .await
             {
@@ -470,9 +520,13 @@ pub async fn chat_stream(
         &req.model,
         deadline,
         report,
-        |ch, up| async move {
+        |ch, up, cred| async move {
             let open = async {
-                let mut rest = ch.upstream.chat_stream(req, &up).await.map_err(classify)?;
+                let mut rest = ch
+                    .upstream
+                    .chat_stream(req, &up, cred)
+                    .await
+                    .map_err(classify)?;
                 let mut head = Vec::new();
                 loop {
                     match rest.next().await {

@@ -6,8 +6,10 @@
 //! Locking: one `std::sync::Mutex` around the map, held only for short arithmetic, never across
 //! an await.
 
+mod credentials;
 mod probe;
 
+pub use credentials::{CredVerdict, Limits, NoHeadroom, Pools, Reservation};
 pub use probe::spawn_prober;
 
 use std::collections::{HashMap, VecDeque};
@@ -177,6 +179,8 @@ pub enum Skip {
     RateLimited,
     /// Half-open, and another request is already its trial.
     TrialInFlight,
+    /// No credential of the channel has headroom (cooling, refused, at its limits).
+    NoCredential,
 }
 
 impl Skip {
@@ -185,6 +189,7 @@ impl Skip {
             Skip::CircuitOpen => "circuit_open",
             Skip::RateLimited => "rate_limited_cooldown",
             Skip::TrialInFlight => "circuit_half_open",
+            Skip::NoCredential => "no_credential_headroom",
         }
     }
 }
@@ -316,11 +321,14 @@ fn latency_score(l: Duration, s: &HealthSettings) -> f64 {
 pub struct Health {
     clock: Arc<dyn Clock>,
     entries: Mutex<HashMap<Key, Entry>>,
+    /// The channels' credentials (their own locks; never held with `entries`).
+    pub pools: Pools,
 }
 
 impl Health {
     pub fn new(clock: Arc<dyn Clock>) -> Health {
         Health {
+            pools: Pools::new(clock.clone()),
             clock,
             entries: Mutex::new(HashMap::new()),
         }

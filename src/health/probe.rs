@@ -36,6 +36,11 @@ pub fn spawn_prober(live: Arc<Live>, health: Arc<Health>) -> tokio::task::JoinHa
     })
 }
 
+/// Probes use the channel's first credential (its pool limits are for client traffic).
+fn first_credential(ch: &crate::config::Channel) -> Option<usize> {
+    (!ch.credentials.is_empty()).then_some(0)
+}
+
 /// The smallest real completion: one user word, one output token.
 fn probe_request(model: &str) -> ChatRequest {
     ChatRequest {
@@ -75,14 +80,14 @@ async fn probe(snap: &Snapshot, health: &Health, idx: usize, key: Key, reason: P
     let ok = match kind {
         ProbeKind::Completion => {
             let req = probe_request(&model);
-            let call = ch.upstream.chat(&req, &upstream_model);
+            let call = ch
+                .upstream
+                .chat(&req, &upstream_model, first_credential(ch));
             matches!(tokio::time::timeout(ch.timeout, call).await, Ok(Ok(_)))
         }
         ProbeKind::Models => {
-            matches!(
-                tokio::time::timeout(ch.timeout, ch.upstream.models()).await,
-                Ok(Ok(()))
-            )
+            let call = ch.upstream.models(first_credential(ch));
+            matches!(tokio::time::timeout(ch.timeout, call).await, Ok(Ok(())))
         }
     };
     let latency = started.elapsed();

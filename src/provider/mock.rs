@@ -50,6 +50,8 @@ pub struct MockSpec {
     pub fault: Option<Fault>,
     /// Applied to the 1st, 2nd... request this mock sees; then `fault` (or a normal answer).
     pub script: Vec<Fault>,
+    /// Standalone server only: a fault for requests bearing this API key (wins over the rest).
+    pub per_key: std::collections::HashMap<String, Fault>,
 }
 
 impl Default for MockSpec {
@@ -63,6 +65,7 @@ impl Default for MockSpec {
             tool_call: None,
             fault: None,
             script: Vec::new(),
+            per_key: std::collections::HashMap::new(),
         }
     }
 }
@@ -161,10 +164,18 @@ impl MockSpec {
         if let Some(f) = &self.fault {
             f.validate()?;
         }
-        for f in &self.script {
+        for f in self.script.iter().chain(self.per_key.values()) {
             f.validate()?;
         }
         Ok(())
+    }
+
+    /// The behaviour for the request with this bearer key, if `per_key` names it.
+    fn behaviour_for(&self, n: u64, key: Option<&str>) -> Behaviour {
+        match key.and_then(|k| self.per_key.get(k)) {
+            Some(f) => f.behaviour(),
+            None => self.behaviour(n),
+        }
     }
 
     fn behaviour(&self, n: u64) -> Behaviour {
@@ -596,6 +607,9 @@ struct MockState {
     aborted: AtomicU64,
     /// Responses sent to the end (for a stream: its last byte was taken by the connection).
     completed: AtomicU64,
+    /// Requests being answered now, and the most there ever were at once.
+    in_flight: AtomicU64,
+    max_in_flight: AtomicU64,
     changed: Notify,
 }
 
@@ -631,6 +645,8 @@ impl MockServer {
             received: Mutex::new(Vec::new()),
             aborted: AtomicU64::new(0),
             completed: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+            max_in_flight: AtomicU64::new(0),
             changed: Notify::new(),
         });
         let app = axum::Router::new()
@@ -677,6 +693,11 @@ impl MockServer {
 
     pub fn completed(&self) -> u64 {
         self.state.completed.load(Ordering::SeqCst)
+    }
+
+    /// The most chat requests this server was answering at the same time.
+    pub fn max_in_flight(&self) -> u64 {
+        self.state.max_in_flight.load(Ordering::SeqCst)
     }
 
     /// Replaces the spec; the request counter (and so the script position) starts over.
@@ -740,6 +761,7 @@ struct AbortGuard {
 
 impl Drop for AbortGuard {
     fn drop(&mut self) {
+        self.state.in_flight.fetch_sub(1, Ordering::SeqCst);
         let counter = if self.done {
             &self.state.completed
         } else {
@@ -796,6 +818,12 @@ async fn chat(
         headers,
         body,
     };
+    let bearer = incoming
+        .headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_string);
     let (n, spec, v) = match begin(&state, "/chat/completions", incoming) {
         Ok(b) => b,
         Err(resp) => return *resp,
@@ -805,11 +833,14 @@ async fn chat(
         Err(e) => return bad_request(&e.message),
     };
     let model = req.model.clone();
+    let now = state.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+    state.max_in_flight.fetch_max(now, Ordering::SeqCst);
     let mut guard = AbortGuard {
         state: state.clone(),
         done: false,
     };
-    match spec.behaviour(n) {
+    let behaviour = spec.behaviour_for(n, bearer.as_deref());
+    match behaviour {
         Behaviour::Status(s, ra) => {
             guard.done = true;
             return status_response(s, ra);
@@ -831,7 +862,7 @@ async fn chat(
         pause(spec.total_time()).await;
         guard.done = true;
         let mut resp = reply(&spec, &model, &req, n);
-        if spec.behaviour(n) == Behaviour::Empty {
+        if behaviour == Behaviour::Empty {
             resp.choices.clear();
         }
         let body = serde_json::to_vec(&ResponseBody {
@@ -846,8 +877,8 @@ async fn chat(
     if !include_usage {
         chunks.pop();
     }
-    let items = schedule(&spec, spec.behaviour(n), chunks);
-    let ends_clean = matches!(spec.behaviour(n), Behaviour::Normal | Behaviour::Empty);
+    let items = schedule(&spec, behaviour, chunks);
+    let ends_clean = matches!(behaviour, Behaviour::Normal | Behaviour::Empty);
     let body = paced(items)
         .map(move |p| match p {
             Paced::Chunk(c) => {

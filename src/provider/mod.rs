@@ -135,7 +135,12 @@ impl Upstream {
                 let client = clients
                     .get(connect_timeout_ms, mode)
                     .map_err(|e| ("base_url", e))?;
-                let o = openai::OpenAi::new(url, &c.api_keys, c.stream_usage, client)
+                let keys: Vec<String> = if c.credentials.is_empty() {
+                    c.api_keys.clone()
+                } else {
+                    c.credentials.iter().map(|k| k.key.clone()).collect()
+                };
+                let o = openai::OpenAi::new(url, &keys, c.stream_usage, client)
                     .map_err(|e| ("base_url", format!("not a valid URL: {e}")))?;
                 Ok(Upstream::OpenAi(o))
             }
@@ -143,7 +148,7 @@ impl Upstream {
                 if c.base_url.is_some() {
                     return Err(("base_url", "a mock channel takes no base_url".into()));
                 }
-                if !c.api_keys.is_empty() {
+                if !c.api_keys.is_empty() || !c.credentials.is_empty() {
                     return Err(("api_keys", "a mock channel takes no api_keys".into()));
                 }
                 let spec = c.mock.clone().unwrap_or_default();
@@ -153,13 +158,15 @@ impl Upstream {
         }
     }
 
+    /// `cred`: the index of the reserved credential (`None`: the channel has none).
     pub async fn chat(
         &self,
         req: &ChatRequest,
         model: &str,
+        cred: Option<usize>,
     ) -> Result<ChatResponse, UpstreamError> {
         match self {
-            Upstream::OpenAi(o) => o.chat(req, model).await,
+            Upstream::OpenAi(o) => o.chat(req, model, cred).await,
             Upstream::Mock(m) => m.chat(req, model).await,
         }
     }
@@ -169,9 +176,10 @@ impl Upstream {
         &self,
         req: &ChatRequest,
         model: &str,
+        cred: Option<usize>,
     ) -> Result<ChunkStream, UpstreamError> {
         match self {
-            Upstream::OpenAi(o) => o.chat_stream(req, model).await,
+            Upstream::OpenAi(o) => o.chat_stream(req, model, cred).await,
             Upstream::Mock(m) => m.chat_stream(req, model).await,
         }
     }
@@ -180,17 +188,18 @@ impl Upstream {
         &self,
         req: &EmbeddingsRequest,
         model: &str,
+        cred: Option<usize>,
     ) -> Result<Value, UpstreamError> {
         match self {
-            Upstream::OpenAi(o) => o.embeddings(req, model).await,
+            Upstream::OpenAi(o) => o.embeddings(req, model, cred).await,
             Upstream::Mock(m) => m.embeddings(req, model).await,
         }
     }
 
     /// `GET /models`: a free check that the upstream answers and accepts the credential.
-    pub async fn models(&self) -> Result<(), UpstreamError> {
+    pub async fn models(&self, cred: Option<usize>) -> Result<(), UpstreamError> {
         match self {
-            Upstream::OpenAi(o) => o.models().await,
+            Upstream::OpenAi(o) => o.models(cred).await,
             Upstream::Mock(m) => m.models().await,
         }
     }

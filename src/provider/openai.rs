@@ -3,7 +3,6 @@
 
 use std::fmt;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -28,7 +27,6 @@ pub struct OpenAi {
     embeddings_url: Url,
     models_url: Url,
     keys: Vec<Secret>,
-    next_key: AtomicUsize,
     stream_usage: bool,
     client: reqwest::Client,
 }
@@ -64,19 +62,9 @@ impl OpenAi {
             embeddings_url: endpoint("embeddings"),
             models_url: endpoint("models"),
             keys: keys.iter().map(|k| Secret::new(k.as_str())).collect(),
-            next_key: AtomicUsize::new(0),
             stream_usage,
             client,
         })
-    }
-
-    /// Round robin over the channel's keys (credential health comes with the health issue).
-    fn key(&self) -> Option<&Secret> {
-        if self.keys.is_empty() {
-            return None;
-        }
-        let i = self.next_key.fetch_add(1, Ordering::Relaxed) % self.keys.len();
-        self.keys.get(i)
     }
 
     async fn post(
@@ -84,6 +72,7 @@ impl OpenAi {
         url: &Url,
         body: Vec<u8>,
         stream: bool,
+        cred: Option<usize>,
     ) -> Result<reqwest::Response, UpstreamError> {
         // Built from scratch: no client header, cookie or credential ever reaches the upstream.
         let mut rb = self
@@ -99,7 +88,7 @@ impl OpenAi {
                 }),
             )
             .body(body);
-        rb = self.authorize(rb)?;
+        rb = self.authorize(rb, cred)?;
         let resp = rb.send().await.map_err(|e| {
             // `without_url`: the URL may carry credentials (`?key=`); it never reaches a log.
             UpstreamError::Connect(error_chain(&e.without_url()))
@@ -114,13 +103,14 @@ impl OpenAi {
         &self,
         req: &ChatRequest,
         model: &str,
+        cred: Option<usize>,
     ) -> Result<ChatResponse, UpstreamError> {
         let body = serialize(&RequestBody {
             req,
             model,
             force_usage: false,
         })?;
-        let resp = self.post(&self.chat_url, body, false).await?;
+        let resp = self.post(&self.chat_url, body, false, cred).await?;
         let bytes = read_capped(resp, MAX_RESPONSE_BODY).await?;
         let v: Value = serde_json::from_slice(&bytes).map_err(|e| InvalidUpstream {
             what: "chat completion",
@@ -133,13 +123,14 @@ impl OpenAi {
         &self,
         req: &ChatRequest,
         model: &str,
+        cred: Option<usize>,
     ) -> Result<ChunkStream, UpstreamError> {
         let body = serialize(&RequestBody {
             req,
             model,
             force_usage: self.stream_usage,
         })?;
-        let resp = self.post(&self.chat_url, body, true).await?;
+        let resp = self.post(&self.chat_url, body, true, cred).await?;
         Ok(Box::pin(SseChunks {
             inner: resp.bytes_stream().eventsource(),
             done: false,
@@ -147,12 +138,13 @@ impl OpenAi {
         }))
     }
 
-    /// The next credential, as a sensitive header (never logged by the HTTP stack).
+    /// The reserved credential, as a sensitive header (never logged by the HTTP stack).
     fn authorize(
         &self,
         rb: reqwest::RequestBuilder,
+        cred: Option<usize>,
     ) -> Result<reqwest::RequestBuilder, UpstreamError> {
-        let Some(k) = self.key() else {
+        let Some(k) = cred.and_then(|i| self.keys.get(i)) else {
             return Ok(rb);
         };
         let mut v = HeaderValue::from_str(&format!("Bearer {}", k.expose()))
@@ -161,8 +153,8 @@ impl OpenAi {
         Ok(rb.header(AUTHORIZATION, v))
     }
 
-    pub async fn models(&self) -> Result<(), UpstreamError> {
-        let rb = self.authorize(self.client.get(self.models_url.clone()))?;
+    pub async fn models(&self, cred: Option<usize>) -> Result<(), UpstreamError> {
+        let rb = self.authorize(self.client.get(self.models_url.clone()), cred)?;
         let resp = rb
             .send()
             .await
@@ -177,9 +169,10 @@ impl OpenAi {
         &self,
         req: &EmbeddingsRequest,
         model: &str,
+        cred: Option<usize>,
     ) -> Result<Value, UpstreamError> {
         let body = serialize(&EmbeddingsBody { req, model })?;
-        let resp = self.post(&self.embeddings_url, body, false).await?;
+        let resp = self.post(&self.embeddings_url, body, false, cred).await?;
         let bytes = read_capped(resp, MAX_RESPONSE_BODY).await?;
         let v: Value = serde_json::from_slice(&bytes).map_err(|e| InvalidUpstream {
             what: "embeddings response",

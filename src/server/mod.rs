@@ -567,6 +567,8 @@ async fn admin_reload(State(state): State<AppState>, headers: HeaderMap, uri: Ur
     };
     match reloaded {
         Ok(next) => {
+            // A changed config is a fresh start for refused or cooled credentials.
+            state.health.pools.reset();
             tracing::info!(channels = next.channels.len(), "config reloaded");
             axum::Json(json!({
                 "reloaded": true,
@@ -607,6 +609,9 @@ async fn admin_health(State(state): State<AppState>, headers: HeaderMap, uri: Ur
             .find(|c| r["channel"] == *c.name)
             .map(|c| c.enabled && c.breaker.enabled);
         r["health_checked"] = json!(enabled);
+        // Each credential by its label (never the key): in flight, cooling, disabled.
+        let name = r["channel"].as_str().unwrap_or("").to_string();
+        r["credentials"] = state.health.pools.report(&name);
     }
     axum::Json(json!({"object": "list", "data": rows})).into_response()
 }

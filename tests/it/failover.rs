@@ -381,11 +381,12 @@ async fn the_last_channel_may_wait_out_a_short_retry_after() {
         ..text_spec("after the wait")
     })
     .await;
-    let gw = gateway(&openai_channel(
-        "only",
-        &limited.base_url(),
-        1,
-        "max_retries = 1",
+    // No api_keys: the wait is the channel's own (a keyed channel's cooldown is the key's,
+    // which runs on the gateway's clock, here a manual one that does not move).
+    let gw = gateway(&format!(
+        "[[channels]]\nname = \"only\"\nprovider = \"openai\"\nbase_url = \"{}\"\n\
+         models = [\"m\"]\nmax_retries = 1\n",
+        limited.base_url()
     ))
     .await;
     let started = std::time::Instant::now();

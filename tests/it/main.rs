@@ -3,6 +3,7 @@
 
 mod admin;
 mod cli;
+mod credentials;
 mod errors;
 mod failover;
 mod health;

@@ -1,0 +1,356 @@
+//! Credential pools: the runtime state of each channel's upstream keys. An attempt reserves a
+//! credential first (healthy, not cooling, within its limits, most headroom); the reservation
+//! is released when the attempt ends, cancelled or not. Keyed by channel name and credential
+//! label, so state survives config reloads; never holds or shows the key itself.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::Clock;
+
+/// One credential's limits, from the config.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Limits {
+    /// Requests per minute (a token bucket refilled continuously).
+    pub rpm: Option<u32>,
+    /// Attempts in flight at once.
+    pub max_concurrency: Option<u32>,
+}
+
+#[derive(Debug, Default)]
+struct CredState {
+    in_flight: u32,
+    /// rpm bucket: tokens left and when it was last refilled.
+    tokens: f64,
+    refilled: Option<Instant>,
+    cooling_until: Option<Instant>,
+    /// 401: refused until the config changes (a new key under the same label is a new state).
+    disabled: bool,
+    /// 403: cooled for one model only.
+    model_cooling: HashMap<Arc<str>, Instant>,
+}
+
+/// Why no credential of a channel can take an attempt now.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NoHeadroom {
+    /// When the earliest credential frees up, if that is known.
+    pub retry_in: Option<Duration>,
+}
+
+type CredKey = (Arc<str>, Arc<str>);
+
+#[derive(Default)]
+struct PoolState {
+    creds: HashMap<CredKey, CredState>,
+    /// Per channel: where the next reservation starts looking, so equals take turns.
+    rotation: HashMap<Arc<str>, usize>,
+}
+
+pub struct Pools {
+    clock: Arc<dyn Clock>,
+    state: Arc<Mutex<PoolState>>,
+}
+
+/// A reserved credential: its index in the channel's list. Dropping it releases the slot.
+pub struct Reservation {
+    pub index: usize,
+    key: CredKey,
+    state: Arc<Mutex<PoolState>>,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = st.creds.get_mut(&self.key) {
+            c.in_flight = c.in_flight.saturating_sub(1);
+        }
+    }
+}
+
+/// What an attempt's outcome says about the credential it used.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum CredVerdict {
+    RateLimited { retry_after: Option<Duration> },
+    Refused,
+    ForbiddenForModel,
+}
+
+impl Pools {
+    pub fn new(clock: Arc<dyn Clock>) -> Pools {
+        Pools {
+            clock,
+            state: Arc::new(Mutex::new(PoolState::default())),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, PoolState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Reserves the credential with the most headroom among `labels` (skipping `tried`), or
+    /// says when one frees up. A channel without credentials gets index 0 of an empty list.
+    pub fn reserve(
+        &self,
+        channel: &Arc<str>,
+        labels: &[(Arc<str>, Limits)],
+        model: &str,
+        tried: &[usize],
+    ) -> Result<Option<Reservation>, NoHeadroom> {
+        if labels.is_empty() {
+            return Ok(None);
+        }
+        let now = self.clock.now();
+        let mut st = self.lock();
+        let start = st.rotation.get(channel).copied().unwrap_or(0);
+        let mut best: Option<(usize, f64)> = None;
+        let mut retry_in: Option<Duration> = None;
+        let mut wait = |d: Duration| retry_in = Some(retry_in.map_or(d, |r: Duration| r.min(d)));
+        // From the rotation point on, so that credentials with equal headroom take turns.
+        for step in 0..labels.len() {
+            let i = (start + step) % labels.len();
+            let (label, limits) = &labels[i];
+            if tried.contains(&i) {
+                continue;
+            }
+            let c = st
+                .creds
+                .entry((channel.clone(), label.clone()))
+                .or_default();
+            refill(c, limits, now);
+            if c.disabled {
+                continue;
+            }
+            if let Some(t) = c.cooling_until.filter(|t| *t > now) {
+                wait(t - now);
+                continue;
+            }
+            if let Some(t) = c.model_cooling.get(model).filter(|t| **t > now) {
+                wait(*t - now);
+                continue;
+            }
+            if limits.max_concurrency.is_some_and(|m| c.in_flight >= m) {
+                continue;
+            }
+            if let Some(rpm) = limits.rpm
+                && c.tokens < 1.0
+            {
+                // Time until the bucket holds one token again.
+                wait(Duration::from_secs_f64(
+                    (1.0 - c.tokens) * 60.0 / f64::from(rpm),
+                ));
+                continue;
+            }
+            // Headroom: the smaller of the free shares of its limits (1.0 when unlimited).
+            let conc = limits
+                .max_concurrency
+                .map_or(1.0, |m| 1.0 - f64::from(c.in_flight) / f64::from(m));
+            let rate = limits.rpm.map_or(1.0, |r| c.tokens / f64::from(r));
+            let headroom = conc.min(rate);
+            if best.is_none_or(|(_, h)| headroom > h) {
+                best = Some((i, headroom));
+            }
+        }
+        let Some((index, _)) = best else {
+            return Err(NoHeadroom { retry_in });
+        };
+        st.rotation
+            .insert(channel.clone(), (index + 1) % labels.len());
+        let key = (channel.clone(), labels[index].0.clone());
+        if let Some(c) = st.creds.get_mut(&key) {
+            c.in_flight += 1;
+            if labels[index].1.rpm.is_some() {
+                c.tokens -= 1.0;
+            }
+        }
+        Ok(Some(Reservation {
+            index,
+            key,
+            state: self.state.clone(),
+        }))
+    }
+
+    /// Cools or disables the credential an attempt used.
+    pub fn judge(&self, r: &Reservation, model: &str, v: CredVerdict, default_cooldown: Duration) {
+        let now = self.clock.now();
+        let mut st = self.lock();
+        let Some(c) = st.creds.get_mut(&r.key) else {
+            return;
+        };
+        match v {
+            CredVerdict::RateLimited { retry_after } => {
+                c.cooling_until = Some(now + retry_after.unwrap_or(default_cooldown));
+            }
+            CredVerdict::Refused => {
+                c.disabled = true;
+                tracing::warn!(
+                    channel = &*r.key.0,
+                    credential = &*r.key.1,
+                    "upstream refused the credential (401): disabled until the config changes"
+                );
+            }
+            CredVerdict::ForbiddenForModel => {
+                c.model_cooling.insert(model.into(), now + default_cooldown);
+                tracing::warn!(
+                    channel = &*r.key.0,
+                    credential = &*r.key.1,
+                    model,
+                    "upstream forbade the credential for this model (403): cooled for it"
+                );
+            }
+        }
+    }
+
+    /// Forgets the state of credentials the config no longer has (a changed key gets a new
+    /// label or is a new config: a disabled credential comes back when the config changes).
+    pub fn reset(&self) {
+        let mut st = self.lock();
+        st.creds.retain(|_, c| c.in_flight > 0);
+        for c in st.creds.values_mut() {
+            c.disabled = false;
+            c.cooling_until = None;
+            c.model_cooling.clear();
+        }
+    }
+
+    /// Each credential's state by label, for `GET /admin/health`. Never the key.
+    pub fn report(&self, channel: &str) -> Value {
+        let now = self.clock.now();
+        let st = self.lock();
+        let mut rows: Vec<Value> = st
+            .creds
+            .iter()
+            .filter(|((ch, _), _)| &**ch == channel)
+            .map(|((_, label), c)| {
+                json!({
+                    "label": &**label,
+                    "in_flight": c.in_flight,
+                    "disabled": c.disabled,
+                    "cooling_seconds_left": c.cooling_until
+                        .filter(|t| *t > now)
+                        .map(|t| t.duration_since(now).as_secs_f64()),
+                    "models_forbidden": c.model_cooling
+                        .iter()
+                        .filter(|(_, t)| **t > now)
+                        .map(|(m, _)| &**m)
+                        .collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        rows.sort_by(|a, b| a["label"].as_str().cmp(&b["label"].as_str()));
+        Value::Array(rows)
+    }
+}
+
+/// Tops the rpm bucket up for the time since its last refill (full on first use).
+fn refill(c: &mut CredState, limits: &Limits, now: Instant) {
+    let Some(rpm) = limits.rpm else {
+        return;
+    };
+    let cap = f64::from(rpm);
+    match c.refilled {
+        None => c.tokens = cap,
+        Some(t) => {
+            let add = now.duration_since(t).as_secs_f64() * cap / 60.0;
+            c.tokens = (c.tokens + add).min(cap);
+        }
+    }
+    c.refilled = Some(now);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::health::ManualClock;
+
+    fn labels(n: usize, limits: Limits) -> Vec<(Arc<str>, Limits)> {
+        (0..n).map(|i| (format!("k{i}").into(), limits)).collect()
+    }
+
+    #[test]
+    fn concurrency_slots_are_held_until_released() {
+        let p = Pools::new(ManualClock::new());
+        let ch: Arc<str> = "c".into();
+        let l = labels(
+            2,
+            Limits {
+                max_concurrency: Some(1),
+                ..Limits::default()
+            },
+        );
+        let a = p.reserve(&ch, &l, "m", &[]).unwrap().unwrap();
+        let b = p.reserve(&ch, &l, "m", &[]).unwrap().unwrap();
+        assert_ne!(a.index, b.index);
+        assert!(p.reserve(&ch, &l, "m", &[]).is_err(), "both slots taken");
+        drop(a);
+        assert!(p.reserve(&ch, &l, "m", &[]).unwrap().is_some());
+    }
+
+    #[test]
+    fn rate_limits_cool_one_credential_and_say_when_it_frees() {
+        let clock = ManualClock::new();
+        let p = Pools::new(clock.clone());
+        let ch: Arc<str> = "c".into();
+        let l = labels(2, Limits::default());
+        let a = p.reserve(&ch, &l, "m", &[]).unwrap().unwrap();
+        p.judge(
+            &a,
+            "m",
+            CredVerdict::RateLimited {
+                retry_after: Some(Duration::from_secs(2)),
+            },
+            Duration::from_secs(60),
+        );
+        let b = p.reserve(&ch, &l, "m", &[]).unwrap().unwrap();
+        assert_ne!(a.index, b.index);
+        p.judge(&b, "m", CredVerdict::Refused, Duration::from_secs(60));
+        drop((a, b));
+        let err = p.reserve(&ch, &l, "m", &[]).err().unwrap();
+        assert_eq!(err.retry_in, Some(Duration::from_secs(2)));
+        clock.advance(Duration::from_secs(2));
+        assert_eq!(p.reserve(&ch, &l, "m", &[]).unwrap().unwrap().index, 0);
+    }
+
+    #[test]
+    fn rpm_buckets_refill_over_time() {
+        let clock = ManualClock::new();
+        let p = Pools::new(clock.clone());
+        let ch: Arc<str> = "c".into();
+        let l = labels(
+            1,
+            Limits {
+                rpm: Some(2),
+                ..Limits::default()
+            },
+        );
+        for _ in 0..2 {
+            drop(p.reserve(&ch, &l, "m", &[]).unwrap());
+        }
+        let err = p.reserve(&ch, &l, "m", &[]).err().unwrap();
+        assert_eq!(err.retry_in, Some(Duration::from_secs(30)));
+        clock.advance(Duration::from_secs(30));
+        assert!(p.reserve(&ch, &l, "m", &[]).is_ok());
+    }
+
+    #[test]
+    fn forbidden_cools_only_that_model() {
+        let p = Pools::new(ManualClock::new());
+        let ch: Arc<str> = "c".into();
+        let l = labels(1, Limits::default());
+        let a = p.reserve(&ch, &l, "m1", &[]).unwrap().unwrap();
+        p.judge(
+            &a,
+            "m1",
+            CredVerdict::ForbiddenForModel,
+            Duration::from_secs(60),
+        );
+        drop(a);
+        assert!(p.reserve(&ch, &l, "m1", &[]).is_err());
+        assert!(p.reserve(&ch, &l, "m2", &[]).is_ok());
+        let report = p.report("c");
+        assert_eq!(report[0]["models_forbidden"][0], "m1");
+        assert!(!report.to_string().contains("sk-"));
+    }
+}

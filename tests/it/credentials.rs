@@ -1,0 +1,187 @@
+//! Credential pools: a channel's keys are rotated, cooled and limited one by one, before the
+//! channel itself is failed over.
+
+use serde_json::Value;
+use switchyard::provider::mock::{Fault, MockSpec};
+
+use crate::support::*;
+
+fn pool_channel(name: &str, base: &str, prio: u32, creds: &str) -> String {
+    format!(
+        "[[channels]]\nname = \"{name}\"\nprovider = \"openai\"\nbase_url = \"{base}\"\n\
+         models = [\"m\"]\npriority = {prio}\ncredentials = [{creds}]\n\n"
+    )
+}
+
+fn keys_seen(m: &switchyard::provider::mock::MockServer) -> Vec<String> {
+    m.received()
+        .iter()
+        .map(|r| {
+            r.headers["authorization"]
+                .to_str()
+                .unwrap_or("")
+                .to_string()
+        })
+        .collect()
+}
+
+fn with_key_faults(faults: &[(&str, Fault)]) -> MockSpec {
+    MockSpec {
+        per_key: faults
+            .iter()
+            .map(|(k, f)| (k.to_string(), f.clone()))
+            .collect(),
+        ..text_spec("ok")
+    }
+}
+
+#[tokio::test]
+async fn a_rate_limited_key_is_swapped_inside_the_channel_before_failing_over() {
+    let pool = mock(with_key_faults(&[(
+        "sk-aaaa-1111",
+        Fault {
+            status: Some(429),
+            retry_after_seconds: Some(30),
+            ..Fault::default()
+        },
+    )]))
+    .await;
+    let backup = mock(text_spec("backup")).await;
+    let gw = gateway(&format!(
+        "{}{}",
+        pool_channel(
+            "pool",
+            &pool.base_url(),
+            1,
+            r#"{ key = "sk-aaaa-1111", label = "a" }, { key = "sk-bbbb-2222", label = "b" }"#
+        ),
+        openai_channel("backup", &backup.base_url(), 2, "")
+    ))
+    .await;
+    let resp = gw.chat(chat_body(false)).await;
+    assert_eq!(header(&resp, "x-switchyard-channel"), "pool");
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(
+        reasons(&v["switchyard"]["failover"]["attempts"]),
+        ["rate_limit", "ok"]
+    );
+    assert_eq!(
+        keys_seen(&pool),
+        ["Bearer sk-aaaa-1111", "Bearer sk-bbbb-2222"]
+    );
+    assert_eq!(backup.requests(), 0);
+    // The cooled key is not tried again while it cools; the other one serves.
+    for _ in 0..3 {
+        assert_eq!(
+            header(&gw.chat(chat_body(false)).await, "x-switchyard-channel"),
+            "pool"
+        );
+    }
+    assert!(
+        keys_seen(&pool)[2..]
+            .iter()
+            .all(|k| k == "Bearer sk-bbbb-2222")
+    );
+    // The health view shows the key by label, never the key.
+    let health = serde_json::to_string(&gw.admin_health().await).unwrap();
+    assert!(
+        health.contains("\"label\":\"a\"") && !health.contains("sk-aaaa"),
+        "{health}"
+    );
+}
+
+#[tokio::test]
+async fn a_refused_key_is_disabled_and_the_others_carry_on() {
+    let pool = mock(with_key_faults(&[(
+        "sk-aaaa-1111",
+        Fault {
+            status: Some(401),
+            ..Fault::default()
+        },
+    )]))
+    .await;
+    let gw = gateway(&pool_channel(
+        "pool",
+        &pool.base_url(),
+        1,
+        r#"{ key = "sk-aaaa-1111" }, { key = "sk-bbbb-2222" }"#,
+    ))
+    .await;
+    for _ in 0..4 {
+        assert_eq!(gw.chat(chat_body(false)).await.status(), 200);
+    }
+    let seen = keys_seen(&pool);
+    assert_eq!(
+        seen.iter().filter(|k| k.contains("aaaa")).count(),
+        1,
+        "{seen:?}"
+    );
+    assert_eq!(seen.len(), 5);
+    // A config change is a fresh start: the refused key is tried again.
+    assert_eq!(gw.reload().await.status(), 200);
+    for _ in 0..2 {
+        gw.chat(chat_body(false)).await;
+    }
+    let seen = keys_seen(&pool);
+    let refused = seen.iter().filter(|k| k.contains("aaaa")).count();
+    assert_eq!(refused, 2, "{seen:?}");
+}
+
+#[tokio::test]
+async fn max_concurrency_is_never_exceeded_and_overflow_goes_elsewhere() {
+    let slow = mock(MockSpec {
+        ttft_ms: 300,
+        ..text_spec("pool")
+    })
+    .await;
+    let backup = mock(text_spec("backup")).await;
+    let gw = gateway(&format!(
+        "{}{}",
+        pool_channel(
+            "pool",
+            &slow.base_url(),
+            1,
+            r#"{ key = "sk-aaaa-1111", max_concurrency = 2 }"#
+        ),
+        openai_channel("backup", &backup.base_url(), 2, "")
+    ))
+    .await;
+    let calls: Vec<_> = (0..6).map(|_| gw.chat(chat_body(false))).collect();
+    let responses = futures_util::future::join_all(calls).await;
+    assert!(responses.iter().all(|r| r.status() == 200));
+    assert_eq!(slow.max_in_flight(), 2, "the key's two slots, never more");
+    assert_eq!(slow.requests(), 2);
+    assert_eq!(
+        backup.requests(),
+        4,
+        "the overflow was served by the next tier"
+    );
+}
+
+#[tokio::test]
+async fn no_key_with_headroom_anywhere_is_429_with_the_time_to_the_earliest() {
+    let pool = mock(with_key_faults(&[(
+        "sk-aaaa-1111",
+        Fault {
+            status: Some(429),
+            retry_after_seconds: Some(40),
+            ..Fault::default()
+        },
+    )]))
+    .await;
+    let gw = gateway(&pool_channel(
+        "pool",
+        &pool.base_url(),
+        1,
+        r#"{ key = "sk-aaaa-1111", rpm = 60 }"#,
+    ))
+    .await;
+    assert_eq!(gw.chat(chat_body(false)).await.status(), 429);
+    gw.clock.advance(std::time::Duration::from_secs(10));
+    let resp = gw.chat(chat_body(false)).await;
+    assert_eq!(header(&resp, "retry-after"), "30");
+    let e = error_envelope(resp, 429).await;
+    assert_eq!(e["code"], "all_rate_limited");
+    assert_eq!(reasons(&e["attempts"]), ["no_credential_headroom"]);
+    assert_eq!(pool.requests(), 1);
+}
