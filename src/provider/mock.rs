@@ -52,6 +52,8 @@ pub struct MockSpec {
     pub script: Vec<Fault>,
     /// Standalone server only: a fault for requests bearing this API key (wins over the rest).
     pub per_key: std::collections::HashMap<String, Fault>,
+    /// Standalone server only: a fault for requests naming this (upstream) model.
+    pub per_model: std::collections::HashMap<String, Fault>,
 }
 
 impl Default for MockSpec {
@@ -66,6 +68,7 @@ impl Default for MockSpec {
             fault: None,
             script: Vec::new(),
             per_key: std::collections::HashMap::new(),
+            per_model: std::collections::HashMap::new(),
         }
     }
 }
@@ -164,15 +167,24 @@ impl MockSpec {
         if let Some(f) = &self.fault {
             f.validate()?;
         }
-        for f in self.script.iter().chain(self.per_key.values()) {
+        for f in self
+            .script
+            .iter()
+            .chain(self.per_key.values())
+            .chain(self.per_model.values())
+        {
             f.validate()?;
         }
         Ok(())
     }
 
-    /// The behaviour for the request with this bearer key, if `per_key` names it.
-    fn behaviour_for(&self, n: u64, key: Option<&str>) -> Behaviour {
-        match key.and_then(|k| self.per_key.get(k)) {
+    /// The behaviour for a request with this bearer key and model: `per_key`, then
+    /// `per_model`, then the script and `fault`.
+    fn behaviour_for(&self, n: u64, key: Option<&str>, model: &str) -> Behaviour {
+        match key
+            .and_then(|k| self.per_key.get(k))
+            .or_else(|| self.per_model.get(model))
+        {
             Some(f) => f.behaviour(),
             None => self.behaviour(n),
         }
@@ -839,7 +851,7 @@ async fn chat(
         state: state.clone(),
         done: false,
     };
-    let behaviour = spec.behaviour_for(n, bearer.as_deref());
+    let behaviour = spec.behaviour_for(n, bearer.as_deref(), &model);
     match behaviour {
         Behaviour::Status(s, ra) => {
             guard.done = true;

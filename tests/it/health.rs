@@ -317,3 +317,47 @@ async fn models_probes_ask_get_models() {
         format!("Bearer {UPSTREAM_KEY}")
     );
 }
+
+#[tokio::test]
+async fn per_model_breakers_isolate_one_model() {
+    let up = mock(MockSpec {
+        per_model: [("broken".to_string(), status(500))].into_iter().collect(),
+        ..text_spec("ok")
+    })
+    .await;
+    let backup = mock(text_spec("backup")).await;
+    let gw = gateway(&format!(
+        "[[channels]]\nname = \"up\"\nprovider = \"openai\"\nbase_url = \"{}\"\n\
+         models = [\"broken\", \"fine\"]\npriority = 1\n\
+         [channels.circuit_breaker]\nper_model = true\n\n\
+         [[channels]]\nname = \"backup\"\nprovider = \"openai\"\nbase_url = \"{}\"\n\
+         models = [\"broken\", \"fine\"]\npriority = 2\n",
+        up.base_url(),
+        backup.base_url()
+    ))
+    .await;
+    let body = |model: &str| serde_json::json!({"model": model, "messages": [{"role": "user", "content": "hi"}]});
+    for _ in 0..3 {
+        assert_eq!(
+            header(&gw.chat(body("broken")).await, "x-switchyard-channel"),
+            "backup"
+        );
+    }
+    // `broken` is open on `up`; `fine` is not affected.
+    let before = up.requests();
+    assert_eq!(
+        header(&gw.chat(body("broken")).await, "x-switchyard-channel"),
+        "backup"
+    );
+    assert_eq!(up.requests(), before, "no attempt on the open (up, broken)");
+    assert_eq!(
+        header(&gw.chat(body("fine")).await, "x-switchyard-channel"),
+        "up"
+    );
+    let health = gw.admin_health().await;
+    let row = health
+        .iter()
+        .find(|r| r["channel"] == "up" && r["model"] == "broken")
+        .unwrap();
+    assert_eq!(row["circuit"], "open");
+}
