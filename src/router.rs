@@ -44,11 +44,20 @@ pub enum RouteError {
 /// try is drawn with P = w·h / Σ w·h (h = the channel's health factor), the rest follow in
 /// weighted order (sampling without replacement). Channels whose health says skip are left out
 /// and listed. `standing` is the health view: it is read, never written.
+/// How the first try inside a tier is drawn.
+pub enum Pick<'a> {
+    /// P = w·h / Σ w·h.
+    Random(&'a mut fastrand::Rng),
+    /// Smooth weighted round robin: given the tier's priority and its (channel, weight) items,
+    /// returns the index of the item to try first (the caller keeps the rotation state).
+    RoundRobin(&'a dyn Fn(u32, &[(usize, f64)]) -> usize),
+}
+
 pub fn plan(
     snap: &Snapshot,
     model: &str,
     standing: &dyn Fn(usize) -> Standing,
-    rng: &mut fastrand::Rng,
+    pick: Pick<'_>,
 ) -> Result<Plan, RouteError> {
     let routes = snap
         .models
@@ -89,6 +98,7 @@ pub fn plan(
     }
     // Stable sort keeps config order inside a tier before the weighted shuffle.
     eligible.sort_by_key(|(prio, _, _)| *prio);
+    let mut pick = pick;
     let mut start = 0;
     while start < eligible.len() {
         let prio = eligible[start].0;
@@ -96,7 +106,18 @@ pub fn plan(
             .iter()
             .position(|(p, _, _)| *p != prio)
             .map_or(eligible.len(), |k| start + k);
-        weighted_order(&mut eligible[start..end], rng);
+        let tier = &mut eligible[start..end];
+        match &mut pick {
+            Pick::Random(rng) => weighted_order(tier, rng),
+            Pick::RoundRobin(first) => {
+                let items: Vec<(usize, f64)> =
+                    tier.iter().map(|(_, w, c)| (c.channel, *w)).collect();
+                let i = first(prio, &items).min(tier.len() - 1);
+                tier.swap(0, i);
+                // The rest in a deterministic order too: heaviest first.
+                tier[1..].sort_by(|a, b| b.1.total_cmp(&a.1));
+            }
+        }
         start = end;
     }
     Ok(Plan {
@@ -165,7 +186,10 @@ mod tests {
         );
         let mut rng = fastrand::Rng::with_seed(7);
         for _ in 0..50 {
-            let p = names(&s, &plan(&s, "m", &healthy, &mut rng).unwrap());
+            let p = names(
+                &s,
+                &plan(&s, "m", &healthy, Pick::Random(&mut rng)).unwrap(),
+            );
             assert_eq!(p.len(), 4);
             let mut first_two = p[..2].to_vec();
             first_two.sort();
@@ -188,7 +212,7 @@ mod tests {
         let n = 20_000;
         let mut counts = std::collections::HashMap::new();
         for _ in 0..n {
-            let p = plan(&s, "m", &healthy, &mut rng).unwrap();
+            let p = plan(&s, "m", &healthy, Pick::Random(&mut rng)).unwrap();
             *counts
                 .entry(s.channels[p.candidates[0].channel].name.to_string())
                 .or_insert(0u32) += 1;
@@ -211,7 +235,10 @@ mod tests {
         );
         let mut rng = fastrand::Rng::with_seed(1);
         for _ in 0..100 {
-            let mut p = names(&s, &plan(&s, "m", &healthy, &mut rng).unwrap());
+            let mut p = names(
+                &s,
+                &plan(&s, "m", &healthy, Pick::Random(&mut rng)).unwrap(),
+            );
             p.sort();
             assert_eq!(p, ["a", "b", "c"]);
         }
@@ -222,11 +249,11 @@ mod tests {
         let s = snap(&[channel("a", 1, 1, "enabled = false")].concat());
         let mut rng = fastrand::Rng::with_seed(1);
         assert_eq!(
-            plan(&s, "nope", &healthy, &mut rng),
+            plan(&s, "nope", &healthy, Pick::Random(&mut rng)),
             Err(RouteError::ModelNotFound("nope".into()))
         );
         assert_eq!(
-            plan(&s, "m", &healthy, &mut rng),
+            plan(&s, "m", &healthy, Pick::Random(&mut rng)),
             Err(RouteError::NoAvailableChannel("m".into()))
         );
     }
@@ -258,7 +285,7 @@ mod tests {
         let n = 20_000;
         let mut first_a = 0;
         for _ in 0..n {
-            let p = plan(&s, "m", &view, &mut rng).unwrap();
+            let p = plan(&s, "m", &view, Pick::Random(&mut rng)).unwrap();
             assert_eq!(p.candidates.len(), 2);
             assert_eq!(p.skipped.len(), 1);
             assert_eq!(p.skipped[0].reason, Skip::CircuitOpen);

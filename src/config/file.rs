@@ -107,6 +107,16 @@ pub struct HealthSection {
     pub latency_bad_ms: u64,
     /// A channel's weight is scaled by its score, never below this share of it.
     pub min_weight_factor: f64,
+    /// How the first try inside a tier is chosen: `random` (P = w·h / Σ w·h) or
+    /// `round_robin` (smooth weighted round robin over the same weights: deterministic).
+    pub balance: Balance,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Balance {
+    Random,
+    RoundRobin,
 }
 
 impl Default for HealthSection {
@@ -117,6 +127,7 @@ impl Default for HealthSection {
             latency_good_ms: 1000,
             latency_bad_ms: 10_000,
             min_weight_factor: 0.05,
+            balance: Balance::Random,
         }
     }
 }

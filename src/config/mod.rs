@@ -5,7 +5,7 @@
 mod file;
 mod snapshot;
 
-pub use file::{ChannelConfig, FileConfig, KeyConfig, ModelEntry, ProviderKind};
+pub use file::{Balance, ChannelConfig, FileConfig, KeyConfig, ModelEntry, ProviderKind};
 pub use snapshot::{Channel, GatewayKey, ModelRoute, Secret, ServerSettings, Snapshot};
 
 use std::path::{Path, PathBuf};

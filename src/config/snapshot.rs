@@ -90,6 +90,7 @@ pub struct Snapshot {
     pub server: ServerSettings,
     pub log: LogSettings,
     pub health: HealthSettings,
+    pub balance: super::Balance,
     pub keys: Vec<GatewayKey>,
     pub channels: Vec<Channel>,
     /// Model name → the channels that list it, in config order. Sorted by name for listing.
@@ -390,6 +391,7 @@ pub(crate) fn compile(
             sqlite_path: cfg.log.sqlite_path.clone(),
             queue_capacity: cfg.log.queue_capacity,
         },
+        balance: h.balance,
         health: HealthSettings {
             window: Duration::from_secs(h.window_seconds),
             window_size: h.window_size,

@@ -237,7 +237,19 @@ where
         Some(ch) => health.standing(&health_key(ch, model), &snap.health, &ch.breaker),
         None => crate::health::Standing::healthy(),
     };
-    let plan = router::plan(snap, model, &standing, &mut rng)?;
+    let names = |i: usize| snap.channels.get(i).map(|c| c.name.clone());
+    let rotate = |prio: u32, items: &[(usize, f64)]| {
+        let named: Vec<(Arc<str>, f64)> = items
+            .iter()
+            .filter_map(|(i, w)| Some((names(*i)?, *w)))
+            .collect();
+        health.round_robin(&format!("{model}#{prio}"), &named)
+    };
+    let pick = match snap.balance {
+        crate::config::Balance::Random => router::Pick::Random(&mut rng),
+        crate::config::Balance::RoundRobin => router::Pick::RoundRobin(&rotate),
+    };
+    let plan = router::plan(snap, model, &standing, pick)?;
     let model_name: Arc<str> = model.into();
     let skip_record = |ch: &Channel, reason: Skip| AttemptRecord {
         channel: ch.name.clone(),

@@ -323,6 +323,8 @@ pub struct Health {
     entries: Mutex<HashMap<Key, Entry>>,
     /// The channels' credentials (their own locks; never held with `entries`).
     pub pools: Pools,
+    /// Smooth weighted round robin: each (group, channel)'s current weight.
+    rr: Mutex<HashMap<(String, Arc<str>), f64>>,
 }
 
 impl Health {
@@ -331,7 +333,32 @@ impl Health {
             pools: Pools::new(clock.clone()),
             clock,
             entries: Mutex::new(HashMap::new()),
+            rr: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Smooth weighted round robin (as nginx does): every item gains its weight, the one with
+    /// the most is picked and pays the total back. Over Σw picks each item is picked w times,
+    /// interleaved. Returns the index into `items`.
+    pub fn round_robin(&self, group: &str, items: &[(Arc<str>, f64)]) -> usize {
+        let mut rr = self.rr.lock().unwrap_or_else(|e| e.into_inner());
+        let total: f64 = items.iter().map(|(_, w)| *w).sum();
+        let mut best = 0;
+        let mut best_current = f64::NEG_INFINITY;
+        for (i, (name, w)) in items.iter().enumerate() {
+            let c = rr.entry((group.to_string(), name.clone())).or_insert(0.0);
+            *c += *w;
+            if *c > best_current {
+                best_current = *c;
+                best = i;
+            }
+        }
+        if let Some((name, _)) = items.get(best)
+            && let Some(c) = rr.get_mut(&(group.to_string(), name.clone()))
+        {
+            *c -= total;
+        }
+        best
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<Key, Entry>> {
@@ -894,5 +921,19 @@ mod tests {
         assert_eq!(h.claim_probe(&sick, &s, &b), Some(ProbeReason::LowScore));
         clock.advance(Duration::from_secs(3600));
         assert_eq!(h.claim_probe(&fine, &s, &b), None);
+    }
+
+    #[test]
+    fn smooth_round_robin_interleaves_by_weight() {
+        let h = Health::new(ManualClock::new());
+        let items: Vec<(Arc<str>, f64)> =
+            vec![("a".into(), 5.0), ("b".into(), 1.0), ("c".into(), 1.0)];
+        let seq: String = (0..7)
+            .map(|_| ["a", "b", "c"][h.round_robin("g", &items)])
+            .collect();
+        // nginx's reference sequence for weights 5, 1, 1.
+        assert_eq!(seq, "aabacaa");
+        // Groups keep their own rotation.
+        assert_eq!(h.round_robin("other", &items), 0);
     }
 }

@@ -438,3 +438,27 @@ async fn upstream_422_and_413_are_the_clients_and_403_fails_over() {
         ["auth_error", "ok"]
     );
 }
+
+#[tokio::test]
+async fn round_robin_balance_gives_exact_weighted_shares() {
+    let (a, b, c) = (
+        mock(text_spec("a")).await,
+        mock(text_spec("b")).await,
+        mock(text_spec("c")).await,
+    );
+    let gw = gateway(&format!(
+        "[health]\nbalance = \"round_robin\"\n\n{}{}{}",
+        openai_channel("a", &a.base_url(), 1, "weight = 1"),
+        openai_channel("b", &b.base_url(), 1, "weight = 2"),
+        openai_channel("c", &c.base_url(), 1, "weight = 3")
+    ))
+    .await;
+    let mut order = String::new();
+    for _ in 0..60 {
+        let resp = gw.chat(chat_body(false)).await;
+        order.push_str(header(&resp, "x-switchyard-channel"));
+    }
+    assert_eq!((a.requests(), b.requests(), c.requests()), (10, 20, 30));
+    // Smooth: the heaviest channel never serves three times in a row.
+    assert!(!order.contains("ccc"), "{order}");
+}
