@@ -44,13 +44,16 @@ pub enum RouteError {
 /// try is drawn with P = w·h / Σ w·h (h = the channel's health factor), the rest follow in
 /// weighted order (sampling without replacement). Channels whose health says skip are left out
 /// and listed. `standing` is the health view: it is read, never written.
+/// Given a tier's priority and its (channel, weight) items, the index of the item to try first.
+pub type FirstPick<'a> = &'a dyn Fn(u32, &[(usize, f64)]) -> usize;
+
 /// How the first try inside a tier is drawn.
 pub enum Pick<'a> {
     /// P = w·h / Σ w·h.
     Random(&'a mut fastrand::Rng),
     /// Smooth weighted round robin: given the tier's priority and its (channel, weight) items,
     /// returns the index of the item to try first (the caller keeps the rotation state).
-    RoundRobin(&'a dyn Fn(u32, &[(usize, f64)]) -> usize),
+    RoundRobin(FirstPick<'a>),
 }
 
 pub fn plan(
