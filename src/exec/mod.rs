@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use tokio::time::{Instant, timeout_at};
 
 use crate::config::{Channel, Snapshot};
-use crate::health::{CredVerdict, Health, Key, Skip, Verdict};
+use crate::health::{CredVerdict, Health, Key, Reservation, Skip, Verdict};
 use crate::protocol::{ChatRequest, ChatResponse, EmbeddingsRequest, StreamChunk};
 use crate::provider::ChunkStream;
 use crate::router::{self, RouteError};
@@ -219,7 +219,8 @@ impl Drop for Trial<'_> {
 }
 
 /// Runs attempts in plan order until one succeeds, the client's own mistake is found, the
-/// attempt cap or the deadline is reached, or nothing is left.
+/// attempt cap or the deadline is reached, or nothing is left. Returns the result with the
+/// credential it holds: the caller keeps it for as long as the attempt lasts (a stream's).
 async fn run<'s, T, F, Fut>(
     snap: &'s Snapshot,
     health: &Health,
@@ -227,7 +228,7 @@ async fn run<'s, T, F, Fut>(
     deadline: Instant,
     report: &mut Report,
     mut call: F,
-) -> Result<T, ExecError>
+) -> Result<(T, Option<Reservation>), ExecError>
 where
     F: FnMut(&'s Channel, Arc<str>, Option<usize>) -> Fut,
     Fut: Future<Output = Result<T, Failure>>,
@@ -342,7 +343,7 @@ where
                         model: model_name,
                         upstream_model: cand.upstream_model,
                     });
-                    return Ok(v);
+                    return Ok((v, reservation));
                 }
                 Ok(Err(f)) => f,
             };
@@ -476,6 +477,7 @@ pub async fn chat(
         },
     )
     .await
+    .map(|(v, _slot)| v)
 }
 
 pub async fn embeddings(
@@ -504,6 +506,7 @@ pub async fn embeddings(
         },
     )
     .await
+    .map(|(v, _slot)| v)
 }
 
 /// Chunks held before commit, at most: role-only or empty chunks past this commit the stream.
@@ -514,6 +517,8 @@ const MAX_HEAD_CHUNKS: usize = 64;
 pub struct Committed {
     pub head: Vec<StreamChunk>,
     pub rest: ChunkStream,
+    /// The credential's slot, held until the stream ends (or the client leaves).
+    pub slot: Option<Reservation>,
 }
 
 /// Streaming chat: an attempt succeeds only when its upstream yields the first content (or a
@@ -551,7 +556,11 @@ pub async fn chat_stream(
                                 || head.len() + 1 >= MAX_HEAD_CHUNKS;
                             head.push(chunk);
                             if commit {
-                                return Ok(Committed { head, rest });
+                                return Ok(Committed {
+                                    head,
+                                    rest,
+                                    slot: None,
+                                });
                             }
                         }
                         // `[DONE]` with neither content nor a finish reason is not an answer.
@@ -566,6 +575,10 @@ pub async fn chat_stream(
         },
     )
     .await
+    .map(|(mut committed, slot)| {
+        committed.slot = slot;
+        committed
+    })
 }
 
 #[cfg(test)]

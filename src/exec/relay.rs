@@ -25,6 +25,8 @@ pub enum RelayItem {
 pub struct Relay {
     head: VecDeque<StreamChunk>,
     rest: ChunkStream,
+    /// The credential's slot: released when the relay (and so the stream) is dropped.
+    _slot: Option<crate::health::Reservation>,
     idle: Duration,
     timer: Pin<Box<Sleep>>,
     done: bool,
@@ -35,6 +37,7 @@ impl Relay {
         Relay {
             head: c.head.into(),
             rest: c.rest,
+            _slot: c.slot,
             idle,
             timer: Box::pin(tokio::time::sleep(idle)),
             done: false,

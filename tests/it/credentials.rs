@@ -185,3 +185,40 @@ async fn no_key_with_headroom_anywhere_is_429_with_the_time_to_the_earliest() {
     assert_eq!(reasons(&e["attempts"]), ["no_credential_headroom"]);
     assert_eq!(pool.requests(), 1);
 }
+
+#[tokio::test]
+async fn a_stream_holds_its_key_slot_until_it_ends() {
+    let slow = mock(MockSpec {
+        chunks: 5,
+        chunk_ms: 100,
+        ..text_spec("streaming slowly")
+    })
+    .await;
+    let backup = mock(text_spec("backup")).await;
+    let gw = gateway(&format!(
+        "{}{}",
+        pool_channel(
+            "pool",
+            &slow.base_url(),
+            1,
+            r#"{ key = "sk-aaaa-1111", max_concurrency = 1 }"#
+        ),
+        openai_channel("backup", &backup.base_url(), 2, "")
+    ))
+    .await;
+    let mut first = gw.chat(chat_body(true)).await;
+    assert_eq!(header(&first, "x-switchyard-channel"), "pool");
+    assert!(
+        first.chunk().await.unwrap().is_some(),
+        "committed and flowing"
+    );
+    // The first stream still holds the key's only slot: the next request goes elsewhere.
+    let second = gw.chat(chat_body(true)).await;
+    assert_eq!(header(&second, "x-switchyard-channel"), "backup");
+    drop(second);
+    while first.chunk().await.unwrap().is_some() {}
+    drop(first);
+    // The stream is over: the slot is free again.
+    let third = gw.chat(chat_body(false)).await;
+    assert_eq!(header(&third, "x-switchyard-channel"), "pool");
+}
