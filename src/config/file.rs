@@ -283,6 +283,8 @@ pub struct CredentialConfig {
     pub rpm: Option<u32>,
     /// Attempts in flight at once on this key.
     pub max_concurrency: Option<u32>,
+    /// Tokens per minute this key may use (prompt + completion).
+    pub tpm: Option<u32>,
 }
 
 fn one() -> u32 {

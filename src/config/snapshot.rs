@@ -295,10 +295,10 @@ pub(crate) fn compile(
             let _ = k;
         }
         for (j, cr) in c.credentials.iter().enumerate() {
-            if cr.rpm == Some(0) || cr.max_concurrency == Some(0) {
+            if cr.rpm == Some(0) || cr.max_concurrency == Some(0) || cr.tpm == Some(0) {
                 return Err(err(
                     format!("channels[{i}].credentials[{j}]"),
-                    "rpm and max_concurrency must be >= 1".into(),
+                    "rpm, tpm and max_concurrency must be >= 1".into(),
                 ));
             }
             let label = cr.label.clone().unwrap_or_else(|| format!("key-{}", j + 1));
@@ -313,6 +313,7 @@ pub(crate) fn compile(
                 Limits {
                     rpm: cr.rpm,
                     max_concurrency: cr.max_concurrency,
+                    tpm: cr.tpm,
                 },
             ));
         }

@@ -17,7 +17,7 @@ use tokio::time::{Instant, timeout_at};
 
 use crate::config::{Channel, Snapshot};
 use crate::health::{CredVerdict, Health, Key, Reservation, Skip, Verdict};
-use crate::protocol::{ChatRequest, ChatResponse, EmbeddingsRequest, StreamChunk};
+use crate::protocol::{ChatRequest, ChatResponse, EmbeddingsRequest, StreamChunk, Usage};
 use crate::provider::ChunkStream;
 use crate::router::{self, RouteError};
 
@@ -221,10 +221,13 @@ impl Drop for Trial<'_> {
 /// Runs attempts in plan order until one succeeds, the client's own mistake is found, the
 /// attempt cap or the deadline is reached, or nothing is left. Returns the result with the
 /// credential it holds: the caller keeps it for as long as the attempt lasts (a stream's).
+#[allow(clippy::too_many_arguments)]
 async fn run<'s, T, F, Fut>(
     snap: &'s Snapshot,
     health: &Health,
     model: &str,
+    // Tokens this request is expected to use, charged to tpm budgets until usage settles it.
+    estimate: u64,
     deadline: Instant,
     report: &mut Report,
     mut call: F,
@@ -294,22 +297,23 @@ where
             if report.tried() >= snap.server.max_attempts as usize {
                 break 'channels;
             }
-            let reservation = match health
-                .pools
-                .reserve(&ch.name, &ch.credentials, model, &spent)
-            {
-                Ok(r) => r,
-                Err(none) => {
-                    // No credential with headroom: skipped, not a failure of the channel.
-                    if spent.is_empty() {
-                        report.attempts.push(skip_record(ch, Skip::NoCredential));
+            let reservation =
+                match health
+                    .pools
+                    .reserve(&ch.name, &ch.credentials, model, &spent, estimate)
+                {
+                    Ok(r) => r,
+                    Err(none) => {
+                        // No credential with headroom: skipped, not a failure of the channel.
+                        if spent.is_empty() {
+                            report.attempts.push(skip_record(ch, Skip::NoCredential));
+                        }
+                        if let Some(d) = none.retry_in {
+                            retry_after = Some(retry_after.map_or(d, |r| r.min(d)));
+                        }
+                        continue 'channels;
                     }
-                    if let Some(d) = none.retry_in {
-                        retry_after = Some(retry_after.map_or(d, |r| r.min(d)));
-                    }
-                    continue 'channels;
-                }
-            };
+                };
             let cred = reservation.as_ref().map(|r| r.index);
             let t0 = Instant::now();
             let res = timeout_at(deadline, call(ch, cand.upstream_model.clone(), cred)).await;
@@ -462,6 +466,7 @@ pub async fn chat(
         snap,
         health,
         &req.model,
+        req.estimated_tokens(),
         deadline,
         report,
         |ch, up, cred| async move {
@@ -477,7 +482,12 @@ pub async fn chat(
         },
     )
     .await
-    .map(|(v, _slot)| v)
+    .map(|(resp, slot)| {
+        if let (Some(mut slot), Some(total)) = (slot, resp.usage.as_ref().and_then(Usage::total)) {
+            slot.used(total);
+        }
+        resp
+    })
 }
 
 pub async fn embeddings(
@@ -491,6 +501,7 @@ pub async fn embeddings(
         snap,
         health,
         &req.model,
+        (req.input.to_string().len() as u64).div_ceil(4),
         deadline,
         report,
         |ch, up, cred| async move {
@@ -506,7 +517,13 @@ pub async fn embeddings(
         },
     )
     .await
-    .map(|(v, _slot)| v)
+    .map(|(v, slot)| {
+        let used = v.pointer("/usage/total_tokens").and_then(Value::as_u64);
+        if let (Some(mut slot), Some(used)) = (slot, used) {
+            slot.used(used);
+        }
+        v
+    })
 }
 
 /// Chunks held before commit, at most: role-only or empty chunks past this commit the stream.
@@ -535,6 +552,7 @@ pub async fn chat_stream(
         snap,
         health,
         &req.model,
+        req.estimated_tokens(),
         deadline,
         report,
         |ch, up, cred| async move {

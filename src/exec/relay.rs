@@ -26,7 +26,7 @@ pub struct Relay {
     head: VecDeque<StreamChunk>,
     rest: ChunkStream,
     /// The credential's slot: released when the relay (and so the stream) is dropped.
-    _slot: Option<crate::health::Reservation>,
+    slot: Option<crate::health::Reservation>,
     idle: Duration,
     timer: Pin<Box<Sleep>>,
     done: bool,
@@ -37,7 +37,7 @@ impl Relay {
         Relay {
             head: c.head.into(),
             rest: c.rest,
-            _slot: c.slot,
+            slot: c.slot,
             idle,
             timer: Box::pin(tokio::time::sleep(idle)),
             done: false,
@@ -59,6 +59,12 @@ impl Stream for Relay {
             Poll::Ready(Some(Ok(c))) => {
                 let next = Instant::now() + self.idle;
                 self.timer.as_mut().reset(next);
+                // The stream's usage settles its credential's tpm charge when the slot drops.
+                if let (Some(slot), Some(total)) =
+                    (self.slot.as_mut(), c.usage.as_ref().and_then(|u| u.total()))
+                {
+                    slot.used(total);
+                }
                 Poll::Ready(Some(RelayItem::Chunk(Box::new(c))))
             }
             Poll::Ready(Some(Err(e))) => {

@@ -18,6 +18,9 @@ pub struct Limits {
     pub rpm: Option<u32>,
     /// Attempts in flight at once.
     pub max_concurrency: Option<u32>,
+    /// Tokens per minute (prompt + completion): charged an estimate when reserved, settled
+    /// to the real usage when the attempt ends. May overdraw once; then it waits to refill.
+    pub tpm: Option<u32>,
 }
 
 #[derive(Debug, Default)]
@@ -25,6 +28,8 @@ struct CredState {
     in_flight: u32,
     /// rpm bucket: tokens left and when it was last refilled.
     tokens: f64,
+    /// tpm bucket (refilled with the rpm bucket).
+    budget: f64,
     refilled: Option<Instant>,
     cooling_until: Option<Instant>,
     /// 401: refused until the config changes (a new key under the same label is a new state).
@@ -54,11 +59,22 @@ pub struct Pools {
     state: Arc<Mutex<PoolState>>,
 }
 
-/// A reserved credential: its index in the channel's list. Dropping it releases the slot.
+/// A reserved credential: its index in the channel's list. Dropping it releases the slot and
+/// settles the tpm charge against the real usage, when one was reported.
 pub struct Reservation {
     pub index: usize,
     key: CredKey,
     state: Arc<Mutex<PoolState>>,
+    /// Tokens charged up front (0 when the key has no tpm limit).
+    charged: f64,
+    used: Option<u64>,
+}
+
+impl Reservation {
+    /// The attempt's real token count (prompt + completion), from the upstream's usage.
+    pub fn used(&mut self, tokens: u64) {
+        self.used = Some(tokens);
+    }
 }
 
 impl Drop for Reservation {
@@ -66,6 +82,11 @@ impl Drop for Reservation {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(c) = st.creds.get_mut(&self.key) {
             c.in_flight = c.in_flight.saturating_sub(1);
+            if self.charged > 0.0
+                && let Some(u) = self.used
+            {
+                c.budget += self.charged - u as f64;
+            }
         }
     }
 }
@@ -98,6 +119,7 @@ impl Pools {
         labels: &[(Arc<str>, Limits)],
         model: &str,
         tried: &[usize],
+        estimate: u64,
     ) -> Result<Option<Reservation>, NoHeadroom> {
         if labels.is_empty() {
             return Ok(None);
@@ -143,12 +165,22 @@ impl Pools {
                 ));
                 continue;
             }
+            if let Some(tpm) = limits.tpm
+                && c.budget <= 0.0
+            {
+                // Time until the overdraft is paid back.
+                wait(Duration::from_secs_f64(
+                    (1.0 - c.budget) * 60.0 / f64::from(tpm),
+                ));
+                continue;
+            }
             // Headroom: the smaller of the free shares of its limits (1.0 when unlimited).
             let conc = limits
                 .max_concurrency
                 .map_or(1.0, |m| 1.0 - f64::from(c.in_flight) / f64::from(m));
             let rate = limits.rpm.map_or(1.0, |r| c.tokens / f64::from(r));
-            let headroom = conc.min(rate);
+            let budget = limits.tpm.map_or(1.0, |t| c.budget / f64::from(t));
+            let headroom = conc.min(rate).min(budget);
             if best.is_none_or(|(_, h)| headroom > h) {
                 best = Some((i, headroom));
             }
@@ -159,16 +191,23 @@ impl Pools {
         st.rotation
             .insert(channel.clone(), (index + 1) % labels.len());
         let key = (channel.clone(), labels[index].0.clone());
+        let mut charged = 0.0;
         if let Some(c) = st.creds.get_mut(&key) {
             c.in_flight += 1;
             if labels[index].1.rpm.is_some() {
                 c.tokens -= 1.0;
+            }
+            if labels[index].1.tpm.is_some() {
+                charged = estimate.max(1) as f64;
+                c.budget -= charged;
             }
         }
         Ok(Some(Reservation {
             index,
             key,
             state: self.state.clone(),
+            charged,
+            used: None,
         }))
     }
 
@@ -244,19 +283,21 @@ impl Pools {
     }
 }
 
-/// Tops the rpm bucket up for the time since its last refill (full on first use).
+/// Tops the rpm and tpm buckets up for the time since the last refill (full on first use).
 fn refill(c: &mut CredState, limits: &Limits, now: Instant) {
-    let Some(rpm) = limits.rpm else {
-        return;
-    };
-    let cap = f64::from(rpm);
-    match c.refilled {
-        None => c.tokens = cap,
-        Some(t) => {
-            let add = now.duration_since(t).as_secs_f64() * cap / 60.0;
-            c.tokens = (c.tokens + add).min(cap);
+    let minutes = c
+        .refilled
+        .map(|t| now.duration_since(t).as_secs_f64() / 60.0);
+    let top = |level: &mut f64, per_minute: Option<u32>| {
+        if let Some(cap) = per_minute.map(f64::from) {
+            *level = match minutes {
+                None => cap,
+                Some(m) => (*level + m * cap).min(cap),
+            };
         }
-    }
+    };
+    top(&mut c.tokens, limits.rpm);
+    top(&mut c.budget, limits.tpm);
     c.refilled = Some(now);
 }
 
@@ -280,12 +321,15 @@ mod tests {
                 ..Limits::default()
             },
         );
-        let a = p.reserve(&ch, &l, "m", &[]).unwrap().unwrap();
-        let b = p.reserve(&ch, &l, "m", &[]).unwrap().unwrap();
+        let a = p.reserve(&ch, &l, "m", &[], 10).unwrap().unwrap();
+        let b = p.reserve(&ch, &l, "m", &[], 10).unwrap().unwrap();
         assert_ne!(a.index, b.index);
-        assert!(p.reserve(&ch, &l, "m", &[]).is_err(), "both slots taken");
+        assert!(
+            p.reserve(&ch, &l, "m", &[], 10).is_err(),
+            "both slots taken"
+        );
         drop(a);
-        assert!(p.reserve(&ch, &l, "m", &[]).unwrap().is_some());
+        assert!(p.reserve(&ch, &l, "m", &[], 10).unwrap().is_some());
     }
 
     #[test]
@@ -294,7 +338,7 @@ mod tests {
         let p = Pools::new(clock.clone());
         let ch: Arc<str> = "c".into();
         let l = labels(2, Limits::default());
-        let a = p.reserve(&ch, &l, "m", &[]).unwrap().unwrap();
+        let a = p.reserve(&ch, &l, "m", &[], 10).unwrap().unwrap();
         p.judge(
             &a,
             "m",
@@ -303,14 +347,14 @@ mod tests {
             },
             Duration::from_secs(60),
         );
-        let b = p.reserve(&ch, &l, "m", &[]).unwrap().unwrap();
+        let b = p.reserve(&ch, &l, "m", &[], 10).unwrap().unwrap();
         assert_ne!(a.index, b.index);
         p.judge(&b, "m", CredVerdict::Refused, Duration::from_secs(60));
         drop((a, b));
-        let err = p.reserve(&ch, &l, "m", &[]).err().unwrap();
+        let err = p.reserve(&ch, &l, "m", &[], 10).err().unwrap();
         assert_eq!(err.retry_in, Some(Duration::from_secs(2)));
         clock.advance(Duration::from_secs(2));
-        assert_eq!(p.reserve(&ch, &l, "m", &[]).unwrap().unwrap().index, 0);
+        assert_eq!(p.reserve(&ch, &l, "m", &[], 10).unwrap().unwrap().index, 0);
     }
 
     #[test]
@@ -326,12 +370,12 @@ mod tests {
             },
         );
         for _ in 0..2 {
-            drop(p.reserve(&ch, &l, "m", &[]).unwrap());
+            drop(p.reserve(&ch, &l, "m", &[], 10).unwrap());
         }
-        let err = p.reserve(&ch, &l, "m", &[]).err().unwrap();
+        let err = p.reserve(&ch, &l, "m", &[], 10).err().unwrap();
         assert_eq!(err.retry_in, Some(Duration::from_secs(30)));
         clock.advance(Duration::from_secs(30));
-        assert!(p.reserve(&ch, &l, "m", &[]).is_ok());
+        assert!(p.reserve(&ch, &l, "m", &[], 10).is_ok());
     }
 
     #[test]
@@ -339,7 +383,7 @@ mod tests {
         let p = Pools::new(ManualClock::new());
         let ch: Arc<str> = "c".into();
         let l = labels(1, Limits::default());
-        let a = p.reserve(&ch, &l, "m1", &[]).unwrap().unwrap();
+        let a = p.reserve(&ch, &l, "m1", &[], 10).unwrap().unwrap();
         p.judge(
             &a,
             "m1",
@@ -347,10 +391,34 @@ mod tests {
             Duration::from_secs(60),
         );
         drop(a);
-        assert!(p.reserve(&ch, &l, "m1", &[]).is_err());
-        assert!(p.reserve(&ch, &l, "m2", &[]).is_ok());
+        assert!(p.reserve(&ch, &l, "m1", &[], 10).is_err());
+        assert!(p.reserve(&ch, &l, "m2", &[], 10).is_ok());
         let report = p.report("c");
         assert_eq!(report[0]["models_forbidden"][0], "m1");
         assert!(!report.to_string().contains("sk-"));
+    }
+
+    #[test]
+    fn tpm_charges_an_estimate_settles_to_usage_and_refills() {
+        let clock = ManualClock::new();
+        let p = Pools::new(clock.clone());
+        let ch: Arc<str> = "c".into();
+        let l = labels(
+            1,
+            Limits {
+                tpm: Some(600),
+                ..Limits::default()
+            },
+        );
+        // Charged 500 up front, but the upstream used 700: the budget is overdrawn by 100.
+        let mut r = p.reserve(&ch, &l, "m", &[], 500).unwrap().unwrap();
+        r.used(700);
+        drop(r);
+        let err = p.reserve(&ch, &l, "m", &[], 10).err().unwrap();
+        // 101 tokens at 600 per minute: about 10 s.
+        let wait = err.retry_in.unwrap().as_secs_f64();
+        assert!((wait - 10.1).abs() < 0.01, "{wait}");
+        clock.advance(Duration::from_secs(11));
+        assert!(p.reserve(&ch, &l, "m", &[], 10).is_ok());
     }
 }

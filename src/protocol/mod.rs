@@ -202,6 +202,32 @@ pub struct ChatRequest {
 }
 
 /// Token counts as the upstream reported them; a count it did not send stays `None`.
+impl ChatRequest {
+    /// A rough token count for budgets before the upstream says (about 4 characters a token,
+    /// plus the output limit when one is set). The real count settles it afterwards.
+    pub fn estimated_tokens(&self) -> u64 {
+        let chars: usize = self
+            .messages
+            .iter()
+            .map(|m| m.content.as_ref().map_or(0, Content::text_len))
+            .sum();
+        (chars as u64).div_ceil(4)
+            + 3 * self.messages.len() as u64
+            + self.max_tokens.map_or(0, |(_, n)| n)
+    }
+}
+
+impl Usage {
+    /// Prompt + completion, as sent or summed.
+    pub fn total(&self) -> Option<u64> {
+        self.total_tokens
+            .or(match (self.input_tokens, self.output_tokens) {
+                (None, None) => None,
+                (i, o) => Some(i.unwrap_or(0).saturating_add(o.unwrap_or(0))),
+            })
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Usage {
     pub input_tokens: Option<u64>,

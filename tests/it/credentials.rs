@@ -222,3 +222,32 @@ async fn a_stream_holds_its_key_slot_until_it_ends() {
     let third = gw.chat(chat_body(false)).await;
     assert_eq!(header(&third, "x-switchyard-channel"), "pool");
 }
+
+#[tokio::test]
+async fn a_tpm_budget_is_settled_by_real_usage_and_refills() {
+    let up = mock(text_spec("abc")).await;
+    let gw = gateway(&pool_channel(
+        "pool",
+        &up.base_url(),
+        1,
+        r#"{ key = "sk-aaaa-1111", tpm = 200 }"#,
+    ))
+    .await;
+    // ~100 prompt tokens each (400 characters); the mock reports 103 + 3 = 106 used.
+    let body = serde_json::json!({"model": "m", "messages": [{"role": "user", "content": "x".repeat(400)}]});
+    for stream in [false, true] {
+        let mut b = body.clone();
+        b["stream"] = stream.into();
+        let resp = gw.chat(b).await;
+        assert_eq!(resp.status(), 200);
+        resp.text().await.unwrap();
+    }
+    // 200 - 2 x 106 = -12: overdrawn until 13 tokens have refilled (3.9 s at 200/min).
+    let resp = gw.chat(body.clone()).await;
+    assert_eq!(header(&resp, "retry-after"), "4");
+    let e = error_envelope(resp, 429).await;
+    assert_eq!(reasons(&e["attempts"]), ["no_credential_headroom"]);
+    gw.clock.advance(std::time::Duration::from_secs(4));
+    assert_eq!(gw.chat(body).await.status(), 200);
+    assert_eq!(up.requests(), 3);
+}
