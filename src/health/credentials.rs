@@ -32,8 +32,10 @@ struct CredState {
     budget: f64,
     refilled: Option<Instant>,
     cooling_until: Option<Instant>,
-    /// 401: refused until the config changes (a new key under the same label is a new state).
+    /// 401: refused until the config changes or a probe with it succeeds.
     disabled: bool,
+    /// When the last probe of a disabled credential started.
+    probed_at: Option<Instant>,
     /// 403: cooled for one model only.
     model_cooling: HashMap<Arc<str>, Instant>,
 }
@@ -239,6 +241,40 @@ impl Pools {
                     "upstream forbade the credential for this model (403): cooled for it"
                 );
             }
+        }
+    }
+
+    /// A disabled credential due for a probe (none in the last `interval`): its index, claimed.
+    pub fn claim_credential_probe(
+        &self,
+        channel: &Arc<str>,
+        labels: &[(Arc<str>, Limits)],
+        interval: Duration,
+    ) -> Option<usize> {
+        let now = self.clock.now();
+        let mut st = self.lock();
+        for (i, (label, _)) in labels.iter().enumerate() {
+            if let Some(c) = st.creds.get_mut(&(channel.clone(), label.clone()))
+                && c.disabled
+                && c.probed_at
+                    .is_none_or(|t| now.duration_since(t) >= interval)
+            {
+                c.probed_at = Some(now);
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    /// A probe with a disabled credential succeeded: it serves again.
+    pub fn enable(&self, channel: &Arc<str>, label: &Arc<str>) {
+        if let Some(c) = self.lock().creds.get_mut(&(channel.clone(), label.clone())) {
+            c.disabled = false;
+            tracing::info!(
+                channel = &**channel,
+                credential = &**label,
+                "credential re-enabled by a probe"
+            );
         }
     }
 

@@ -31,6 +31,16 @@ pub fn spawn_prober(live: Arc<Live>, health: Arc<Health>) -> tokio::task::JoinHa
                         tokio::spawn(async move { probe(&snap, &health, idx, key, reason).await });
                     }
                 }
+                // A key refused with 401 is retried by a probe each interval, with that key.
+                let interval = ch.breaker.probe.map_or(Duration::MAX, |p| p.interval);
+                if let Some(cred) =
+                    health
+                        .pools
+                        .claim_credential_probe(&ch.name, &ch.credentials, interval)
+                {
+                    let (snap, health) = (snap.clone(), health.clone());
+                    tokio::spawn(async move { probe_credential(&snap, &health, idx, cred).await });
+                }
             }
         }
     })
@@ -55,6 +65,42 @@ fn probe_request(model: &str) -> ChatRequest {
         tools: Vec::new(),
         tool_choice: None,
         extra: Map::new(),
+    }
+}
+
+/// Probes one disabled credential (a 1-token completion on the channel's first model, or
+/// `GET /models`); success re-enables it.
+async fn probe_credential(snap: &Snapshot, health: &Health, idx: usize, cred: usize) {
+    let Some(ch) = snap.channels.get(idx) else {
+        return;
+    };
+    let Some((label, _)) = ch.credentials.get(cred) else {
+        return;
+    };
+    let route = snap
+        .models
+        .iter()
+        .find_map(|(name, routes)| routes.iter().find(|r| r.channel == idx).map(|r| (name, r)));
+    let ok = match (ch.breaker.probe.map(|p| p.kind), route) {
+        (Some(ProbeKind::Models), _) => {
+            let call = ch.upstream.models(Some(cred));
+            matches!(tokio::time::timeout(ch.timeout, call).await, Ok(Ok(())))
+        }
+        (_, Some((model, r))) => {
+            let req = probe_request(model);
+            let call = ch.upstream.chat(&req, &r.upstream_model, Some(cred));
+            matches!(tokio::time::timeout(ch.timeout, call).await, Ok(Ok(_)))
+        }
+        (_, None) => false,
+    };
+    tracing::info!(
+        channel = &*ch.name,
+        credential = &**label,
+        ok,
+        "credential probe"
+    );
+    if ok {
+        health.pools.enable(&ch.name, label);
     }
 }
 

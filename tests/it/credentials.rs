@@ -251,3 +251,46 @@ async fn a_tpm_budget_is_settled_by_real_usage_and_refills() {
     assert_eq!(gw.chat(body).await.status(), 200);
     assert_eq!(up.requests(), 3);
 }
+
+#[tokio::test]
+async fn a_probe_with_a_refused_key_re_enables_it_when_it_works_again() {
+    let pool = mock(with_key_faults(&[(
+        "sk-aaaa-1111",
+        Fault {
+            status: Some(401),
+            ..Fault::default()
+        },
+    )]))
+    .await;
+    let gw = gateway(&pool_channel(
+        "pool",
+        &pool.base_url(),
+        1,
+        r#"{ key = "sk-aaaa-1111" }, { key = "sk-bbbb-2222" }"#,
+    ))
+    .await;
+    assert_eq!(gw.chat(chat_body(false)).await.status(), 200);
+    // Key a is disabled. The upstream accepts it again; the next probe interval tests it.
+    pool.set_spec(text_spec("ok"));
+    let seen_before = pool.received().len();
+    gw.clock.advance(std::time::Duration::from_secs(300));
+    eventually(&pool, "a credential probe", |m| m.requests() >= 1).await;
+    let probe = &pool.received()[seen_before];
+    assert_eq!(probe.headers["authorization"], "Bearer sk-aaaa-1111");
+    assert_eq!(probe.body["max_tokens"], 1);
+    // Re-enabled: key a takes its turns again.
+    let mut used_a = false;
+    for _ in 0..20 {
+        gw.chat(chat_body(false)).await;
+        let last = pool
+            .received()
+            .last()
+            .map(|r| r.headers["authorization"].clone());
+        if last.is_some_and(|k| k == "Bearer sk-aaaa-1111") {
+            used_a = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(used_a, "the re-enabled key is used again");
+}
