@@ -205,8 +205,49 @@ impl Upstream {
     }
 }
 
-/// `Retry-After: <seconds>` or OpenAI's `retry-after-ms`. HTTP dates are ignored (rare upstream).
+/// `Retry-After: <seconds>`, OpenAI's `retry-after-ms`, or else the later of OpenAI's
+/// `x-ratelimit-reset-requests` / `-tokens` (`1s`, `6m0s`, `20ms`). HTTP dates are ignored.
 pub fn parse_retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    retry_after_header(headers).or_else(|| {
+        ["x-ratelimit-reset-requests", "x-ratelimit-reset-tokens"]
+            .iter()
+            .filter_map(|h| headers.get(*h)?.to_str().ok().and_then(parse_go_duration))
+            .max()
+    })
+}
+
+/// A duration as OpenAI writes it (Go's format): `1h2m3.5s`, `6m0s`, `20ms`, `1.5s`.
+fn parse_go_duration(s: &str) -> Option<Duration> {
+    let mut total = 0.0;
+    let mut rest = s.trim();
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let n: f64 = rest[..num_len].parse().ok()?;
+        rest = &rest[num_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let secs = match &rest[..unit_len] {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 0.001,
+            "us" | "µs" => 0.000_001,
+            "ns" => 0.000_000_001,
+            _ => return None,
+        };
+        total += n * secs;
+        rest = &rest[unit_len..];
+    }
+    (total.is_finite() && total >= 0.0).then(|| Duration::from_secs_f64(total))
+}
+
+fn retry_after_header(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     if let Some(ms) = headers
         .get("retry-after-ms")
         .and_then(|v| v.to_str().ok())
@@ -276,5 +317,16 @@ mod tests {
             "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap(),
         );
         assert_eq!(parse_retry_after(&h), None);
+        // OpenAI's rate-limit reset headers, when there is no Retry-After: the later one wins.
+        let mut h = reqwest::header::HeaderMap::new();
+        h.insert("x-ratelimit-reset-requests", "1.5s".parse().unwrap());
+        h.insert("x-ratelimit-reset-tokens", "6m0s".parse().unwrap());
+        assert_eq!(parse_retry_after(&h), Some(Duration::from_secs(360)));
+        h.insert("x-ratelimit-reset-tokens", "20ms".parse().unwrap());
+        assert_eq!(parse_retry_after(&h), Some(Duration::from_millis(1500)));
+        h.insert("x-ratelimit-reset-tokens", "1h2m3s".parse().unwrap());
+        assert_eq!(parse_retry_after(&h), Some(Duration::from_secs(3723)));
+        assert_eq!(parse_go_duration("5x"), None);
+        assert_eq!(parse_go_duration(""), None);
     }
 }
