@@ -454,6 +454,17 @@ where
     Err(ExecError::AllAttemptsFailed)
 }
 
+/// One non-streaming upstream call, bounded by the attempt timeout and classified.
+async fn within<T>(
+    limit: Duration,
+    call: impl Future<Output = Result<T, crate::provider::UpstreamError>>,
+) -> Result<T, Failure> {
+    match timeout_at(Instant::now() + limit, call).await {
+        Err(_) => Err(Failure::timeout("attempt timeout")),
+        Ok(r) => r.map_err(classify),
+    }
+}
+
 /// Non-streaming chat: each attempt bounded by the channel's `timeout_ms`.
 pub async fn chat(
     snap: &Snapshot,
@@ -469,17 +480,7 @@ pub async fn chat(
         req.estimated_tokens(),
         deadline,
         report,
-        |ch, up, cred| async move {
-            match timeout_at(
-                Instant::now() + ch.timeout,
-                ch.upstream.chat(req, &up, cred),
-            )
-            .await
-            {
-                Err(_) => Err(Failure::timeout("attempt timeout")),
-                Ok(r) => r.map_err(classify),
-            }
-        },
+        |ch, up, cred| async move { within(ch.timeout, ch.upstream.chat(req, &up, cred)).await },
     )
     .await
     .map(|(resp, slot)| {
@@ -505,15 +506,7 @@ pub async fn embeddings(
         deadline,
         report,
         |ch, up, cred| async move {
-            match timeout_at(
-                Instant::now() + ch.timeout,
-                ch.upstream.embeddings(req, &up, cred),
-            )
-            .await
-            {
-                Err(_) => Err(Failure::timeout("attempt timeout")),
-                Ok(r) => r.map_err(classify),
-            }
+            within(ch.timeout, ch.upstream.embeddings(req, &up, cred)).await
         },
     )
     .await
