@@ -90,7 +90,7 @@ pub fn reload_on_sighup(live: Arc<Live>, health: Arc<Health>) -> std::io::Result
             };
             match result {
                 Ok(s) => {
-                    health.pools.reset();
+                    health.pools.config_changed();
                     tracing::info!(channels = s.channels.len(), "config reloaded on SIGHUP")
                 }
                 Err(e) => {

@@ -290,9 +290,8 @@ pub(crate) fn compile(
             ));
         }
         let mut labels: Vec<(Arc<str>, Limits)> = Vec::new();
-        for (j, k) in c.api_keys.iter().enumerate() {
-            labels.push((format!("key-{}", j + 1).into(), Limits::default()));
-            let _ = k;
+        for k in &c.api_keys {
+            labels.push((fingerprint(k).into(), Limits::default()));
         }
         for (j, cr) in c.credentials.iter().enumerate() {
             if cr.rpm == Some(0) || cr.max_concurrency == Some(0) || cr.tpm == Some(0) {
@@ -301,7 +300,7 @@ pub(crate) fn compile(
                     "rpm, tpm and max_concurrency must be >= 1".into(),
                 ));
             }
-            let label = cr.label.clone().unwrap_or_else(|| format!("key-{}", j + 1));
+            let label = cr.label.clone().unwrap_or_else(|| fingerprint(&cr.key));
             if labels.iter().any(|(l, _)| **l == *label) {
                 return Err(err(
                     format!("channels[{i}].credentials[{j}].label"),
@@ -405,6 +404,15 @@ pub(crate) fn compile(
         models,
         source,
     })
+}
+
+/// A credential's default label: a short hash of the key, so it follows the key through
+/// reorders and reloads and shows nothing of it.
+fn fingerprint(key: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    key.hash(&mut h);
+    format!("key-{:06x}", h.finish() & 0xff_ffff)
 }
 
 /// Field-local checks and the timeout taxonomy: connect < attempt ≤ request deadline.

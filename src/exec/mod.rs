@@ -306,7 +306,12 @@ where
                     Err(none) => {
                         // No credential with headroom: skipped, not a failure of the channel.
                         if spent.is_empty() {
-                            report.attempts.push(skip_record(ch, Skip::NoCredential));
+                            let why = if none.refused {
+                                Skip::CredentialsRefused
+                            } else {
+                                Skip::NoCredential
+                            };
+                            report.attempts.push(skip_record(ch, why));
                         }
                         if let Some(d) = none.retry_in {
                             retry_after = Some(retry_after.map_or(d, |r| r.min(d)));
@@ -414,7 +419,12 @@ where
             } else {
                 failure.class.retry_same_channel()
             };
-            if may_retry && retries < ch.max_retries {
+            // A circuit this failure opened (or a failed trial re-opened) ends the retries here.
+            let opened = health
+                .standing(&key, &snap.health, &ch.breaker)
+                .skip
+                .is_some_and(|s| s == Skip::CircuitOpen);
+            if may_retry && retries < ch.max_retries && !opened {
                 let wait = backoff(
                     ch.retry_interval,
                     retries,

@@ -45,6 +45,8 @@ struct CredState {
 pub struct NoHeadroom {
     /// When the earliest credential frees up, if that is known.
     pub retry_in: Option<Duration>,
+    /// Every key left was refused (401): waiting will not help until a reload or a probe.
+    pub refused: bool,
 }
 
 type CredKey = (Arc<str>, Arc<str>);
@@ -84,10 +86,10 @@ impl Drop for Reservation {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(c) = st.creds.get_mut(&self.key) {
             c.in_flight = c.in_flight.saturating_sub(1);
-            if self.charged > 0.0
-                && let Some(u) = self.used
-            {
-                c.budget += self.charged - u as f64;
+            // Settle to the real usage; without one (a failed or refused attempt) the
+            // estimate is given back.
+            if self.charged > 0.0 {
+                c.budget += self.charged - self.used.map_or(self.charged, |u| u as f64);
             }
         }
     }
@@ -131,6 +133,7 @@ impl Pools {
         let start = st.rotation.get(channel).copied().unwrap_or(0);
         let mut best: Option<(usize, f64)> = None;
         let mut retry_in: Option<Duration> = None;
+        let mut refused = true;
         let mut wait = |d: Duration| retry_in = Some(retry_in.map_or(d, |r: Duration| r.min(d)));
         // From the rotation point on, so that credentials with equal headroom take turns.
         for step in 0..labels.len() {
@@ -147,6 +150,7 @@ impl Pools {
             if c.disabled {
                 continue;
             }
+            refused = false;
             if let Some(t) = c.cooling_until.filter(|t| *t > now) {
                 wait(t - now);
                 continue;
@@ -188,7 +192,7 @@ impl Pools {
             }
         }
         let Some((index, _)) = best else {
-            return Err(NoHeadroom { retry_in });
+            return Err(NoHeadroom { retry_in, refused });
         };
         st.rotation
             .insert(channel.clone(), (index + 1) % labels.len());
@@ -222,7 +226,10 @@ impl Pools {
         };
         match v {
             CredVerdict::RateLimited { retry_after } => {
-                c.cooling_until = Some(now + retry_after.unwrap_or(default_cooldown));
+                // The longer of an earlier cooldown and this one: a short Retry-After does not
+                // cut a longer wait short.
+                let until = now + retry_after.unwrap_or(default_cooldown);
+                c.cooling_until = Some(c.cooling_until.map_or(until, |t| t.max(until)));
             }
             CredVerdict::Refused => {
                 c.disabled = true;
@@ -278,15 +285,11 @@ impl Pools {
         }
     }
 
-    /// Forgets the state of credentials the config no longer has (a changed key gets a new
-    /// label or is a new config: a disabled credential comes back when the config changes).
-    pub fn reset(&self) {
-        let mut st = self.lock();
-        st.creds.retain(|_, c| c.in_flight > 0);
-        for c in st.creds.values_mut() {
+    /// The config changed: refused (401) credentials get another chance. Cooldowns, rate
+    /// buckets and slots in flight are kept: the upstream's limits did not change with it.
+    pub fn config_changed(&self) {
+        for c in self.lock().creds.values_mut() {
             c.disabled = false;
-            c.cooling_until = None;
-            c.model_cooling.clear();
         }
     }
 

@@ -179,8 +179,10 @@ pub enum Skip {
     RateLimited,
     /// Half-open, and another request is already its trial.
     TrialInFlight,
-    /// No credential of the channel has headroom (cooling, refused, at its limits).
+    /// No credential of the channel has headroom (cooling, at its limits).
     NoCredential,
+    /// Every credential of the channel was refused (401).
+    CredentialsRefused,
 }
 
 impl Skip {
@@ -190,6 +192,7 @@ impl Skip {
             Skip::RateLimited => "rate_limited_cooldown",
             Skip::TrialInFlight => "circuit_half_open",
             Skip::NoCredential => "no_credential_headroom",
+            Skip::CredentialsRefused => "credentials_refused",
         }
     }
 }
@@ -388,6 +391,8 @@ impl Health {
         let score = e.score(s);
         let skip = match e.circuit {
             Circuit::Open { .. } => Some(Skip::CircuitOpen),
+            // Probes test it (e.g. probes were switched on by a reload while half-open).
+            Circuit::HalfOpen { trial: false } if b.probe.is_some() => Some(Skip::CircuitOpen),
             Circuit::HalfOpen { trial: true } => Some(Skip::TrialInFlight),
             _ if e.cooling_until.is_some_and(|t| now < t) => Some(Skip::RateLimited),
             _ => None,
@@ -403,7 +408,7 @@ impl Health {
             skip,
             score,
             factor: (ramp * score / 100.0).max(s.min_factor),
-            half_open: matches!(e.circuit, Circuit::HalfOpen { trial: false }),
+            half_open: b.probe.is_none() && matches!(e.circuit, Circuit::HalfOpen { trial: false }),
             retry_in: e
                 .cooling_until
                 .filter(|t| *t > now)
@@ -453,6 +458,7 @@ impl Health {
         e.prune(now, s, b);
         let reason = match e.circuit {
             Circuit::Open { until } if now >= until => ProbeReason::Recovery,
+            Circuit::HalfOpen { trial: false } => ProbeReason::Recovery,
             Circuit::Closed
                 if e.score(s) < p.unhealthy_below
                     && e.last_probe
@@ -485,9 +491,12 @@ impl Health {
             };
             e.probe_in_flight = false;
             e.last_probe = Some((now, ok));
-            if let Circuit::Open { until } = e.circuit
-                && now >= until
-            {
+            let recovering = match e.circuit {
+                Circuit::Open { until } => now >= until,
+                Circuit::HalfOpen { trial } => !trial,
+                Circuit::Closed => false,
+            };
+            if recovering {
                 if ok {
                     e.probe_successes += 1;
                     if e.probe_successes < threshold {
@@ -508,6 +517,14 @@ impl Health {
             Verdict::Failure { latency }
         };
         self.record(key, s, b, v);
+    }
+
+    /// Gives a probe claim back without a verdict (the probe could not run: no usable key,
+    /// the channel is gone, the task ended early).
+    pub fn release_probe(&self, key: &Key) {
+        if let Some(e) = self.lock().get_mut(key) {
+            e.probe_in_flight = false;
+        }
     }
 
     /// Every key health holds for a channel (one, or one per model for `per_model`).

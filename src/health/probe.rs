@@ -8,9 +8,10 @@ use std::time::Duration;
 use serde_json::Map;
 use tokio::time::Instant;
 
-use super::{Health, Key, ProbeKind, ProbeReason};
+use super::{CredVerdict, Health, Key, ProbeKind, ProbeReason};
 use crate::config::{Live, Snapshot};
 use crate::protocol::{ChatRequest, MaxTokensField, Message, Role};
+use crate::provider::UpstreamError;
 
 /// How often the prober looks for due probes (real time; due-ness follows health's clock).
 const TICK: Duration = Duration::from_millis(250);
@@ -44,11 +45,6 @@ pub fn spawn_prober(live: Arc<Live>, health: Arc<Health>) -> tokio::task::JoinHa
             }
         }
     })
-}
-
-/// Probes use the channel's first credential (its pool limits are for client traffic).
-fn first_credential(ch: &crate::config::Channel) -> Option<usize> {
-    (!ch.credentials.is_empty()).then_some(0)
 }
 
 /// The smallest real completion: one user word, one output token.
@@ -104,7 +100,27 @@ async fn probe_credential(snap: &Snapshot, health: &Health, idx: usize, cred: us
     }
 }
 
+/// Holds a probe claim; gives it back unjudged if the probe ends early (or its task panics).
+struct Claim<'a> {
+    health: &'a Health,
+    key: Key,
+    judged: bool,
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        if !self.judged {
+            self.health.release_probe(&self.key);
+        }
+    }
+}
+
 async fn probe(snap: &Snapshot, health: &Health, idx: usize, key: Key, reason: ProbeReason) {
+    let mut claim = Claim {
+        health,
+        key: key.clone(),
+        judged: false,
+    };
     let Some(ch) = snap.channels.get(idx) else {
         return;
     };
@@ -117,26 +133,49 @@ async fn probe(snap: &Snapshot, health: &Health, idx: usize, key: Key, reason: P
             .then(|| (name.clone(), r.upstream_model.clone()))
     });
     let Some((model, upstream_model)) = route else {
-        // The channel no longer serves that model: nothing to probe; give the claim back.
-        health.probe_result(&key, &snap.health, &ch.breaker, false, Duration::ZERO);
+        return; // the channel no longer serves that model: nothing to probe
+    };
+    // A usable key, like any attempt: a refused or cooling key says nothing about the channel.
+    let Ok(reservation) = health
+        .pools
+        .reserve(&ch.name, &ch.credentials, &model, &[], 1)
+    else {
         return;
     };
+    let cred = reservation.as_ref().map(|r| r.index);
     let kind = ch.breaker.probe.map_or(ProbeKind::Completion, |p| p.kind);
     let started = Instant::now();
-    let ok = match kind {
+    let result = match kind {
         ProbeKind::Completion => {
             let req = probe_request(&model);
-            let call = ch
-                .upstream
-                .chat(&req, &upstream_model, first_credential(ch));
-            matches!(tokio::time::timeout(ch.timeout, call).await, Ok(Ok(_)))
+            let call = ch.upstream.chat(&req, &upstream_model, cred);
+            tokio::time::timeout(ch.timeout, call)
+                .await
+                .map(|r| r.map(|_| ()))
         }
-        ProbeKind::Models => {
-            let call = ch.upstream.models(first_credential(ch));
-            matches!(tokio::time::timeout(ch.timeout, call).await, Ok(Ok(())))
-        }
+        ProbeKind::Models => tokio::time::timeout(ch.timeout, ch.upstream.models(cred)).await,
     };
     let latency = started.elapsed();
+    let ok = match result {
+        Ok(Ok(())) => true,
+        Ok(Err(UpstreamError::Status {
+            status: status @ (401 | 403 | 429),
+            retry_after,
+            ..
+        })) if reservation.is_some() => {
+            // The key's problem, not the channel's: judge the key, leave the circuit as is.
+            if let Some(r) = &reservation {
+                let v = match status {
+                    401 => CredVerdict::Refused,
+                    403 => CredVerdict::ForbiddenForModel,
+                    _ => CredVerdict::RateLimited { retry_after },
+                };
+                health.pools.judge(r, &model, v, ch.credential_cooldown);
+            }
+            return;
+        }
+        _ => false,
+    };
     tracing::info!(
         channel = &*ch.name,
         model = &*model,
@@ -145,5 +184,6 @@ async fn probe(snap: &Snapshot, health: &Health, idx: usize, key: Key, reason: P
         latency_ms = latency.as_millis() as u64,
         "probe"
     );
+    claim.judged = true;
     health.probe_result(&key, &snap.health, &ch.breaker, ok, latency);
 }

@@ -568,7 +568,7 @@ async fn admin_reload(State(state): State<AppState>, headers: HeaderMap, uri: Ur
     match reloaded {
         Ok(next) => {
             // A changed config is a fresh start for refused or cooled credentials.
-            state.health.pools.reset();
+            state.health.pools.config_changed();
             tracing::info!(channels = next.channels.len(), "config reloaded");
             axum::Json(json!({
                 "reloaded": true,

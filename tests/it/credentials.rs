@@ -294,3 +294,30 @@ async fn a_probe_with_a_refused_key_re_enables_it_when_it_works_again() {
     }
     assert!(used_a, "the re-enabled key is used again");
 }
+
+#[tokio::test]
+async fn a_channel_whose_keys_were_all_refused_is_unavailable_not_rate_limited() {
+    let pool = mock(with_key_faults(&[(
+        "sk-aaaa-1111",
+        Fault {
+            status: Some(401),
+            ..Fault::default()
+        },
+    )]))
+    .await;
+    let gw = gateway(&pool_channel(
+        "pool",
+        &pool.base_url(),
+        1,
+        r#"{ key = "sk-aaaa-1111" }"#,
+    ))
+    .await;
+    let e = error_envelope(gw.chat(chat_body(false)).await, 502).await;
+    assert_eq!(reasons(&e["attempts"]), ["auth_error"]);
+    // Waiting will not help, so it is not a rate limit: 503, and why.
+    let resp = gw.chat(chat_body(false)).await;
+    assert!(header(&resp, "retry-after").is_empty());
+    let e = error_envelope(resp, 503).await;
+    assert_eq!(reasons(&e["attempts"]), ["credentials_refused"]);
+    assert_eq!(pool.requests(), 1);
+}

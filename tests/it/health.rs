@@ -361,3 +361,39 @@ async fn per_model_breakers_isolate_one_model() {
         .unwrap();
     assert_eq!(row["circuit"], "open");
 }
+
+#[tokio::test]
+async fn turning_probes_on_while_half_open_does_not_strand_the_channel() {
+    let a = mock(faulty("x", status(500))).await;
+    let b = mock(text_spec("b")).await;
+    let channels = |extra: &str| {
+        format!(
+            "{}{}",
+            openai_channel("a", &a.base_url(), 1, extra),
+            openai_channel("b", &b.base_url(), 1, "")
+        )
+    };
+    let gw = gateway(&channels(LIVE_TRIALS)).await;
+    for _ in 0..200 {
+        if a.requests() >= 3 {
+            break;
+        }
+        gw.chat(chat_body(false)).await;
+    }
+    // Past the cooldown, requests that draw `b` first leave `a` half-open without a trial.
+    gw.clock.advance(Duration::from_secs(60));
+    a.set_spec(text_spec("a"));
+    gw.chat(chat_body(false)).await;
+    // Now probes are switched on; whatever state `a` is in, a probe must bring it back.
+    gw.rewrite(&channels(""));
+    assert_eq!(gw.reload().await.status(), 200);
+    let mut served_by_a = false;
+    for _ in 0..200 {
+        if header(&gw.chat(chat_body(false)).await, "x-switchyard-channel") == "a" {
+            served_by_a = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(served_by_a, "a recovered through a probe");
+}
