@@ -539,6 +539,27 @@ pub struct Committed {
     pub rest: ChunkStream,
     /// The credential's slot, held until the stream ends (or the client leaves).
     pub slot: Option<Reservation>,
+    /// Where a break after commit is reported, so it counts against the channel's health.
+    pub on_break: Option<BreakReport>,
+}
+
+/// Tells health that a committed stream broke.
+pub struct BreakReport {
+    health: Arc<Health>,
+    key: Key,
+    settings: crate::health::HealthSettings,
+    breaker: crate::health::BreakerSettings,
+}
+
+impl BreakReport {
+    pub fn record(&self, latency: Duration) {
+        self.health.record(
+            &self.key,
+            &self.settings,
+            &self.breaker,
+            Verdict::Failure { latency },
+        );
+    }
 }
 
 /// Streaming chat: an attempt succeeds only when its upstream yields the first content (or a
@@ -546,12 +567,12 @@ pub struct Committed {
 /// to the client, so any failure there just moves on to the next attempt.
 pub async fn chat_stream(
     snap: &Snapshot,
-    health: &Health,
+    health: &Arc<Health>,
     req: &ChatRequest,
     deadline: Instant,
     report: &mut Report,
 ) -> Result<Committed, ExecError> {
-    run(
+    let (mut committed, slot) = run(
         snap,
         health,
         &req.model,
@@ -581,6 +602,7 @@ pub async fn chat_stream(
                                     head,
                                     rest,
                                     slot: None,
+                                    on_break: None,
                                 });
                             }
                         }
@@ -595,11 +617,19 @@ pub async fn chat_stream(
             }
         },
     )
-    .await
-    .map(|(mut committed, slot)| {
-        committed.slot = slot;
-        committed
-    })
+    .await?;
+    committed.slot = slot;
+    // After commit a broken stream is still the channel's failure: the relay reports it.
+    let served = report.served.as_ref().map(|s| s.channel.clone());
+    if let Some(ch) = served.and_then(|n| snap.channels.iter().find(|c| c.name == n)) {
+        committed.on_break = Some(BreakReport {
+            health: health.clone(),
+            key: health_key(ch, &req.model),
+            settings: snap.health,
+            breaker: ch.breaker,
+        });
+    }
+    Ok(committed)
 }
 
 #[cfg(test)]

@@ -27,6 +27,8 @@ pub struct Relay {
     rest: ChunkStream,
     /// The credential's slot: released when the relay (and so the stream) is dropped.
     slot: Option<crate::health::Reservation>,
+    on_break: Option<super::BreakReport>,
+    started: Instant,
     idle: Duration,
     timer: Pin<Box<Sleep>>,
     done: bool,
@@ -38,9 +40,19 @@ impl Relay {
             head: c.head.into(),
             rest: c.rest,
             slot: c.slot,
+            on_break: c.on_break,
+            started: Instant::now(),
             idle,
             timer: Box::pin(tokio::time::sleep(idle)),
             done: false,
+        }
+    }
+}
+
+impl Relay {
+    fn report_break(&mut self) {
+        if let Some(r) = self.on_break.take() {
+            r.record(self.started.elapsed());
         }
     }
 }
@@ -69,6 +81,7 @@ impl Stream for Relay {
             }
             Poll::Ready(Some(Err(e))) => {
                 self.done = true;
+                self.report_break();
                 Poll::Ready(Some(RelayItem::Fault(classify(e).class)))
             }
             Poll::Ready(None) => {
@@ -78,6 +91,7 @@ impl Stream for Relay {
             Poll::Pending => match self.timer.as_mut().poll(cx) {
                 Poll::Ready(()) => {
                     self.done = true;
+                    self.report_break();
                     Poll::Ready(Some(RelayItem::Fault(OutcomeClass::Timeout)))
                 }
                 Poll::Pending => Poll::Pending,

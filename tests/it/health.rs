@@ -397,3 +397,36 @@ async fn turning_probes_on_while_half_open_does_not_strand_the_channel() {
     }
     assert!(served_by_a, "a recovered through a probe");
 }
+
+#[tokio::test]
+async fn streams_that_break_after_commit_count_against_the_channel() {
+    let (cut, _backup, gw) = two_tiers(
+        (
+            "cut",
+            MockSpec {
+                chunks: 4,
+                ..faulty(
+                    "AAAABBBBCCCCDDDD",
+                    Fault {
+                        cut_after: Some(1),
+                        ..Fault::default()
+                    },
+                )
+            },
+            "",
+        ),
+        ("backup", text_spec("ok")),
+    )
+    .await;
+    let mut body = chat_body(true);
+    for _ in 0..3 {
+        let resp = gw.chat(body.clone()).await;
+        assert_eq!(header(&resp, "x-switchyard-channel"), "cut");
+        assert!(resp.text().await.unwrap().contains("stream_interrupted"));
+    }
+    // Three broken streams opened the circuit: the next request goes to the backup.
+    body["stream"] = false.into();
+    let resp = gw.chat(body).await;
+    assert_eq!(header(&resp, "x-switchyard-channel"), "backup");
+    assert_eq!(cut.requests(), 3);
+}
