@@ -609,9 +609,23 @@ async fn admin_health(State(state): State<AppState>, headers: HeaderMap, uri: Ur
             .find(|c| r["channel"] == *c.name)
             .map(|c| c.enabled && c.breaker.enabled);
         r["health_checked"] = json!(enabled);
-        // Each credential by its label (never the key): in flight, cooling, disabled.
+        // Each configured credential by its label (never the key): in flight, cooling,
+        // disabled; keys not used yet are listed idle.
         let name = r["channel"].as_str().unwrap_or("").to_string();
-        r["credentials"] = state.health.pools.report(&name);
+        let mut creds = state.health.pools.report(&name);
+        if let (Some(list), Some(ch)) = (
+            creds.as_array_mut(),
+            snap.channels.iter().find(|c| *c.name == *name),
+        ) {
+            list.retain(|c| ch.credentials.iter().any(|(l, _)| c["label"] == **l));
+            for (label, _) in &ch.credentials {
+                if !list.iter().any(|c| c["label"] == **label) {
+                    list.push(json!({"label": &**label, "in_flight": 0, "disabled": false,
+                        "cooling_seconds_left": null, "models_forbidden": []}));
+                }
+            }
+        }
+        r["credentials"] = creds;
     }
     axum::Json(json!({"object": "list", "data": rows})).into_response()
 }

@@ -321,3 +321,34 @@ async fn a_channel_whose_keys_were_all_refused_is_unavailable_not_rate_limited()
     assert_eq!(reasons(&e["attempts"]), ["credentials_refused"]);
     assert_eq!(pool.requests(), 1);
 }
+
+#[tokio::test]
+async fn admin_health_lists_every_configured_key_by_label_only() {
+    let up = mock(text_spec("ok")).await;
+    let gw = gateway(&pool_channel(
+        "pool",
+        &up.base_url(),
+        1,
+        r#"{ key = "sk-aaaa-1111", label = "primary" }, { key = "sk-bbbb-2222" }"#,
+    ))
+    .await;
+    // Before any request: both keys listed, idle; the unlabelled one by its fingerprint.
+    let health = gw.admin_health().await;
+    let row = health.iter().find(|r| r["channel"] == "pool").unwrap();
+    let labels: Vec<&str> = row["credentials"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(labels.len(), 2, "{labels:?}");
+    assert!(labels.contains(&"primary"));
+    assert!(
+        labels
+            .iter()
+            .any(|l| l.starts_with("key-") && l.len() == 10),
+        "{labels:?}"
+    );
+    let text = serde_json::to_string(&health).unwrap();
+    assert!(!text.contains("sk-aaaa") && !text.contains("sk-bbbb"));
+}
