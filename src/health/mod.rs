@@ -677,6 +677,26 @@ mod tests {
         }
     }
 
+    /// A health whose channel `a` has just had its circuit opened (three failures).
+    fn opened(
+        b: BreakerSettings,
+    ) -> (
+        Arc<ManualClock>,
+        Health,
+        HealthSettings,
+        BreakerSettings,
+        Key,
+    ) {
+        let clock = ManualClock::new();
+        let h = Health::new(clock.clone());
+        let s = HealthSettings::default();
+        let k = key("a");
+        for _ in 0..3 {
+            h.record(&k, &s, &b, fail());
+        }
+        (clock, h, s, b, k)
+    }
+
     /// Breaker settings without probes: a half-open circuit is tested by a live request.
     fn live_trials() -> BreakerSettings {
         BreakerSettings {
@@ -712,13 +732,7 @@ mod tests {
 
     #[test]
     fn a_recovered_channel_ramps_up_over_slow_start() {
-        let clock = ManualClock::new();
-        let h = Health::new(clock.clone());
-        let (s, b) = (HealthSettings::default(), live_trials());
-        let k = key("a");
-        for _ in 0..3 {
-            h.record(&k, &s, &b, fail());
-        }
+        let (clock, h, s, b, k) = opened(live_trials());
         clock.advance(Duration::from_secs(60));
         assert!(h.begin_trial(&k, &b));
         h.record(&k, &s, &b, ok(5));
@@ -735,13 +749,7 @@ mod tests {
 
     #[test]
     fn a_failed_trial_doubles_the_cooldown_up_to_five_times() {
-        let clock = ManualClock::new();
-        let h = Health::new(clock.clone());
-        let (s, b) = (HealthSettings::default(), live_trials());
-        let k = key("a");
-        for _ in 0..3 {
-            h.record(&k, &s, &b, fail());
-        }
+        let (clock, h, s, b, k) = opened(live_trials());
         let mut expected = 60;
         for want in [120, 240, 300, 300] {
             clock.advance(Duration::from_secs(expected));

@@ -25,6 +25,20 @@ fn keys_seen(m: &switchyard::provider::mock::MockServer) -> Vec<String> {
         .collect()
 }
 
+/// A channel `pool` whose upstream refuses key `sk-aaaa-1111` (401), with these credentials.
+async fn refusing_key_a(credentials: &str) -> (switchyard::provider::mock::MockServer, Gateway) {
+    let pool = mock(with_key_faults(&[(
+        "sk-aaaa-1111",
+        Fault {
+            status: Some(401),
+            ..Fault::default()
+        },
+    )]))
+    .await;
+    let gw = gateway(&pool_channel("pool", &pool.base_url(), 1, credentials)).await;
+    (pool, gw)
+}
+
 fn with_key_faults(faults: &[(&str, Fault)]) -> MockSpec {
     MockSpec {
         per_key: faults
@@ -92,21 +106,7 @@ async fn a_rate_limited_key_is_swapped_inside_the_channel_before_failing_over() 
 
 #[tokio::test]
 async fn a_refused_key_is_disabled_and_the_others_carry_on() {
-    let pool = mock(with_key_faults(&[(
-        "sk-aaaa-1111",
-        Fault {
-            status: Some(401),
-            ..Fault::default()
-        },
-    )]))
-    .await;
-    let gw = gateway(&pool_channel(
-        "pool",
-        &pool.base_url(),
-        1,
-        r#"{ key = "sk-aaaa-1111" }, { key = "sk-bbbb-2222" }"#,
-    ))
-    .await;
+    let (pool, gw) = refusing_key_a(r#"{ key = "sk-aaaa-1111" }, { key = "sk-bbbb-2222" }"#).await;
     for _ in 0..4 {
         assert_eq!(gw.chat(chat_body(false)).await.status(), 200);
     }
@@ -254,21 +254,7 @@ async fn a_tpm_budget_is_settled_by_real_usage_and_refills() {
 
 #[tokio::test]
 async fn a_probe_with_a_refused_key_re_enables_it_when_it_works_again() {
-    let pool = mock(with_key_faults(&[(
-        "sk-aaaa-1111",
-        Fault {
-            status: Some(401),
-            ..Fault::default()
-        },
-    )]))
-    .await;
-    let gw = gateway(&pool_channel(
-        "pool",
-        &pool.base_url(),
-        1,
-        r#"{ key = "sk-aaaa-1111" }, { key = "sk-bbbb-2222" }"#,
-    ))
-    .await;
+    let (pool, gw) = refusing_key_a(r#"{ key = "sk-aaaa-1111" }, { key = "sk-bbbb-2222" }"#).await;
     assert_eq!(gw.chat(chat_body(false)).await.status(), 200);
     // Key a is disabled. The upstream accepts it again; the next probe interval tests it.
     pool.set_spec(text_spec("ok"));
@@ -297,21 +283,7 @@ async fn a_probe_with_a_refused_key_re_enables_it_when_it_works_again() {
 
 #[tokio::test]
 async fn a_channel_whose_keys_were_all_refused_is_unavailable_not_rate_limited() {
-    let pool = mock(with_key_faults(&[(
-        "sk-aaaa-1111",
-        Fault {
-            status: Some(401),
-            ..Fault::default()
-        },
-    )]))
-    .await;
-    let gw = gateway(&pool_channel(
-        "pool",
-        &pool.base_url(),
-        1,
-        r#"{ key = "sk-aaaa-1111" }"#,
-    ))
-    .await;
+    let (pool, gw) = refusing_key_a(r#"{ key = "sk-aaaa-1111" }"#).await;
     let e = error_envelope(gw.chat(chat_body(false)).await, 502).await;
     assert_eq!(reasons(&e["attempts"]), ["auth_error"]);
     // Waiting will not help, so it is not a rate limit: 503, and why.
