@@ -60,6 +60,7 @@ fn probe_request(model: &str) -> ChatRequest {
         stop: None,
         tools: Vec::new(),
         tool_choice: None,
+        origin: crate::protocol::Protocol::OpenAiChat,
         extra: Map::new(),
     }
 }

@@ -5,6 +5,7 @@
 //! order, so that same-protocol traffic passes through losslessly: a parameter Switchyard does not
 //! know still reaches the upstream.
 
+pub mod anthropic;
 pub mod openai;
 
 use serde_json::{Map, Value};
@@ -13,6 +14,7 @@ use serde_json::{Map, Value};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Protocol {
     OpenAiChat,
+    AnthropicMessages,
 }
 
 /// A client's mistake in the request body. Maps to 400 `invalid_request_error` with `param`.
@@ -197,7 +199,9 @@ pub struct ChatRequest {
     pub stop: Option<Stop>,
     pub tools: Vec<Tool>,
     pub tool_choice: Option<Value>,
-    /// Fields not modelled above, in order; passed on to same-protocol upstreams.
+    /// The protocol the client spoke: `extra` holds that protocol's fields.
+    pub origin: Protocol,
+    /// Fields not modelled above, in order; passed on to same-protocol upstreams only.
     pub extra: Map<String, Value>,
 }
 

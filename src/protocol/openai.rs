@@ -227,6 +227,7 @@ pub fn request_from_value(body: Value) -> Result<ChatRequest, InvalidRequest> {
         stop,
         tools,
         tool_choice,
+        origin: super::Protocol::OpenAiChat,
         extra: m,
     })
 }
@@ -424,7 +425,9 @@ impl Serialize for RequestBody<'_> {
         }
         let want_usage = r.stream && (self.force_usage || r.stream_include_usage);
         let mut wrote_options = false;
-        for (k, v) in &r.extra {
+        // Another protocol's own fields (Anthropic's metadata, top_k...) mean nothing here.
+        let same = r.origin == super::Protocol::OpenAiChat;
+        for (k, v) in r.extra.iter().filter(|_| same) {
             if k == "stream_options" {
                 if !r.stream {
                     continue; // OpenAI rejects stream_options without stream

@@ -6,8 +6,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
 use crate::exec::ExecError;
-use crate::protocol::InvalidRequest;
 use crate::protocol::openai::error_body;
+use crate::protocol::{InvalidRequest, Protocol, anthropic};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -85,6 +85,37 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// The error in the client's own protocol's envelope (same status and headers).
+    pub fn render(self, protocol: Protocol) -> Response {
+        let mut resp = self.into_response();
+        if protocol == Protocol::OpenAiChat {
+            return resp;
+        }
+        // Same status and headers; the body rewritten into Anthropic's envelope. The message
+        // is ours, or for the upstream's verdict on the request, the upstream's own message.
+        let status = resp.status().as_u16();
+        let (parts, body) = resp.into_parts();
+        let _ = body;
+        let message = match parts.extensions.get::<Message>() {
+            Some(Message(m)) => m.clone(),
+            None => "error".to_string(),
+        };
+        let v = anthropic::error_body(status, &message);
+        resp = Response::from_parts(parts, axum::body::Body::from(v.to_string()));
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        resp.headers_mut().remove(header::CONTENT_LENGTH);
+        resp
+    }
+}
+
+/// The human message of an error, carried to protocol renderers.
+#[derive(Clone)]
+struct Message(String);
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
@@ -97,8 +128,16 @@ impl IntoResponse for ApiError {
                 .as_deref()
                 .and_then(|c| HeaderValue::from_str(c).ok())
                 .unwrap_or(HeaderValue::from_static("application/json"));
-            return (status, [(header::CONTENT_TYPE, ct)], p.body.clone()).into_response();
+            // For another protocol's envelope: the upstream's own message about the request.
+            let message = serde_json::from_slice::<serde_json::Value>(&p.body)
+                .ok()
+                .and_then(|v| v.pointer("/error/message")?.as_str().map(str::to_string))
+                .unwrap_or_else(|| self.to_string());
+            let mut resp = (status, [(header::CONTENT_TYPE, ct)], p.body.clone()).into_response();
+            resp.extensions_mut().insert(Message(message));
+            return resp;
         }
+        let message = self.to_string();
         let param = match &self {
             ApiError::Invalid(e) => e.param.clone(),
             _ => None,
@@ -139,6 +178,7 @@ impl IntoResponse for ApiError {
             resp.headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
+        resp.extensions_mut().insert(Message(message));
         resp
     }
 }

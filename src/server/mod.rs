@@ -26,7 +26,7 @@ use tokio::net::TcpListener;
 use crate::config::{GatewayKey, Live, Snapshot};
 use crate::exec::{self, Report};
 use crate::health::Health;
-use crate::protocol::openai;
+use crate::protocol::{Protocol, anthropic, openai};
 use crate::store::{LogRow, RequestLog};
 
 /// Shared by every handler: the live config, channel health (which outlives config swaps) and
@@ -41,6 +41,7 @@ pub struct AppState {
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/messages", post(messages))
         .route("/v1/embeddings", post(embeddings))
         .route("/v1/models", get(models))
         .route("/healthz", get(healthz))
@@ -144,6 +145,8 @@ struct Ctx {
     stream: bool,
     report: Report,
     logged: bool,
+    /// The client's protocol: errors and answers are written in it.
+    protocol: Protocol,
 }
 
 impl Ctx {
@@ -160,6 +163,7 @@ impl Ctx {
             stream: false,
             report: Report::default(),
             logged: false,
+            protocol: Protocol::OpenAiChat,
         }
     }
 
@@ -325,7 +329,7 @@ fn fail(mut ctx: Ctx, err: ApiError) -> Response {
         let row = ctx.take_row(status, outcome);
         ctx.log.record(row);
     }
-    let mut resp = err.into_response();
+    let mut resp = err.render(ctx.protocol);
     if ctx.report.tried() > 0 {
         let n = ctx.report.tried().to_string();
         set_header(&mut resp, "x-switchyard-attempts", &n);
@@ -351,6 +355,26 @@ async fn chat_completions(
         Ok(r) => r,
         Err(e) => return fail(ctx, e),
     };
+    serve_chat(&state, ctx, req).await
+}
+
+/// Anthropic Messages (`anthropic-version` and `anthropic-beta` headers are accepted and not
+/// needed): translated to the canonical request, served by any channel, answered as Anthropic.
+async fn messages(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    let mut ctx = Ctx::new(&state, "messages");
+    ctx.protocol = Protocol::AnthropicMessages;
+    let parsed = match read_json(&mut ctx, &headers, body).await {
+        Ok(v) => anthropic::request_from_value(v).map_err(ApiError::from),
+        Err(e) => Err(e),
+    };
+    match parsed {
+        Ok(req) => serve_chat(&state, ctx, req).await,
+        Err(e) => fail(ctx, e),
+    }
+}
+
+/// Runs a chat request and answers in the client's protocol.
+async fn serve_chat(state: &AppState, mut ctx: Ctx, req: crate::protocol::ChatRequest) -> Response {
     ctx.report = Report::new(&req.model);
     let snap = ctx.snap.clone();
     let deadline = ctx.deadline();
@@ -360,9 +384,17 @@ async fn chat_completions(
             Ok(committed) => {
                 let ttfb = ctx.started.elapsed();
                 let row = ctx.take_row(200, "ok");
+                let wire = match ctx.protocol {
+                    Protocol::OpenAiChat => sse::Wire::OpenAi,
+                    Protocol::AnthropicMessages => sse::Wire::Anthropic {
+                        enc: Box::default(),
+                        model: req.model.clone(),
+                    },
+                };
                 let resp = sse::response(
                     committed,
                     snap.server.stream_idle_timeout,
+                    wire,
                     req.stream_include_usage,
                     ctx.report.body_extension(),
                     sse::StreamLog::new(state.log.clone(), row, ctx.started, ttfb),
@@ -378,10 +410,19 @@ async fn chat_completions(
     match exec::chat(&snap, &state.health, &req, deadline, &mut ctx.report).await {
         Ok(resp) => {
             let ext = ctx.report.body_extension();
-            let body = serde_json::to_vec(&openai::ResponseBody {
-                resp: &resp,
-                report: ext.as_ref(),
-            })
+            let body = match ctx.protocol {
+                Protocol::OpenAiChat => serde_json::to_vec(&openai::ResponseBody {
+                    resp: &resp,
+                    report: ext.as_ref(),
+                }),
+                Protocol::AnthropicMessages => {
+                    let mut v = anthropic::response_to_value(&resp, &req.model);
+                    if let (Some(ext), Some(obj)) = (ext, v.as_object_mut()) {
+                        obj.insert("switchyard".into(), ext);
+                    }
+                    serde_json::to_vec(&v)
+                }
+            }
             .unwrap_or_default();
             let mut row = ctx.take_row(200, "ok");
             row.ttfb_ms = Some(row.total_ms);

@@ -14,6 +14,7 @@ use futures_util::{Stream, StreamExt};
 
 use crate::exec::{Committed, OutcomeClass, Relay, RelayItem};
 use crate::protocol::StreamChunk;
+use crate::protocol::anthropic;
 use crate::protocol::openai::{ChunkBody, error_body};
 use crate::store::{LogRow, RequestLog};
 
@@ -88,8 +89,19 @@ impl Drop for StreamLog {
     }
 }
 
+/// The client's stream format.
+pub enum Wire {
+    OpenAi,
+    /// Anthropic events; `model` is what the client asked for (used when the upstream is silent).
+    Anthropic {
+        enc: Box<anthropic::StreamEncoder>,
+        model: String,
+    },
+}
+
 struct SseBody {
     relay: Relay,
+    wire: Wire,
     /// The failover report, added to the first chunk when failover occurred.
     report: Option<serde_json::Value>,
     include_usage: bool,
@@ -97,8 +109,9 @@ struct SseBody {
     finished: bool,
 }
 
-fn error_frame(class: OutcomeClass) -> Vec<u8> {
-    let (code, message) = match class {
+/// The code and message of a post-commit fault.
+fn fault_message(class: OutcomeClass) -> (&'static str, &'static str) {
+    match class {
         OutcomeClass::Timeout => (
             "stream_timeout",
             "the upstream stopped sending for longer than the idle timeout after the response began",
@@ -107,7 +120,11 @@ fn error_frame(class: OutcomeClass) -> Vec<u8> {
             "stream_interrupted",
             "the upstream stream failed after the response began",
         ),
-    };
+    }
+}
+
+fn error_frame(class: OutcomeClass) -> Vec<u8> {
+    let (code, message) = fault_message(class);
     format!(
         "data: {}\n\n",
         error_body(message, "server_error", code, None, None)
@@ -120,40 +137,51 @@ fn error_frame(class: OutcomeClass) -> Vec<u8> {
 const COALESCE_BYTES: usize = 16 * 1024;
 
 impl SseBody {
-    /// The frame for one relay item, or `None` for a chunk the client does not get.
+    /// The frames for one relay item, in the client's protocol.
     fn encode(&mut self, item: Option<RelayItem>, out: &mut Vec<u8>) {
         match item {
             Some(RelayItem::Chunk(mut c)) => {
                 self.log.observe(&c);
-                if let Some(r) = self.report.take() {
-                    c.extra.insert("switchyard".into(), r);
-                }
-                if !self.include_usage {
-                    // We asked the upstream for usage for the log; the client did not.
-                    if c.is_usage_only() {
-                        return;
+                match &mut self.wire {
+                    Wire::OpenAi => {
+                        if let Some(r) = self.report.take() {
+                            c.extra.insert("switchyard".into(), r);
+                        }
+                        if !self.include_usage {
+                            // We asked the upstream for usage for the log; the client did not.
+                            if c.is_usage_only() {
+                                return;
+                            }
+                            c.usage = None;
+                        }
+                        out.extend_from_slice(b"data: ");
+                        // Serialising our own types into a Vec cannot fail; on the impossible
+                        // error the frame is left empty rather than the stream broken.
+                        let body = ChunkBody {
+                            chunk: &c,
+                            usage_null: self.include_usage,
+                        };
+                        let _ = serde_json::to_writer(&mut *out, &body);
+                        out.extend_from_slice(b"\n\n");
                     }
-                    c.usage = None;
+                    Wire::Anthropic { enc, model } => enc.chunk(&c, model, out),
                 }
-                out.extend_from_slice(b"data: ");
-                // Serialising our own types into a Vec cannot fail; on the impossible error
-                // the frame is left empty rather than the stream broken.
-                let body = ChunkBody {
-                    chunk: &c,
-                    usage_null: self.include_usage,
-                };
-                let _ = serde_json::to_writer(&mut *out, &body);
-                out.extend_from_slice(b"\n\n");
             }
             Some(RelayItem::Fault(class)) => {
                 self.log.end = End::Fault(class);
                 self.finished = true;
-                out.extend_from_slice(&error_frame(class));
+                match &mut self.wire {
+                    Wire::OpenAi => out.extend_from_slice(&error_frame(class)),
+                    Wire::Anthropic { enc, .. } => enc.fault(fault_message(class).1, out),
+                }
             }
             None => {
                 self.log.end = End::Completed;
                 self.finished = true;
-                out.extend_from_slice(b"data: [DONE]\n\n");
+                match &mut self.wire {
+                    Wire::OpenAi => out.extend_from_slice(b"data: [DONE]\n\n"),
+                    Wire::Anthropic { enc, .. } => enc.done(out),
+                }
             }
         }
     }
@@ -181,12 +209,14 @@ impl Stream for SseBody {
 pub fn response(
     committed: Committed,
     idle: Duration,
+    wire: Wire,
     include_usage: bool,
     report: Option<serde_json::Value>,
     log: StreamLog,
 ) -> Response {
     let body = SseBody {
         relay: Relay::new(committed, idle),
+        wire,
         report,
         include_usage,
         log,

@@ -2,6 +2,7 @@
 //! upstream servers started by each test.
 
 mod admin;
+mod anthropic;
 mod cli;
 mod credentials;
 mod errors;

@@ -1,0 +1,675 @@
+//! Anthropic Messages: client requests → canonical, canonical responses and stream chunks →
+//! Anthropic's wire format. Pure: no I/O, no global state. (Anthropic as an upstream comes
+//! later; until then a request from an Anthropic client is served by any channel through the
+//! canonical types.)
+
+use serde_json::{Map, Value, json};
+
+use super::{
+    ChatRequest, ChatResponse, Content, InvalidRequest, MaxTokensField, Message, Part, Protocol,
+    Role, Stop, StreamChunk, Tool, ToolCall,
+};
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn expect_obj(v: Value, path: &str) -> Result<Map<String, Value>, InvalidRequest> {
+    match v {
+        Value::Object(m) => Ok(m),
+        other => Err(InvalidRequest::new(
+            path,
+            format!("expected an object, got {}", kind(&other)),
+        )),
+    }
+}
+
+fn take_str(
+    m: &mut Map<String, Value>,
+    key: &str,
+    path: &str,
+) -> Result<Option<String>, InvalidRequest> {
+    match m.shift_remove(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(other) => Err(InvalidRequest::new(
+            join(path, key),
+            format!("expected a string, got {}", kind(&other)),
+        )),
+    }
+}
+
+fn join(base: &str, key: &str) -> String {
+    if base.is_empty() {
+        key.to_string()
+    } else {
+        format!("{base}.{key}")
+    }
+}
+
+/// The text of a `system` value or a `tool_result` content: a string or text blocks.
+fn text_of(v: Value, path: &str) -> Result<String, InvalidRequest> {
+    match v {
+        Value::String(s) => Ok(s),
+        Value::Array(blocks) => {
+            let mut out = String::new();
+            for (i, b) in blocks.into_iter().enumerate() {
+                let mut b = expect_obj(b, &format!("{path}[{i}]"))?;
+                if b.get("type").and_then(Value::as_str) == Some("text") {
+                    if !out.is_empty() {
+                        out.push('\n');
+                    }
+                    out.push_str(
+                        &take_str(&mut b, "text", &format!("{path}[{i}]"))?.unwrap_or_default(),
+                    );
+                }
+            }
+            Ok(out)
+        }
+        Value::Null => Ok(String::new()),
+        other => Err(InvalidRequest::new(
+            path,
+            format!("expected a string or text blocks, got {}", kind(&other)),
+        )),
+    }
+}
+
+/// Client body → canonical request. History becomes OpenAI-shaped turns: a `tool_result`
+/// block becomes a tool message (ids kept), `tool_use` an assistant tool call.
+pub fn request_from_value(body: Value) -> Result<ChatRequest, InvalidRequest> {
+    let mut m = expect_obj(body, "").map_err(|_| InvalidRequest {
+        param: None,
+        message: "the request body must be a JSON object".into(),
+    })?;
+    let model = take_str(&mut m, "model", "")?
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| InvalidRequest::new("model", "is required"))?;
+    let max_tokens = match m.shift_remove("max_tokens") {
+        Some(Value::Number(n)) if n.as_u64().is_some() => n.as_u64(),
+        None | Some(Value::Null) => return Err(InvalidRequest::new("max_tokens", "is required")),
+        Some(other) => {
+            return Err(InvalidRequest::new(
+                "max_tokens",
+                format!("expected a non-negative integer, got {}", kind(&other)),
+            ));
+        }
+    };
+    let mut messages = Vec::new();
+    if let Some(system) = m.shift_remove("system") {
+        let text = text_of(system, "system")?;
+        if !text.is_empty() {
+            messages.push(Message::new(Role::System, text));
+        }
+    }
+    let raw = match m.shift_remove("messages") {
+        Some(Value::Array(a)) if !a.is_empty() => a,
+        Some(Value::Array(_)) => {
+            return Err(InvalidRequest::new(
+                "messages",
+                "must contain at least one message",
+            ));
+        }
+        None | Some(Value::Null) => return Err(InvalidRequest::new("messages", "is required")),
+        Some(other) => {
+            return Err(InvalidRequest::new(
+                "messages",
+                format!("expected an array, got {}", kind(&other)),
+            ));
+        }
+    };
+    for (i, v) in raw.into_iter().enumerate() {
+        turn(v, &format!("messages[{i}]"), &mut messages)?;
+    }
+    let number = |m: &mut Map<String, Value>, key: &str| match m.shift_remove(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => Ok(Some(n)),
+        Some(other) => Err(InvalidRequest::new(
+            key,
+            format!("expected a number, got {}", kind(&other)),
+        )),
+    };
+    let temperature = number(&mut m, "temperature")?;
+    let top_p = number(&mut m, "top_p")?;
+    let stop = match m.shift_remove("stop_sequences") {
+        None | Some(Value::Null) => None,
+        Some(Value::Array(a)) => Some(Stop::Many(
+            a.into_iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect(),
+        )),
+        Some(other) => {
+            return Err(InvalidRequest::new(
+                "stop_sequences",
+                format!("expected an array of strings, got {}", kind(&other)),
+            ));
+        }
+    };
+    let stream = match m.shift_remove("stream") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => b,
+        Some(other) => {
+            return Err(InvalidRequest::new(
+                "stream",
+                format!("expected a boolean, got {}", kind(&other)),
+            ));
+        }
+    };
+    let tools = match m.shift_remove("tools") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(a)) => a
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| tool(t, &format!("tools[{i}]")))
+            .collect::<Result<_, _>>()?,
+        Some(other) => {
+            return Err(InvalidRequest::new(
+                "tools",
+                format!("expected an array, got {}", kind(&other)),
+            ));
+        }
+    };
+    let tool_choice = match m.shift_remove("tool_choice") {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(tc)) => Some(match tc.get("type").and_then(Value::as_str) {
+            Some("any") => json!("required"),
+            Some("none") => json!("none"),
+            Some("tool") => {
+                let name = tc.get("name").and_then(Value::as_str).unwrap_or_default();
+                json!({"type": "function", "function": {"name": name}})
+            }
+            _ => json!("auto"),
+        }),
+        Some(other) => {
+            return Err(InvalidRequest::new(
+                "tool_choice",
+                format!("expected an object, got {}", kind(&other)),
+            ));
+        }
+    };
+    Ok(ChatRequest {
+        model,
+        messages,
+        stream,
+        stream_include_usage: false,
+        max_tokens: max_tokens.map(|n| (MaxTokensField::MaxTokens, n)),
+        temperature,
+        top_p,
+        stop,
+        tools,
+        tool_choice,
+        origin: Protocol::AnthropicMessages,
+        // Anthropic-only fields (metadata, top_k, thinking...): kept for an Anthropic upstream,
+        // never sent to another protocol's upstream.
+        extra: m,
+    })
+}
+
+/// One Anthropic turn → one or more canonical messages.
+fn turn(v: Value, path: &str, out: &mut Vec<Message>) -> Result<(), InvalidRequest> {
+    let mut m = expect_obj(v, path)?;
+    let role = match take_str(&mut m, "role", path)?.as_deref() {
+        Some("user") => Role::User,
+        Some("assistant") => Role::Assistant,
+        // Claude Code may put a system turn in `messages`.
+        Some("system") => Role::System,
+        Some(other) => {
+            return Err(InvalidRequest::new(
+                join(path, "role"),
+                format!("expected user or assistant, got {other:?}"),
+            ));
+        }
+        None => return Err(InvalidRequest::new(join(path, "role"), "is required")),
+    };
+    let blocks = match m.shift_remove("content") {
+        Some(Value::String(s)) => {
+            out.push(Message::new(role, s));
+            return Ok(());
+        }
+        Some(Value::Array(a)) => a,
+        None | Some(Value::Null) => Vec::new(),
+        Some(other) => {
+            return Err(InvalidRequest::new(
+                join(path, "content"),
+                format!("expected a string or content blocks, got {}", kind(&other)),
+            ));
+        }
+    };
+    let mut parts = Vec::new();
+    let mut calls = Vec::new();
+    let mut reasoning = String::new();
+    for (i, b) in blocks.into_iter().enumerate() {
+        let bp = format!("{path}.content[{i}]");
+        let mut b = expect_obj(b, &bp)?;
+        match b.get("type").and_then(Value::as_str) {
+            Some("text") => parts.push(Part::Text {
+                text: take_str(&mut b, "text", &bp)?.unwrap_or_default(),
+                extra: Map::new(),
+            }),
+            Some("image") => {
+                let src = b.get("source").cloned().unwrap_or(Value::Null);
+                let url = match src.get("type").and_then(Value::as_str) {
+                    Some("base64") => format!(
+                        "data:{};base64,{}",
+                        src.get("media_type")
+                            .and_then(Value::as_str)
+                            .unwrap_or("image/png"),
+                        src.get("data").and_then(Value::as_str).unwrap_or_default()
+                    ),
+                    _ => src
+                        .get("url")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_string(),
+                };
+                parts.push(Part::Image {
+                    url,
+                    detail: None,
+                    extra: Map::new(),
+                });
+            }
+            Some("tool_use") => calls.push(ToolCall::Function {
+                id: take_str(&mut b, "id", &bp)?,
+                name: take_str(&mut b, "name", &bp)?.unwrap_or_default(),
+                arguments: Some(b.get("input").map_or_else(|| "{}".into(), Value::to_string)),
+                extra: Map::new(),
+            }),
+            Some("tool_result") => {
+                // Results come first, each its own tool message, paired by id.
+                let id = take_str(&mut b, "tool_use_id", &bp)?;
+                let text = text_of(
+                    b.shift_remove("content").unwrap_or(Value::Null),
+                    &join(&bp, "content"),
+                )?;
+                out.push(Message {
+                    tool_call_id: id,
+                    ..Message::new(Role::Tool, text)
+                });
+            }
+            Some("thinking") => {
+                // The signature only Anthropic can check is dropped on the way to others.
+                reasoning.push_str(
+                    b.get("thinking")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default(),
+                );
+            }
+            _ => parts.push(Part::Other(Value::Object(b))),
+        }
+    }
+    if parts.is_empty() && calls.is_empty() && reasoning.is_empty() {
+        return Ok(());
+    }
+    let content = match parts.len() {
+        0 => None,
+        1 if matches!(parts[0], Part::Text { .. }) => match parts.pop() {
+            Some(Part::Text { text, .. }) => Some(Content::Text(text)),
+            _ => None,
+        },
+        _ => Some(Content::Parts(parts)),
+    };
+    out.push(Message {
+        role,
+        content,
+        name: None,
+        tool_calls: calls,
+        tool_call_id: None,
+        reasoning: (!reasoning.is_empty()).then_some(reasoning),
+        extra: Map::new(),
+    });
+    Ok(())
+}
+
+fn tool(v: Value, path: &str) -> Result<Tool, InvalidRequest> {
+    let mut m = expect_obj(v, path)?;
+    // Custom tools have no type (or "custom"); server tools (bash, web search...) have others.
+    match m.get("type").and_then(Value::as_str) {
+        None | Some("custom") => {}
+        Some(_) => return Ok(Tool::Other(Value::Object(m))),
+    }
+    Ok(Tool::Function {
+        name: take_str(&mut m, "name", path)?.unwrap_or_default(),
+        description: take_str(&mut m, "description", path)?,
+        parameters: m.shift_remove("input_schema"),
+        extra: Map::new(),
+    })
+}
+
+/// OpenAI finish reason → Anthropic stop reason.
+fn stop_reason(finish: Option<&str>) -> &'static str {
+    match finish {
+        Some("length") => "max_tokens",
+        Some("tool_calls" | "function_call") => "tool_use",
+        Some("content_filter") => "refusal",
+        _ => "end_turn",
+    }
+}
+
+fn message_id(id: Option<&str>) -> String {
+    match id {
+        Some(i) if i.starts_with("msg_") => i.to_string(),
+        Some(i) => format!("msg_{i}"),
+        None => "msg_switchyard".into(),
+    }
+}
+
+fn usage_json(input: u64, output: u64) -> Value {
+    json!({"input_tokens": input, "output_tokens": output})
+}
+
+/// Canonical response → an Anthropic `message`.
+pub fn response_to_value(resp: &ChatResponse, model: &str) -> Value {
+    let choice = resp.choices.first();
+    let mut content = Vec::new();
+    if let Some(c) = choice {
+        match &c.message.content {
+            Some(Content::Text(t)) if !t.is_empty() => {
+                content.push(json!({"type": "text", "text": t}))
+            }
+            Some(Content::Parts(ps)) => {
+                for p in ps {
+                    if let Part::Text { text, .. } = p {
+                        content.push(json!({"type": "text", "text": text}));
+                    }
+                }
+            }
+            _ => {}
+        }
+        for call in &c.message.tool_calls {
+            if let ToolCall::Function {
+                id,
+                name,
+                arguments,
+                ..
+            } = call
+            {
+                let input: Value = arguments
+                    .as_deref()
+                    .and_then(|a| serde_json::from_str(a).ok())
+                    .unwrap_or_else(|| json!({}));
+                content.push(json!({"type": "tool_use", "id": id.clone().unwrap_or_default(), "name": name, "input": input}));
+            }
+        }
+    }
+    let usage = resp.usage.as_ref();
+    json!({
+        "id": message_id(resp.id.as_deref()),
+        "type": "message",
+        "role": "assistant",
+        "model": resp.model.as_deref().unwrap_or(model),
+        "content": content,
+        "stop_reason": stop_reason(choice.and_then(|c| c.finish_reason.as_deref())),
+        "stop_sequence": null,
+        "usage": usage_json(
+            usage.and_then(|u| u.input_tokens).unwrap_or(0),
+            usage.and_then(|u| u.output_tokens).unwrap_or(0),
+        ),
+    })
+}
+
+/// Anthropic's error envelope.
+pub fn error_body(status: u16, message: &str) -> Value {
+    let kind = match status {
+        400 | 422 => "invalid_request_error",
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        503 | 529 => "overloaded_error",
+        _ => "api_error",
+    };
+    json!({"type": "error", "error": {"type": kind, "message": message}})
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Block {
+    Text,
+    /// A tool_use block, for this OpenAI tool-call index.
+    Tool(u32),
+}
+
+/// Canonical stream chunks → Anthropic stream events, one chunk at a time.
+#[derive(Debug, Default)]
+pub struct StreamEncoder {
+    started: bool,
+    open: Option<(u32, Block)>,
+    next_index: u32,
+    stop_reason: Option<&'static str>,
+    input_tokens: u64,
+    output_tokens: u64,
+}
+
+fn event(out: &mut Vec<u8>, name: &str, data: &Value) {
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"\ndata: ");
+    out.extend_from_slice(data.to_string().as_bytes());
+    out.extend_from_slice(b"\n\n");
+}
+
+impl StreamEncoder {
+    fn close(&mut self, out: &mut Vec<u8>) {
+        if let Some((index, _)) = self.open.take() {
+            event(
+                out,
+                "content_block_stop",
+                &json!({"type": "content_block_stop", "index": index}),
+            );
+        }
+    }
+
+    fn open_block(&mut self, block: Block, start: Value, out: &mut Vec<u8>) -> u32 {
+        self.close(out);
+        let index = self.next_index;
+        self.next_index += 1;
+        event(
+            out,
+            "content_block_start",
+            &json!({"type": "content_block_start", "index": index, "content_block": start}),
+        );
+        self.open = Some((index, block));
+        index
+    }
+
+    pub fn chunk(&mut self, c: &StreamChunk, model: &str, out: &mut Vec<u8>) {
+        if let Some(u) = &c.usage {
+            self.input_tokens = u.input_tokens.unwrap_or(self.input_tokens);
+            self.output_tokens = u.output_tokens.unwrap_or(self.output_tokens);
+        }
+        if !self.started {
+            self.started = true;
+            event(
+                out,
+                "message_start",
+                &json!({"type": "message_start", "message": {
+                    "id": message_id(c.id.as_deref()), "type": "message", "role": "assistant",
+                    "model": c.model.as_deref().unwrap_or(model), "content": [],
+                    "stop_reason": null, "stop_sequence": null,
+                    "usage": usage_json(self.input_tokens, 0),
+                }}),
+            );
+        }
+        let Some(choice) = c.choices.first() else {
+            return;
+        };
+        let d = &choice.delta;
+        if let Some(text) = d.content.as_deref().filter(|t| !t.is_empty()) {
+            let index = match self.open {
+                Some((i, Block::Text)) => i,
+                _ => self.open_block(Block::Text, json!({"type": "text", "text": ""}), out),
+            };
+            event(
+                out,
+                "content_block_delta",
+                &json!({"type": "content_block_delta", "index": index,
+                    "delta": {"type": "text_delta", "text": text}}),
+            );
+        }
+        for tc in &d.tool_calls {
+            let index = match (self.open, &tc.id) {
+                (Some((i, Block::Tool(t))), None) if t == tc.index => i,
+                _ => self.open_block(
+                    Block::Tool(tc.index),
+                    json!({"type": "tool_use", "id": tc.id.clone().unwrap_or_default(),
+                        "name": tc.name.clone().unwrap_or_default(), "input": {}}),
+                    out,
+                ),
+            };
+            if let Some(args) = tc.arguments.as_deref().filter(|a| !a.is_empty()) {
+                event(
+                    out,
+                    "content_block_delta",
+                    &json!({"type": "content_block_delta", "index": index,
+                        "delta": {"type": "input_json_delta", "partial_json": args}}),
+                );
+            }
+        }
+        if let Some(f) = choice.finish_reason.as_deref() {
+            self.stop_reason = Some(stop_reason(Some(f)));
+        }
+    }
+
+    /// The end of a complete stream: close the open block, then the message.
+    pub fn done(&mut self, out: &mut Vec<u8>) {
+        self.close(out);
+        event(
+            out,
+            "message_delta",
+            &json!({"type": "message_delta",
+                "delta": {"stop_reason": self.stop_reason.unwrap_or("end_turn"), "stop_sequence": null},
+                "usage": {"output_tokens": self.output_tokens}}),
+        );
+        event(out, "message_stop", &json!({"type": "message_stop"}));
+    }
+
+    /// A fault after the stream began: Anthropic's `event: error`, and nothing after it.
+    pub fn fault(&mut self, message: &str, out: &mut Vec<u8>) {
+        event(out, "error", &error_body(500, message));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::openai::{RequestBody, chunk_from_value};
+
+    #[test]
+    fn a_claude_code_style_request_becomes_openai_turns() {
+        let req = request_from_value(json!({
+            "model": "claude-x", "max_tokens": 1024, "stream": true,
+            "system": [{"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}}],
+            "messages": [
+                {"role": "user", "content": "List the files."},
+                {"role": "assistant", "content": [
+                    {"type": "thinking", "thinking": "I should call ls.", "signature": "sig"},
+                    {"type": "text", "text": "Listing."},
+                    {"type": "tool_use", "id": "toolu_1", "name": "ls", "input": {"path": "."}}
+                ]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "a.rs"}]},
+                    {"type": "text", "text": "Now open it."}
+                ]}
+            ],
+            "tools": [{"name": "ls", "description": "list", "input_schema": {"type": "object"}}],
+            "tool_choice": {"type": "any"},
+            "stop_sequences": ["END"],
+            "metadata": {"user_id": "u1"}
+        }))
+        .unwrap();
+        let out = serde_json::to_value(RequestBody {
+            req: &req,
+            model: "gpt-x",
+            force_usage: true,
+        })
+        .unwrap();
+        let msgs = out["messages"].as_array().unwrap();
+        assert_eq!(
+            msgs[0],
+            json!({"role": "system", "content": "You are Claude Code."})
+        );
+        assert_eq!(msgs[1]["content"], "List the files.");
+        assert_eq!(msgs[2]["tool_calls"][0]["id"], "toolu_1");
+        assert_eq!(
+            msgs[2]["tool_calls"][0]["function"]["arguments"],
+            "{\"path\":\".\"}"
+        );
+        assert_eq!(msgs[2]["reasoning_content"], "I should call ls.");
+        assert_eq!(
+            msgs[3],
+            json!({"role": "tool", "content": "a.rs", "tool_call_id": "toolu_1"})
+        );
+        assert_eq!(msgs[4]["content"], "Now open it.");
+        assert_eq!(
+            out["tools"][0]["function"]["parameters"],
+            json!({"type": "object"})
+        );
+        assert_eq!(out["tool_choice"], "required");
+        assert_eq!(out["stop"], json!(["END"]));
+        assert_eq!(out["max_tokens"], 1024);
+        // Anthropic-only fields never reach an OpenAI upstream.
+        assert!(out.get("metadata").is_none(), "{out}");
+    }
+
+    #[test]
+    fn bad_requests_name_the_field() {
+        let err = request_from_value(
+            json!({"model": "m", "messages": [{"role": "user", "content": "x"}]}),
+        )
+        .unwrap_err();
+        assert_eq!(err.param.as_deref(), Some("max_tokens"));
+        let err = request_from_value(
+            json!({"model": "m", "max_tokens": 5, "messages": [{"role": "robot", "content": "x"}]}),
+        )
+        .unwrap_err();
+        assert_eq!(err.param.as_deref(), Some("messages[0].role"));
+    }
+
+    #[test]
+    fn a_stream_of_text_then_a_tool_call_becomes_anthropic_events() {
+        let mut enc = StreamEncoder::default();
+        let mut out = Vec::new();
+        for c in [
+            json!({"id": "c1", "model": "m", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}),
+            json!({"id": "c1", "choices": [{"index": 0, "delta": {"content": "Hi"}}]}),
+            json!({"id": "c1", "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": "ls", "arguments": ""}}]}}]}),
+            json!({"id": "c1", "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{\"p\":1}"}}]}}]}),
+            json!({"id": "c1", "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
+            json!({"id": "c1", "choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 4}}),
+        ] {
+            enc.chunk(&chunk_from_value(c).unwrap(), "m", &mut out);
+        }
+        enc.done(&mut out);
+        let text = String::from_utf8(out).unwrap();
+        let events: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("event: "))
+            .collect();
+        assert_eq!(
+            events,
+            [
+                "message_start",
+                "content_block_start",
+                "content_block_delta",
+                "content_block_stop",
+                "content_block_start",
+                "content_block_delta",
+                "content_block_stop",
+                "message_delta",
+                "message_stop"
+            ]
+        );
+        assert!(
+            text.contains("\"partial_json\":\"{\\\"p\\\":1}\""),
+            "{text}"
+        );
+        assert!(text.contains("\"stop_reason\":\"tool_use\""));
+        assert!(text.contains("\"output_tokens\":4"));
+    }
+}

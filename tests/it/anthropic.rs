@@ -1,0 +1,181 @@
+//! Anthropic Messages clients (`POST /v1/messages`) served by OpenAI-protocol channels: the
+//! request, the answer, streams, tool calls and errors, each in Anthropic's own shapes.
+
+use serde_json::{Value, json};
+use switchyard::provider::mock::{Fault, MockSpec, MockToolCall};
+
+use crate::support::*;
+
+async fn messages(gw: &Gateway, body: Value) -> reqwest::Response {
+    client()
+        .post(format!("{}/v1/messages", gw.url))
+        .header("x-api-key", KEY)
+        .header("anthropic-version", "2023-06-01")
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+}
+
+fn ask(stream: bool) -> Value {
+    json!({"model": "m", "max_tokens": 256, "stream": stream, "system": "Be brief.",
+        "messages": [{"role": "user", "content": "Hello"}]})
+}
+
+/// `event:` names and `data:` payloads of an Anthropic SSE body.
+fn events(body: &str) -> Vec<(String, Value)> {
+    body.split("\n\n")
+        .filter_map(|ev| {
+            let mut name = None;
+            let mut data = None;
+            for line in ev.lines() {
+                if let Some(n) = line.strip_prefix("event: ") {
+                    name = Some(n.to_string());
+                }
+                if let Some(d) = line.strip_prefix("data: ") {
+                    data = serde_json::from_str(d).ok();
+                }
+            }
+            Some((name?, data?))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_message_is_answered_as_anthropic_by_an_openai_channel() {
+    let up = mock(text_spec("Hi there")).await;
+    let gw = gateway(&openai_channel("up", &up.base_url(), 1, "")).await;
+    let resp = messages(&gw, ask(false)).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(header(&resp, "x-switchyard-channel"), "up");
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["type"], "message");
+    assert_eq!(v["role"], "assistant");
+    assert_eq!(v["content"][0], json!({"type": "text", "text": "Hi there"}));
+    assert_eq!(v["stop_reason"], "end_turn");
+    assert!(v["id"].as_str().unwrap().starts_with("msg_"));
+    assert!(v["usage"]["input_tokens"].as_u64().unwrap() > 0);
+    // The upstream got OpenAI: the system prompt as the first message.
+    let sent = &up.received()[0].body;
+    assert_eq!(
+        sent["messages"][0],
+        json!({"role": "system", "content": "Be brief."})
+    );
+    assert_eq!(sent["max_tokens"], 256);
+}
+
+#[tokio::test]
+async fn a_streamed_tool_call_arrives_as_anthropic_events() {
+    let up = mock(MockSpec {
+        chunks: 3,
+        tool_call: Some(MockToolCall {
+            name: "read_file".into(),
+            arguments: r#"{"path": "src/main.rs"}"#.into(),
+        }),
+        ..MockSpec::default()
+    })
+    .await;
+    let gw = gateway(&openai_channel("up", &up.base_url(), 1, "")).await;
+    let mut body = ask(true);
+    body["tools"] = json!([{"name": "read_file", "description": "Read a file",
+        "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}]);
+    let resp = messages(&gw, body).await;
+    assert_eq!(header(&resp, "content-type"), "text/event-stream");
+    let evs = events(&resp.text().await.unwrap());
+    let names: Vec<&str> = evs.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names.first(), Some(&"message_start"));
+    assert_eq!(&names[names.len() - 2..], ["message_delta", "message_stop"]);
+    let start = evs
+        .iter()
+        .find(|(n, d)| n == "content_block_start" && d["content_block"]["type"] == "tool_use")
+        .unwrap();
+    assert_eq!(start.1["content_block"]["name"], "read_file");
+    assert_eq!(start.1["content_block"]["id"], "call_mock_0");
+    let json: String = evs
+        .iter()
+        .filter_map(|(_, d)| d["delta"]["partial_json"].as_str())
+        .collect();
+    assert_eq!(json, r#"{"path": "src/main.rs"}"#);
+    let delta = &evs[evs.len() - 2].1;
+    assert_eq!(delta["delta"]["stop_reason"], "tool_use");
+    assert_eq!(delta["usage"]["output_tokens"], 3);
+    // The tool definition reached the upstream as an OpenAI function.
+    let sent = &up.received()[0].body;
+    assert_eq!(sent["tools"][0]["function"]["name"], "read_file");
+}
+
+#[tokio::test]
+async fn failover_before_the_first_token_is_invisible_and_a_cut_is_an_error_event() {
+    let (_bad, _good, gw) = two_tiers(
+        ("bad", faulty("x", status(500)), ""),
+        ("good", text_spec("from the backup")),
+    )
+    .await;
+    let resp = messages(&gw, ask(true)).await;
+    assert_eq!(header(&resp, "x-switchyard-channel"), "good");
+    let evs = events(&resp.text().await.unwrap());
+    let text: String = evs
+        .iter()
+        .filter_map(|(_, d)| d["delta"]["text"].as_str())
+        .collect();
+    assert_eq!(text, "from the backup");
+    assert_eq!(evs.last().unwrap().0, "message_stop");
+
+    let cut = mock(MockSpec {
+        chunks: 4,
+        ..faulty(
+            "AAAABBBBCCCCDDDD",
+            Fault {
+                cut_after: Some(1),
+                ..Fault::default()
+            },
+        )
+    })
+    .await;
+    let gw = gateway(&openai_channel("cut", &cut.base_url(), 1, "")).await;
+    let evs = events(&messages(&gw, ask(true)).await.text().await.unwrap());
+    let (name, data) = evs.last().unwrap();
+    assert_eq!(name, "error");
+    assert_eq!(data["type"], "error");
+    assert!(!evs.iter().any(|(n, _)| n == "message_stop"));
+}
+
+#[tokio::test]
+async fn errors_use_the_anthropic_envelope() {
+    let picky = mock(faulty("x", status(400))).await;
+    let gw = gateway(&openai_channel("picky", &picky.base_url(), 1, "")).await;
+    let check = |v: &Value, kind: &str| {
+        assert_eq!(v["type"], "error", "{v}");
+        assert_eq!(v["error"]["type"], kind, "{v}");
+        assert!(v["error"]["message"].is_string(), "{v}");
+    };
+    let resp = client()
+        .post(format!("{}/v1/messages", gw.url))
+        .header("x-api-key", "sk-wrong")
+        .json(&ask(false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 401);
+    check(&resp.json().await.unwrap(), "authentication_error");
+    let resp = messages(
+        &gw,
+        json!({"model": "m", "messages": [{"role": "user", "content": "x"}]}),
+    )
+    .await;
+    assert_eq!(resp.status(), 400);
+    check(&resp.json().await.unwrap(), "invalid_request_error");
+    let resp = messages(
+        &gw,
+        json!({"model": "nope", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}),
+    )
+    .await;
+    assert_eq!(resp.status(), 404);
+    check(&resp.json().await.unwrap(), "not_found_error");
+    // The upstream's own 400 comes back in the client's envelope, with the upstream's message.
+    let resp = messages(&gw, ask(false)).await;
+    assert_eq!(resp.status(), 400);
+    let v: Value = resp.json().await.unwrap();
+    check(&v, "invalid_request_error");
+    assert_eq!(v["error"]["message"], "mock fault: HTTP 400");
+}
