@@ -212,6 +212,8 @@ pub struct KeyConfig {
 pub enum ProviderKind {
     /// Any OpenAI-compatible base URL (OpenAI, vLLM, Ollama, OpenRouter...).
     Openai,
+    /// Anthropic Messages (`{base_url}/messages`, `x-api-key`).
+    Anthropic,
     /// The built-in mock, answered in-process.
     Mock,
 }
@@ -220,6 +222,7 @@ impl ProviderKind {
     pub fn as_str(self) -> &'static str {
         match self {
             ProviderKind::Openai => "openai",
+            ProviderKind::Anthropic => "anthropic",
             ProviderKind::Mock => "mock",
         }
     }

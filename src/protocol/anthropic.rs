@@ -673,3 +673,366 @@ mod tests {
         assert!(text.contains("\"output_tokens\":4"));
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Anthropic as the upstream: canonical request → Anthropic body; Anthropic answers → canonical.
+
+/// A `data:` URL → Anthropic's base64 image source; anything else → a URL source.
+fn image_source(url: &str) -> Value {
+    if let Some(rest) = url.strip_prefix("data:")
+        && let Some((media, data)) = rest.split_once(";base64,")
+    {
+        return json!({"type": "base64", "media_type": media, "data": data});
+    }
+    json!({"type": "url", "url": url})
+}
+
+/// Canonical request → Anthropic Messages body for `model`. System messages become the
+/// top-level `system`; tool results become `tool_result` blocks in a user turn; consecutive
+/// turns of the same role are merged, as Anthropic requires alternation.
+pub fn request_to_value(req: &ChatRequest, model: &str) -> Value {
+    let mut system = Vec::new();
+    let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
+    let mut push = |role: &'static str, blocks: Vec<Value>| {
+        if blocks.is_empty() {
+            return;
+        }
+        match turns.last_mut() {
+            Some((r, b)) if *r == role => b.extend(blocks),
+            _ => turns.push((role, blocks)),
+        }
+    };
+    for m in &req.messages {
+        let mut blocks = Vec::new();
+        match &m.content {
+            Some(Content::Text(t)) if !t.is_empty() => {
+                blocks.push(json!({"type": "text", "text": t}))
+            }
+            Some(Content::Parts(ps)) => {
+                for p in ps {
+                    match p {
+                        Part::Text { text, .. } => {
+                            blocks.push(json!({"type": "text", "text": text}))
+                        }
+                        Part::Image { url, .. } => {
+                            blocks.push(json!({"type": "image", "source": image_source(url)}))
+                        }
+                        Part::Other(_) => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+        match m.role {
+            Role::System | Role::Developer => {
+                for b in blocks {
+                    if let Some(t) = b["text"].as_str() {
+                        system.push(t.to_string());
+                    }
+                }
+            }
+            Role::Tool => {
+                let text: Vec<&str> = blocks.iter().filter_map(|b| b["text"].as_str()).collect();
+                push(
+                    "user",
+                    vec![json!({"type": "tool_result",
+                        "tool_use_id": m.tool_call_id.clone().unwrap_or_default(),
+                        "content": text.join("\n")})],
+                );
+            }
+            Role::Assistant => {
+                for c in &m.tool_calls {
+                    if let ToolCall::Function {
+                        id,
+                        name,
+                        arguments,
+                        ..
+                    } = c
+                    {
+                        let input: Value = arguments
+                            .as_deref()
+                            .and_then(|a| serde_json::from_str(a).ok())
+                            .unwrap_or_else(|| json!({}));
+                        blocks.push(
+                            json!({"type": "tool_use", "id": id.clone().unwrap_or_default(),
+                            "name": name, "input": input}),
+                        );
+                    }
+                }
+                push("assistant", blocks);
+            }
+            _ => push("user", blocks),
+        }
+    }
+    let mut body = Map::new();
+    body.insert("model".into(), json!(model));
+    // Anthropic requires max_tokens; without one from the client, a generous default.
+    body.insert(
+        "max_tokens".into(),
+        json!(req.max_tokens.map_or(4096, |(_, n)| n)),
+    );
+    if !system.is_empty() {
+        body.insert("system".into(), json!(system.join("\n\n")));
+    }
+    body.insert(
+        "messages".into(),
+        Value::Array(
+            turns
+                .into_iter()
+                .map(|(role, content)| json!({"role": role, "content": content}))
+                .collect(),
+        ),
+    );
+    if let Some(t) = &req.temperature {
+        body.insert("temperature".into(), Value::Number(t.clone()));
+    }
+    if let Some(t) = &req.top_p {
+        body.insert("top_p".into(), Value::Number(t.clone()));
+    }
+    if let Some(s) = &req.stop {
+        body.insert("stop_sequences".into(), json!(s.sequences()));
+    }
+    let tools: Vec<Value> = req
+        .tools
+        .iter()
+        .filter_map(|t| match t {
+            Tool::Function {
+                name,
+                description,
+                parameters,
+                ..
+            } => Some(json!({
+                "name": name,
+                "description": description,
+                "input_schema": parameters.clone().unwrap_or_else(|| json!({"type": "object"})),
+            })),
+            Tool::Other(_) => None,
+        })
+        .collect();
+    if !tools.is_empty() {
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    if let Some(tc) = &req.tool_choice {
+        let choice = match tc {
+            Value::String(s) if s == "required" => Some(json!({"type": "any"})),
+            Value::String(s) if s == "none" => Some(json!({"type": "none"})),
+            Value::String(_) => Some(json!({"type": "auto"})),
+            Value::Object(o) => o
+                .get("function")
+                .and_then(|f| f.get("name"))
+                .map(|n| json!({"type": "tool", "name": n})),
+            _ => None,
+        };
+        if let Some(c) = choice {
+            body.insert("tool_choice".into(), c);
+        }
+    }
+    if req.stream {
+        body.insert("stream".into(), json!(true));
+    }
+    // Same protocol: the client's own Anthropic fields go along (metadata, top_k, thinking...).
+    if req.origin == Protocol::AnthropicMessages {
+        for (k, v) in &req.extra {
+            body.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+    }
+    Value::Object(body)
+}
+
+/// Anthropic stop reason → OpenAI finish reason.
+fn finish_reason(stop: Option<&str>) -> Option<String> {
+    stop.map(|s| {
+        match s {
+            "max_tokens" => "length",
+            "tool_use" => "tool_calls",
+            "refusal" => "content_filter",
+            _ => "stop",
+        }
+        .to_string()
+    })
+}
+
+fn usage_from(u: &Value) -> Option<super::Usage> {
+    u.as_object()?;
+    Some(super::Usage {
+        input_tokens: u.get("input_tokens").and_then(Value::as_u64),
+        output_tokens: u.get("output_tokens").and_then(Value::as_u64),
+        total_tokens: None,
+        extra: Map::new(),
+    })
+}
+
+/// An Anthropic `message` → canonical response.
+pub fn response_from_value(v: Value) -> Result<ChatResponse, super::InvalidUpstream> {
+    if v.get("type").and_then(Value::as_str) != Some("message") {
+        return Err(super::InvalidUpstream {
+            what: "anthropic message",
+            message: "missing type: message".into(),
+        });
+    }
+    let mut text = String::new();
+    let mut reasoning = String::new();
+    let mut calls = Vec::new();
+    for b in v["content"].as_array().into_iter().flatten() {
+        match b["type"].as_str() {
+            Some("text") => text.push_str(b["text"].as_str().unwrap_or_default()),
+            Some("thinking") => reasoning.push_str(b["thinking"].as_str().unwrap_or_default()),
+            Some("tool_use") => calls.push(ToolCall::Function {
+                id: b["id"].as_str().map(str::to_string),
+                name: b["name"].as_str().unwrap_or_default().to_string(),
+                arguments: Some(b["input"].to_string()),
+                extra: Map::new(),
+            }),
+            _ => {}
+        }
+    }
+    Ok(ChatResponse {
+        id: v["id"].as_str().map(str::to_string),
+        model: v["model"].as_str().map(str::to_string),
+        created: None,
+        choices: vec![super::Choice {
+            index: 0,
+            message: Message {
+                content: (!text.is_empty()).then_some(Content::Text(text)),
+                tool_calls: calls,
+                reasoning: (!reasoning.is_empty()).then_some(reasoning),
+                ..Message::new(Role::Assistant, "")
+            },
+            finish_reason: finish_reason(v["stop_reason"].as_str()),
+            extra: Map::new(),
+        }],
+        usage: usage_from(&v["usage"]),
+        extra: Map::new(),
+    })
+}
+
+/// Anthropic stream events → canonical chunks, one event at a time.
+#[derive(Debug, Default)]
+pub struct StreamDecoder {
+    id: Option<String>,
+    model: Option<String>,
+    input_tokens: Option<u64>,
+    /// Anthropic block index → OpenAI tool-call index.
+    tool_index: std::collections::HashMap<u64, u32>,
+}
+
+/// What one Anthropic event means.
+pub enum Decoded {
+    Chunk(Box<StreamChunk>),
+    /// Nothing for the client (ping, block stops).
+    Nothing,
+    /// `message_stop`: the answer is complete.
+    End,
+    /// `event: error` from the upstream.
+    Error,
+}
+
+impl StreamDecoder {
+    fn chunk(
+        &self,
+        delta: super::Delta,
+        finish: Option<String>,
+        usage: Option<super::Usage>,
+    ) -> Decoded {
+        Decoded::Chunk(Box::new(StreamChunk {
+            id: self.id.clone(),
+            model: self.model.clone(),
+            created: None,
+            choices: vec![super::ChunkChoice {
+                index: 0,
+                delta,
+                finish_reason: finish,
+                extra: Map::new(),
+            }],
+            usage,
+            extra: Map::new(),
+        }))
+    }
+
+    pub fn event(&mut self, data: &Value) -> Decoded {
+        use super::{Delta, ToolCallDelta};
+        match data["type"].as_str() {
+            Some("message_start") => {
+                let m = &data["message"];
+                self.id = m["id"].as_str().map(str::to_string);
+                self.model = m["model"].as_str().map(str::to_string);
+                self.input_tokens = m["usage"]["input_tokens"].as_u64();
+                self.chunk(
+                    Delta {
+                        role: Some(Role::Assistant),
+                        content: Some(String::new()),
+                        ..Delta::default()
+                    },
+                    None,
+                    None,
+                )
+            }
+            Some("content_block_start") if data["content_block"]["type"] == "tool_use" => {
+                let n = self.tool_index.len() as u32;
+                let index = data["index"].as_u64().unwrap_or(0);
+                self.tool_index.insert(index, n);
+                let b = &data["content_block"];
+                self.chunk(
+                    Delta {
+                        tool_calls: vec![ToolCallDelta {
+                            index: n,
+                            id: b["id"].as_str().map(str::to_string),
+                            kind: Some("function".into()),
+                            function: true,
+                            name: b["name"].as_str().map(str::to_string),
+                            arguments: Some(String::new()),
+                            extra: Map::new(),
+                        }],
+                        ..Delta::default()
+                    },
+                    None,
+                    None,
+                )
+            }
+            Some("content_block_delta") => {
+                let d = &data["delta"];
+                let delta = match d["type"].as_str() {
+                    Some("text_delta") => Delta {
+                        content: d["text"].as_str().map(str::to_string),
+                        ..Delta::default()
+                    },
+                    Some("thinking_delta") => Delta {
+                        reasoning: d["thinking"].as_str().map(str::to_string),
+                        ..Delta::default()
+                    },
+                    Some("input_json_delta") => {
+                        let index = data["index"].as_u64().unwrap_or(0);
+                        Delta {
+                            tool_calls: vec![ToolCallDelta {
+                                index: self.tool_index.get(&index).copied().unwrap_or(0),
+                                id: None,
+                                kind: None,
+                                function: true,
+                                name: None,
+                                arguments: d["partial_json"].as_str().map(str::to_string),
+                                extra: Map::new(),
+                            }],
+                            ..Delta::default()
+                        }
+                    }
+                    _ => return Decoded::Nothing,
+                };
+                self.chunk(delta, None, None)
+            }
+            Some("message_delta") => {
+                let mut usage = usage_from(&data["usage"]);
+                if let Some(u) = usage.as_mut() {
+                    u.input_tokens = u.input_tokens.or(self.input_tokens);
+                }
+                self.chunk(
+                    Default::default(),
+                    finish_reason(data["delta"]["stop_reason"].as_str()),
+                    usage,
+                )
+            }
+            Some("message_stop") => Decoded::End,
+            Some("error") => Decoded::Error,
+            _ => Decoded::Nothing,
+        }
+    }
+}

@@ -25,6 +25,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Notify;
 
 use super::{ChunkStream, UpstreamError};
+use crate::protocol::Protocol;
 use crate::protocol::openai::{ChunkBody, ResponseBody};
 use crate::protocol::{
     ChatRequest, ChatResponse, Choice, ChunkChoice, Content, Delta, EmbeddingsRequest, Message,
@@ -663,6 +664,8 @@ impl MockServer {
         });
         let app = axum::Router::new()
             .route("/v1/chat/completions", post(chat))
+            .route("/v1/messages", post(messages))
+            .route("/messages", post(messages))
             .route("/chat/completions", post(chat))
             .route("/v1/embeddings", post(embeddings))
             .route("/embeddings", post(embeddings))
@@ -830,17 +833,55 @@ async fn chat(
         headers,
         body,
     };
+    answer(state, incoming, Protocol::OpenAiChat).await
+}
+
+/// Anthropic Messages, answered from the same reply as chat completions.
+async fn messages(
+    State(state): State<Arc<MockState>>,
+    uri: axum::http::Uri,
+    version: axum::http::Version,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let incoming = Incoming {
+        uri,
+        version,
+        headers,
+        body,
+    };
+    answer(state, incoming, Protocol::AnthropicMessages).await
+}
+
+async fn answer(state: Arc<MockState>, incoming: Incoming, proto: Protocol) -> Response {
+    let anthropic = proto == Protocol::AnthropicMessages;
     let bearer = incoming
         .headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
+        .or_else(|| {
+            incoming
+                .headers
+                .get("x-api-key")
+                .and_then(|v| v.to_str().ok())
+        })
         .map(str::to_string);
-    let (n, spec, v) = match begin(&state, "/chat/completions", incoming) {
+    let path = if anthropic {
+        "/messages"
+    } else {
+        "/chat/completions"
+    };
+    let (n, spec, v) = match begin(&state, path, incoming) {
         Ok(b) => b,
         Err(resp) => return *resp,
     };
-    let req = match crate::protocol::openai::request_from_value(v) {
+    let parsed = if anthropic {
+        crate::protocol::anthropic::request_from_value(v)
+    } else {
+        crate::protocol::openai::request_from_value(v)
+    };
+    let req = match parsed {
         Ok(r) => r,
         Err(e) => return bad_request(&e.message),
     };
@@ -855,7 +896,13 @@ async fn chat(
     match behaviour {
         Behaviour::Status(s, ra) => {
             guard.done = true;
-            return status_response(s, ra);
+            let mut resp = status_response(s, ra);
+            if anthropic {
+                let body =
+                    crate::protocol::anthropic::error_body(s, &format!("mock fault: HTTP {s}"));
+                *resp.body_mut() = Body::from(body.to_string());
+            }
+            return resp;
         }
         Behaviour::Hang | Behaviour::StallAfter(_) if !req.stream => {
             std::future::pending::<()>().await
@@ -877,22 +924,39 @@ async fn chat(
         if behaviour == Behaviour::Empty {
             resp.choices.clear();
         }
-        let body = serde_json::to_vec(&ResponseBody {
-            resp: &resp,
-            report: None,
-        })
+        let body = if anthropic {
+            serde_json::to_vec(&crate::protocol::anthropic::response_to_value(
+                &resp, &model,
+            ))
+        } else {
+            serde_json::to_vec(&ResponseBody {
+                resp: &resp,
+                report: None,
+            })
+        }
         .unwrap_or_default();
         return ([(header::CONTENT_TYPE, "application/json")], body).into_response();
     }
-    let include_usage = req.stream_include_usage;
+    let include_usage = req.stream_include_usage || anthropic;
     let mut chunks = reply_chunks(&spec, &model, &req, n);
     if !include_usage {
         chunks.pop();
     }
+    let mut encoder = crate::protocol::anthropic::StreamEncoder::default();
+    let model_name = model.clone();
     let items = schedule(&spec, behaviour, chunks);
     let ends_clean = matches!(behaviour, Behaviour::Normal | Behaviour::Empty);
     let body = paced(items)
         .map(move |p| match p {
+            Paced::Chunk(c) if anthropic => {
+                let mut out = Vec::new();
+                encoder.chunk(&c, &model_name, &mut out);
+                // The usage chunk is the last: the message ends with it.
+                if c.is_usage_only() {
+                    encoder.done(&mut out);
+                }
+                Ok(Bytes::from(out))
+            }
             Paced::Chunk(c) => {
                 let mut line = b"data: ".to_vec();
                 line.extend(
@@ -907,7 +971,7 @@ async fn chat(
             }
             Paced::Break => Err(std::io::Error::other("mock cut the stream")),
         })
-        .chain(stream::iter(ends_clean.then(|| {
+        .chain(stream::iter((ends_clean && !anthropic).then(|| {
             Ok::<_, std::io::Error>(Bytes::from_static(b"data: [DONE]\n\n"))
         })))
         .chain(stream::once(async move {

@@ -2,6 +2,7 @@
 //! `embeddings`. Providers call and report; they never decide routing or retries (that is
 //! `exec`'s job, from the typed [`UpstreamError`] they return).
 
+mod anthropic;
 pub mod mock;
 mod openai;
 
@@ -102,6 +103,7 @@ pub fn install_crypto_provider() {
 #[derive(Debug)]
 pub enum Upstream {
     OpenAi(openai::OpenAi),
+    Anthropic(anthropic::Anthropic),
     Mock(mock::MockUpstream),
 }
 
@@ -113,13 +115,13 @@ impl Upstream {
         clients: &HttpClients,
     ) -> Result<Upstream, (&'static str, String)> {
         match c.provider {
-            ProviderKind::Openai => {
+            ProviderKind::Openai | ProviderKind::Anthropic => {
                 if c.mock.is_some() {
                     return Err(("mock", "only allowed with provider = \"mock\"".into()));
                 }
                 let base = c.base_url.as_deref().ok_or((
                     "base_url",
-                    "is required for provider = \"openai\"".to_string(),
+                    format!("is required for provider = \"{}\"", c.provider.as_str()),
                 ))?;
                 let url = reqwest::Url::parse(base)
                     .map_err(|e| ("base_url", format!("not a valid URL: {e}")))?;
@@ -140,8 +142,12 @@ impl Upstream {
                 } else {
                     c.credentials.iter().map(|k| k.key.clone()).collect()
                 };
-                let o = openai::OpenAi::new(url, &keys, c.stream_usage, client)
-                    .map_err(|e| ("base_url", format!("not a valid URL: {e}")))?;
+                let bad = |e: String| ("base_url", format!("not a valid URL: {e}"));
+                if c.provider == ProviderKind::Anthropic {
+                    let a = anthropic::Anthropic::new(url, &keys, client).map_err(bad)?;
+                    return Ok(Upstream::Anthropic(a));
+                }
+                let o = openai::OpenAi::new(url, &keys, c.stream_usage, client).map_err(bad)?;
                 Ok(Upstream::OpenAi(o))
             }
             ProviderKind::Mock => {
@@ -167,6 +173,7 @@ impl Upstream {
     ) -> Result<ChatResponse, UpstreamError> {
         match self {
             Upstream::OpenAi(o) => o.chat(req, model, cred).await,
+            Upstream::Anthropic(a) => a.chat(req, model, cred).await,
             Upstream::Mock(m) => m.chat(req, model).await,
         }
     }
@@ -180,6 +187,7 @@ impl Upstream {
     ) -> Result<ChunkStream, UpstreamError> {
         match self {
             Upstream::OpenAi(o) => o.chat_stream(req, model, cred).await,
+            Upstream::Anthropic(a) => a.chat_stream(req, model, cred).await,
             Upstream::Mock(m) => m.chat_stream(req, model).await,
         }
     }
@@ -192,6 +200,14 @@ impl Upstream {
     ) -> Result<Value, UpstreamError> {
         match self {
             Upstream::OpenAi(o) => o.embeddings(req, model, cred).await,
+            // Anthropic serves no embeddings: a channel listing an embedding model is
+            // misconfigured, and the request fails over.
+            Upstream::Anthropic(_) => Err(UpstreamError::Status {
+                status: 404,
+                retry_after: None,
+                body: Bytes::from_static(b"anthropic has no embeddings endpoint"),
+                content_type: None,
+            }),
             Upstream::Mock(m) => m.embeddings(req, model).await,
         }
     }
@@ -200,6 +216,7 @@ impl Upstream {
     pub async fn models(&self, cred: Option<usize>) -> Result<(), UpstreamError> {
         match self {
             Upstream::OpenAi(o) => o.models(cred).await,
+            Upstream::Anthropic(a) => a.models(cred).await,
             Upstream::Mock(m) => m.models().await,
         }
     }

@@ -201,7 +201,7 @@ fn serialize<T: serde::Serialize>(body: &T) -> Result<Vec<u8>, UpstreamError> {
 }
 
 /// The error and its sources, without URLs (the caller strips them first).
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+pub(super) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
     while let Some(inner) = cur {
@@ -236,7 +236,7 @@ fn too_large(cap: usize) -> UpstreamError {
     })
 }
 
-async fn status_error(resp: reqwest::Response) -> UpstreamError {
+pub(super) async fn status_error(resp: reqwest::Response) -> UpstreamError {
     let status = resp.status().as_u16();
     let retry_after = parse_retry_after(resp.headers());
     let content_type = resp

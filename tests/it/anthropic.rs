@@ -179,3 +179,109 @@ async fn errors_use_the_anthropic_envelope() {
     check(&v, "invalid_request_error");
     assert_eq!(v["error"]["message"], "mock fault: HTTP 400");
 }
+
+/// A channel of provider kind `anthropic` in front of a mock.
+fn anthropic_channel(name: &str, base: &str, prio: u32) -> String {
+    format!(
+        "[[channels]]\nname = \"{name}\"\nprovider = \"anthropic\"\nbase_url = \"{base}\"\n\
+         api_keys = [\"{UPSTREAM_KEY}\"]\nmodels = [\"m\"]\npriority = {prio}\n\n"
+    )
+}
+
+#[tokio::test]
+async fn an_openai_client_is_served_by_an_anthropic_channel() {
+    let up = mock(MockSpec {
+        chunks: 3,
+        tool_call: Some(MockToolCall {
+            name: "read_file".into(),
+            arguments: r#"{"path": "a.rs"}"#.into(),
+        }),
+        ..MockSpec::default()
+    })
+    .await;
+    let gw = gateway(&anthropic_channel("claude", &up.base_url(), 1)).await;
+    let body = json!({"model": "m", "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Open a.rs"}],
+        "tools": [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}]});
+    let v: Value = gw.chat(body.clone()).await.json().await.unwrap();
+    let call = &v["choices"][0]["message"]["tool_calls"][0];
+    assert_eq!(call["function"]["name"], "read_file");
+    assert_eq!(call["function"]["arguments"], r#"{"path":"a.rs"}"#);
+    assert_eq!(v["choices"][0]["finish_reason"], "tool_calls");
+    // The upstream got Anthropic: top-level system, max_tokens, input_schema, its headers.
+    let got = &up.received()[0];
+    assert_eq!(got.uri, "/v1/messages");
+    assert_eq!(got.body["system"], "Be brief.");
+    assert_eq!(
+        got.body["messages"][0],
+        json!({"role": "user", "content": [{"type": "text", "text": "Open a.rs"}]})
+    );
+    assert_eq!(
+        got.body["tools"][0]["input_schema"],
+        json!({"type": "object"})
+    );
+    assert!(got.body["max_tokens"].as_u64().is_some());
+    assert_eq!(got.headers["x-api-key"], UPSTREAM_KEY);
+    assert_eq!(got.headers["anthropic-version"], "2023-06-01");
+    assert!(got.headers.get("authorization").is_none());
+
+    // Streamed: the tool call arrives as OpenAI tool-call deltas.
+    let mut stream_body = body;
+    stream_body["stream"] = true.into();
+    let text = gw.chat(stream_body).await.text().await.unwrap();
+    let mut args = String::new();
+    for d in sse_data(&text) {
+        if let Ok(v) = serde_json::from_str::<Value>(&d) {
+            for c in v["choices"][0]["delta"]["tool_calls"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                args.push_str(c["function"]["arguments"].as_str().unwrap_or(""));
+            }
+        }
+    }
+    assert_eq!(args, r#"{"path": "a.rs"}"#);
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+}
+
+#[tokio::test]
+async fn an_anthropic_client_round_trips_through_an_anthropic_channel() {
+    let up = mock(text_spec("straight through")).await;
+    let gw = gateway(&anthropic_channel("claude", &up.base_url(), 1)).await;
+    let mut body = ask(true);
+    body["metadata"] = json!({"user_id": "u-1"});
+    let evs = events(&messages(&gw, body).await.text().await.unwrap());
+    let text: String = evs
+        .iter()
+        .filter_map(|(_, d)| d["delta"]["text"].as_str())
+        .collect();
+    assert_eq!(text, "straight through");
+    assert_eq!(evs.last().unwrap().0, "message_stop");
+    // Same protocol: the client's own Anthropic fields reach the Anthropic upstream.
+    assert_eq!(up.received()[0].body["metadata"], json!({"user_id": "u-1"}));
+}
+
+#[tokio::test]
+async fn an_overloaded_anthropic_channel_fails_over_across_providers() {
+    let overloaded = mock(faulty("x", status(529))).await;
+    let openai = mock(text_spec("served by openai")).await;
+    let gw = gateway(&format!(
+        "{}{}",
+        anthropic_channel("claude", &overloaded.base_url(), 1),
+        openai_channel("gpt", &openai.base_url(), 2, "")
+    ))
+    .await;
+    let resp = messages(&gw, ask(true)).await;
+    assert_eq!(header(&resp, "x-switchyard-channel"), "gpt");
+    let evs = events(&resp.text().await.unwrap());
+    let text: String = evs
+        .iter()
+        .filter_map(|(_, d)| d["delta"]["text"].as_str())
+        .collect();
+    assert_eq!(text, "served by openai");
+    let rows = gw.admin_requests().await;
+    assert_eq!(rows[0]["attempts"][0]["status"], 529);
+    assert_eq!(rows[0]["attempts"][0]["reason"], "server_error");
+}

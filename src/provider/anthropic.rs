@@ -1,0 +1,200 @@
+//! Anthropic Messages upstreams: `POST {base}/messages` with `x-api-key` and
+//! `anthropic-version`; answers and SSE events decoded into canonical types.
+
+use std::fmt;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use eventsource_stream::{EventStream, Eventsource};
+use futures_util::{Stream, StreamExt};
+use reqwest::Url;
+use reqwest::header::{CONTENT_TYPE, HeaderValue};
+use serde_json::Value;
+
+use super::{ChunkStream, UpstreamError, parse_retry_after};
+use crate::config::Secret;
+use crate::protocol::anthropic::{Decoded, StreamDecoder, request_to_value, response_from_value};
+use crate::protocol::{ChatRequest, ChatResponse, InvalidUpstream, StreamChunk};
+
+const VERSION: &str = "2023-06-01";
+
+pub struct Anthropic {
+    messages_url: Url,
+    models_url: Url,
+    keys: Vec<Secret>,
+    client: reqwest::Client,
+}
+
+impl fmt::Debug for Anthropic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Anthropic")
+            .field(
+                "messages_url",
+                &super::redact_url(self.messages_url.as_str()),
+            )
+            .field("keys", &self.keys.len())
+            .finish()
+    }
+}
+
+impl Anthropic {
+    pub fn new(base: Url, keys: &[String], client: reqwest::Client) -> Result<Self, String> {
+        if base.cannot_be_a_base() {
+            return Err("not a base URL".into());
+        }
+        let endpoint = |p: &str| {
+            let mut u = base.clone();
+            u.set_path(&format!("{}/{p}", base.path().trim_end_matches('/')));
+            u
+        };
+        Ok(Anthropic {
+            messages_url: endpoint("messages"),
+            models_url: endpoint("models"),
+            keys: keys.iter().map(|k| Secret::new(k.as_str())).collect(),
+            client,
+        })
+    }
+
+    fn headers(
+        &self,
+        rb: reqwest::RequestBuilder,
+        cred: Option<usize>,
+    ) -> Result<reqwest::RequestBuilder, UpstreamError> {
+        let rb = rb.header("anthropic-version", HeaderValue::from_static(VERSION));
+        let Some(k) = cred.and_then(|i| self.keys.get(i)) else {
+            return Ok(rb);
+        };
+        let mut v = HeaderValue::from_str(k.expose())
+            .map_err(|_| UpstreamError::Connect("api key is not a valid header value".into()))?;
+        v.set_sensitive(true);
+        Ok(rb.header("x-api-key", v))
+    }
+
+    async fn post(
+        &self,
+        body: &Value,
+        cred: Option<usize>,
+    ) -> Result<reqwest::Response, UpstreamError> {
+        let bytes = serde_json::to_vec(body).map_err(|e| InvalidUpstream {
+            what: "request body",
+            message: e.to_string(),
+        })?;
+        let rb = self
+            .client
+            .post(self.messages_url.clone())
+            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+            .body(bytes);
+        let resp =
+            self.headers(rb, cred)?.send().await.map_err(|e| {
+                UpstreamError::Connect(super::openai::error_chain(&e.without_url()))
+            })?;
+        if resp.status().is_success() {
+            return Ok(resp);
+        }
+        Err(super::openai::status_error(resp).await)
+    }
+
+    pub async fn chat(
+        &self,
+        req: &ChatRequest,
+        model: &str,
+        cred: Option<usize>,
+    ) -> Result<ChatResponse, UpstreamError> {
+        let mut body = request_to_value(req, model);
+        body.as_object_mut().map(|o| o.remove("stream"));
+        let resp = self.post(&body, cred).await?;
+        let bytes = resp
+            .bytes()
+            .await
+            .map_err(|e| UpstreamError::Broken(super::openai::error_chain(&e.without_url())))?;
+        let v: Value = serde_json::from_slice(&bytes).map_err(|e| InvalidUpstream {
+            what: "anthropic message",
+            message: e.to_string(),
+        })?;
+        Ok(response_from_value(v)?)
+    }
+
+    pub async fn chat_stream(
+        &self,
+        req: &ChatRequest,
+        model: &str,
+        cred: Option<usize>,
+    ) -> Result<ChunkStream, UpstreamError> {
+        let mut body = request_to_value(req, model);
+        if let Some(o) = body.as_object_mut() {
+            o.insert("stream".into(), Value::Bool(true));
+        }
+        let resp = self.post(&body, cred).await?;
+        Ok(Box::pin(Events {
+            inner: resp.bytes_stream().eventsource(),
+            decoder: StreamDecoder::default(),
+            done: false,
+        }))
+    }
+
+    pub async fn models(&self, cred: Option<usize>) -> Result<(), UpstreamError> {
+        let resp = self
+            .headers(self.client.get(self.models_url.clone()), cred)?
+            .send()
+            .await
+            .map_err(|e| UpstreamError::Connect(super::openai::error_chain(&e.without_url())))?;
+        if resp.status().is_success() {
+            return Ok(());
+        }
+        let _ = parse_retry_after(resp.headers());
+        Err(super::openai::status_error(resp).await)
+    }
+}
+
+/// Anthropic SSE events → canonical chunks; ends at `message_stop`. An end before it is a
+/// broken stream.
+struct Events<S> {
+    inner: EventStream<S>,
+    decoder: StreamDecoder,
+    done: bool,
+}
+
+impl<S> Stream for Events<S>
+where
+    S: Stream<Item = Result<Bytes, reqwest::Error>> + Unpin,
+{
+    type Item = Result<StreamChunk, UpstreamError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        loop {
+            match std::task::ready!(self.inner.poll_next_unpin(cx)) {
+                Some(Ok(ev)) => {
+                    let Ok(data) = serde_json::from_str::<Value>(&ev.data) else {
+                        continue; // keep-alives and blank events
+                    };
+                    match self.decoder.event(&data) {
+                        Decoded::Chunk(c) => return Poll::Ready(Some(Ok(*c))),
+                        Decoded::Nothing => continue,
+                        Decoded::End => {
+                            self.done = true;
+                            return Poll::Ready(None);
+                        }
+                        Decoded::Error => {
+                            self.done = true;
+                            return Poll::Ready(Some(Err(UpstreamError::StreamError)));
+                        }
+                    }
+                }
+                Some(Err(e)) => {
+                    self.done = true;
+                    return Poll::Ready(Some(Err(UpstreamError::Broken(e.to_string()))));
+                }
+                None => {
+                    self.done = true;
+                    return Poll::Ready(Some(Err(UpstreamError::Broken(
+                        "stream ended before message_stop".into(),
+                    ))));
+                }
+            }
+        }
+    }
+}
