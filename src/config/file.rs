@@ -214,6 +214,8 @@ pub enum ProviderKind {
     Openai,
     /// Anthropic Messages (`{base_url}/messages`, `x-api-key`).
     Anthropic,
+    /// Azure OpenAI (deployment URLs, `api-version`, `api-key`).
+    Azure,
     /// The built-in mock, answered in-process.
     Mock,
 }
@@ -223,6 +225,7 @@ impl ProviderKind {
         match self {
             ProviderKind::Openai => "openai",
             ProviderKind::Anthropic => "anthropic",
+            ProviderKind::Azure => "azure",
             ProviderKind::Mock => "mock",
         }
     }
@@ -234,6 +237,8 @@ pub struct ChannelConfig {
     pub name: String,
     pub provider: ProviderKind,
     pub base_url: Option<String>,
+    /// Azure OpenAI's `api-version` (e.g. "2024-10-21"); only for provider = "azure".
+    pub api_version: Option<String>,
     #[serde(default)]
     pub api_keys: Vec<String>,
     /// Keys with limits: `[{ key, label, rpm, max_concurrency }]` (instead of `api_keys`).

@@ -665,6 +665,15 @@ impl MockServer {
         let app = axum::Router::new()
             .route("/v1/chat/completions", post(chat))
             .route("/v1/messages", post(messages))
+            // Azure OpenAI: deployment URLs.
+            .route(
+                "/openai/deployments/{deployment}/chat/completions",
+                post(chat),
+            )
+            .route(
+                "/openai/deployments/{deployment}/embeddings",
+                post(embeddings),
+            )
             .route("/messages", post(messages))
             .route("/chat/completions", post(chat))
             .route("/v1/embeddings", post(embeddings))

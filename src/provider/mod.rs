@@ -115,7 +115,7 @@ impl Upstream {
         clients: &HttpClients,
     ) -> Result<Upstream, (&'static str, String)> {
         match c.provider {
-            ProviderKind::Openai | ProviderKind::Anthropic => {
+            ProviderKind::Openai | ProviderKind::Anthropic | ProviderKind::Azure => {
                 if c.mock.is_some() {
                     return Err(("mock", "only allowed with provider = \"mock\"".into()));
                 }
@@ -147,7 +147,18 @@ impl Upstream {
                     let a = anthropic::Anthropic::new(url, &keys, client).map_err(bad)?;
                     return Ok(Upstream::Anthropic(a));
                 }
-                let o = openai::OpenAi::new(url, &keys, c.stream_usage, client).map_err(bad)?;
+                let azure = match (c.provider, &c.api_version) {
+                    (ProviderKind::Azure, None) => {
+                        return Err(("api_version", "is required for provider = \"azure\"".into()));
+                    }
+                    (ProviderKind::Azure, Some(v)) => Some(v.clone()),
+                    (_, Some(_)) => {
+                        return Err(("api_version", "only for provider = \"azure\"".into()));
+                    }
+                    (_, None) => None,
+                };
+                let o =
+                    openai::OpenAi::new(url, &keys, c.stream_usage, azure, client).map_err(bad)?;
                 Ok(Upstream::OpenAi(o))
             }
             ProviderKind::Mock => {

@@ -23,9 +23,12 @@ const MAX_ERROR_BODY: usize = 64 * 1024;
 const MAX_RESPONSE_BODY: usize = 64 * 1024 * 1024;
 
 pub struct OpenAi {
+    base: Url,
     chat_url: Url,
     embeddings_url: Url,
     models_url: Url,
+    /// Azure OpenAI: the `api-version`; the upstream model name is the deployment.
+    azure: Option<String>,
     keys: Vec<Secret>,
     stream_usage: bool,
     client: reqwest::Client,
@@ -45,6 +48,7 @@ impl OpenAi {
         base: Url,
         keys: &[String],
         stream_usage: bool,
+        azure: Option<String>,
         client: reqwest::Client,
     ) -> Result<Self, String> {
         // Append to the path, keeping any query the base carries (`?api-version=...`).
@@ -61,6 +65,8 @@ impl OpenAi {
             chat_url: endpoint("chat/completions"),
             embeddings_url: endpoint("embeddings"),
             models_url: endpoint("models"),
+            base: base.clone(),
+            azure,
             keys: keys.iter().map(|k| Secret::new(k.as_str())).collect(),
             stream_usage,
             client,
@@ -110,7 +116,8 @@ impl OpenAi {
             model,
             force_usage: false,
         })?;
-        let resp = self.post(&self.chat_url, body, false, cred).await?;
+        let url = self.url(&self.chat_url, "chat/completions", model);
+        let resp = self.post(&url, body, false, cred).await?;
         let bytes = read_capped(resp, MAX_RESPONSE_BODY).await?;
         let v: Value = serde_json::from_slice(&bytes).map_err(|e| InvalidUpstream {
             what: "chat completion",
@@ -130,7 +137,8 @@ impl OpenAi {
             model,
             force_usage: self.stream_usage,
         })?;
-        let resp = self.post(&self.chat_url, body, true, cred).await?;
+        let url = self.url(&self.chat_url, "chat/completions", model);
+        let resp = self.post(&url, body, true, cred).await?;
         Ok(Box::pin(SseChunks {
             inner: resp.bytes_stream().eventsource(),
             done: false,
@@ -138,7 +146,24 @@ impl OpenAi {
         }))
     }
 
-    /// The reserved credential, as a sensitive header (never logged by the HTTP stack).
+    /// Where an operation goes: the fixed OpenAI URL, or Azure's deployment URL for the model
+    /// (`{base}/openai/deployments/{model}/{op}?api-version=...`).
+    fn url<'a>(&'a self, fixed: &'a Url, op: &str, model: &str) -> std::borrow::Cow<'a, Url> {
+        let Some(version) = &self.azure else {
+            return std::borrow::Cow::Borrowed(fixed);
+        };
+        let mut u = self.base.clone();
+        let path = format!(
+            "{}/openai/deployments/{model}/{op}",
+            self.base.path().trim_end_matches('/')
+        );
+        u.set_path(&path);
+        u.query_pairs_mut().append_pair("api-version", version);
+        std::borrow::Cow::Owned(u)
+    }
+
+    /// The reserved credential, as a sensitive header (never logged by the HTTP stack):
+    /// `Authorization: Bearer` for OpenAI, `api-key` for Azure.
     fn authorize(
         &self,
         rb: reqwest::RequestBuilder,
@@ -147,10 +172,19 @@ impl OpenAi {
         let Some(k) = cred.and_then(|i| self.keys.get(i)) else {
             return Ok(rb);
         };
-        let mut v = HeaderValue::from_str(&format!("Bearer {}", k.expose()))
+        let value = if self.azure.is_some() {
+            k.expose().to_string()
+        } else {
+            format!("Bearer {}", k.expose())
+        };
+        let mut v = HeaderValue::from_str(&value)
             .map_err(|_| UpstreamError::Connect("api key is not a valid header value".into()))?;
         v.set_sensitive(true);
-        Ok(rb.header(AUTHORIZATION, v))
+        Ok(if self.azure.is_some() {
+            rb.header("api-key", v)
+        } else {
+            rb.header(AUTHORIZATION, v)
+        })
     }
 
     pub async fn models(&self, cred: Option<usize>) -> Result<(), UpstreamError> {
@@ -172,7 +206,8 @@ impl OpenAi {
         cred: Option<usize>,
     ) -> Result<Value, UpstreamError> {
         let body = serialize(&EmbeddingsBody { req, model })?;
-        let resp = self.post(&self.embeddings_url, body, false, cred).await?;
+        let url = self.url(&self.embeddings_url, "embeddings", model);
+        let resp = self.post(&url, body, false, cred).await?;
         let bytes = read_capped(resp, MAX_RESPONSE_BODY).await?;
         let v: Value = serde_json::from_slice(&bytes).map_err(|e| InvalidUpstream {
             what: "embeddings response",

@@ -203,3 +203,28 @@ async fn upstream_redirects_are_not_followed() {
     let v: serde_json::Value = resp.json().await.unwrap();
     assert_eq!(v["switchyard"]["failover"]["attempts"][0]["status"], 307);
 }
+
+#[tokio::test]
+async fn azure_channels_use_deployment_urls_and_the_api_key_header() {
+    let up = mock(text_spec("from azure")).await;
+    let gw = gateway(&format!(
+        "[[channels]]\nname = \"azure\"\nprovider = \"azure\"\nbase_url = \"http://{}\"\n\
+         api_version = \"2024-10-21\"\napi_keys = [\"{UPSTREAM_KEY}\"]\n\
+         models = [{{ name = \"m\", upstream = \"gpt4o-deployment\" }}]\n",
+        up.addr()
+    ))
+    .await;
+    let v: serde_json::Value = gw.chat(chat_body(false)).await.json().await.unwrap();
+    assert_eq!(v["choices"][0]["message"]["content"], "from azure");
+    let body = gw.chat(chat_body(true)).await.text().await.unwrap();
+    assert_eq!(sse_text(&body), "from azure");
+    for r in up.received() {
+        assert_eq!(
+            r.uri,
+            "/openai/deployments/gpt4o-deployment/chat/completions?api-version=2024-10-21"
+        );
+        assert_eq!(r.headers["api-key"], UPSTREAM_KEY);
+        assert!(r.headers.get("authorization").is_none());
+    }
+    assert_eq!(up.received().len(), 2);
+}
