@@ -216,6 +216,8 @@ pub enum ProviderKind {
     Anthropic,
     /// Azure OpenAI (deployment URLs, `api-version`, `api-key`).
     Azure,
+    /// Gemini (`{base_url}/models/{model}:generateContent`, `x-goog-api-key`).
+    Gemini,
     /// The built-in mock, answered in-process.
     Mock,
 }
@@ -226,6 +228,7 @@ impl ProviderKind {
             ProviderKind::Openai => "openai",
             ProviderKind::Anthropic => "anthropic",
             ProviderKind::Azure => "azure",
+            ProviderKind::Gemini => "gemini",
             ProviderKind::Mock => "mock",
         }
     }

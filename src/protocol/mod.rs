@@ -6,6 +6,7 @@
 //! know still reaches the upstream.
 
 pub mod anthropic;
+pub mod gemini;
 pub mod openai;
 
 use serde_json::{Map, Value};
@@ -15,6 +16,7 @@ use serde_json::{Map, Value};
 pub enum Protocol {
     OpenAiChat,
     AnthropicMessages,
+    Gemini,
 }
 
 /// A client's mistake in the request body. Maps to 400 `invalid_request_error` with `param`.

@@ -25,7 +25,6 @@ use tokio::net::TcpListener;
 use tokio::sync::Notify;
 
 use super::{ChunkStream, UpstreamError};
-use crate::protocol::Protocol;
 use crate::protocol::openai::{ChunkBody, ResponseBody};
 use crate::protocol::{
     ChatRequest, ChatResponse, Choice, ChunkChoice, Content, Delta, EmbeddingsRequest, Message,
@@ -665,6 +664,8 @@ impl MockServer {
         let app = axum::Router::new()
             .route("/v1/chat/completions", post(chat))
             .route("/v1/messages", post(messages))
+            .route("/v1beta/models/{model_action}", post(generate))
+            .route("/models/{model_action}", post(generate))
             // Azure OpenAI: deployment URLs.
             .route(
                 "/openai/deployments/{deployment}/chat/completions",
@@ -842,7 +843,7 @@ async fn chat(
         headers,
         body,
     };
-    answer(state, incoming, Protocol::OpenAiChat).await
+    answer(state, incoming, Proto::OpenAi).await
 }
 
 /// Anthropic Messages, answered from the same reply as chat completions.
@@ -859,36 +860,75 @@ async fn messages(
         headers,
         body,
     };
-    answer(state, incoming, Protocol::AnthropicMessages).await
+    answer(state, incoming, Proto::Anthropic).await
 }
 
-async fn answer(state: Arc<MockState>, incoming: Incoming, proto: Protocol) -> Response {
-    let anthropic = proto == Protocol::AnthropicMessages;
+/// Gemini `models/{model}:generateContent` and `:streamGenerateContent`.
+async fn generate(
+    State(state): State<Arc<MockState>>,
+    axum::extract::Path(model_action): axum::extract::Path<String>,
+    uri: axum::http::Uri,
+    version: axum::http::Version,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let incoming = Incoming {
+        uri,
+        version,
+        headers,
+        body,
+    };
+    let Some((model, action)) = model_action.rsplit_once(':') else {
+        return bad_request("expected models/{model}:generateContent");
+    };
+    let stream = action == "streamGenerateContent";
+    answer(
+        state,
+        incoming,
+        Proto::Gemini {
+            model: model.to_string(),
+            stream,
+        },
+    )
+    .await
+}
+
+/// The protocol a mock request speaks (Gemini carries model and stream in its URL).
+enum Proto {
+    OpenAi,
+    Anthropic,
+    Gemini { model: String, stream: bool },
+}
+
+async fn answer(state: Arc<MockState>, incoming: Incoming, proto: Proto) -> Response {
+    let anthropic = matches!(proto, Proto::Anthropic);
+    let gemini = matches!(proto, Proto::Gemini { .. });
     let bearer = incoming
         .headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .or_else(|| {
-            incoming
-                .headers
-                .get("x-api-key")
-                .and_then(|v| v.to_str().ok())
+            ["x-api-key", "x-goog-api-key"]
+                .iter()
+                .find_map(|h| incoming.headers.get(*h)?.to_str().ok())
         })
         .map(str::to_string);
-    let path = if anthropic {
-        "/messages"
-    } else {
-        "/chat/completions"
+    let path = match proto {
+        Proto::Anthropic => "/messages",
+        Proto::Gemini { .. } => "/generateContent",
+        Proto::OpenAi => "/chat/completions",
     };
     let (n, spec, v) = match begin(&state, path, incoming) {
         Ok(b) => b,
         Err(resp) => return *resp,
     };
-    let parsed = if anthropic {
-        crate::protocol::anthropic::request_from_value(v)
-    } else {
-        crate::protocol::openai::request_from_value(v)
+    let parsed = match &proto {
+        Proto::Anthropic => crate::protocol::anthropic::request_from_value(v),
+        Proto::Gemini { model, stream } => {
+            crate::protocol::gemini::request_from_value(v, model, *stream)
+        }
+        Proto::OpenAi => crate::protocol::openai::request_from_value(v),
     };
     let req = match parsed {
         Ok(r) => r,
@@ -906,9 +946,12 @@ async fn answer(state: Arc<MockState>, incoming: Incoming, proto: Protocol) -> R
         Behaviour::Status(s, ra) => {
             guard.done = true;
             let mut resp = status_response(s, ra);
+            let message = format!("mock fault: HTTP {s}");
             if anthropic {
-                let body =
-                    crate::protocol::anthropic::error_body(s, &format!("mock fault: HTTP {s}"));
+                let body = crate::protocol::anthropic::error_body(s, &message);
+                *resp.body_mut() = Body::from(body.to_string());
+            } else if gemini {
+                let body = crate::protocol::gemini::error_body(s, &message);
                 *resp.body_mut() = Body::from(body.to_string());
             }
             return resp;
@@ -937,6 +980,8 @@ async fn answer(state: Arc<MockState>, incoming: Incoming, proto: Protocol) -> R
             serde_json::to_vec(&crate::protocol::anthropic::response_to_value(
                 &resp, &model,
             ))
+        } else if gemini {
+            serde_json::to_vec(&crate::protocol::gemini::response_to_value(&resp, &model))
         } else {
             serde_json::to_vec(&ResponseBody {
                 resp: &resp,
@@ -946,17 +991,26 @@ async fn answer(state: Arc<MockState>, incoming: Incoming, proto: Protocol) -> R
         .unwrap_or_default();
         return ([(header::CONTENT_TYPE, "application/json")], body).into_response();
     }
-    let include_usage = req.stream_include_usage || anthropic;
+    let include_usage = req.stream_include_usage || anthropic || gemini;
     let mut chunks = reply_chunks(&spec, &model, &req, n);
     if !include_usage {
         chunks.pop();
     }
     let mut encoder = crate::protocol::anthropic::StreamEncoder::default();
+    let mut gemini_encoder = crate::protocol::gemini::StreamEncoder::default();
     let model_name = model.clone();
     let items = schedule(&spec, behaviour, chunks);
     let ends_clean = matches!(behaviour, Behaviour::Normal | Behaviour::Empty);
     let body = paced(items)
         .map(move |p| match p {
+            Paced::Chunk(c) if gemini => {
+                let mut out = Vec::new();
+                gemini_encoder.chunk(&c, &model_name, &mut out);
+                if c.is_usage_only() {
+                    gemini_encoder.done(&model_name, &mut out);
+                }
+                Ok(Bytes::from(out))
+            }
             Paced::Chunk(c) if anthropic => {
                 let mut out = Vec::new();
                 encoder.chunk(&c, &model_name, &mut out);
@@ -980,9 +1034,9 @@ async fn answer(state: Arc<MockState>, incoming: Incoming, proto: Protocol) -> R
             }
             Paced::Break => Err(std::io::Error::other("mock cut the stream")),
         })
-        .chain(stream::iter((ends_clean && !anthropic).then(|| {
-            Ok::<_, std::io::Error>(Bytes::from_static(b"data: [DONE]\n\n"))
-        })))
+        .chain(stream::iter((ends_clean && !anthropic && !gemini).then(
+            || Ok::<_, std::io::Error>(Bytes::from_static(b"data: [DONE]\n\n")),
+        )))
         .chain(stream::once(async move {
             // Reached only when the whole stream was sent: not an abort.
             guard.done = true;

@@ -3,6 +3,7 @@
 //! `exec`'s job, from the typed [`UpstreamError`] they return).
 
 mod anthropic;
+mod gemini;
 pub mod mock;
 mod openai;
 
@@ -104,6 +105,7 @@ pub fn install_crypto_provider() {
 pub enum Upstream {
     OpenAi(openai::OpenAi),
     Anthropic(anthropic::Anthropic),
+    Gemini(gemini::Gemini),
     Mock(mock::MockUpstream),
 }
 
@@ -115,7 +117,10 @@ impl Upstream {
         clients: &HttpClients,
     ) -> Result<Upstream, (&'static str, String)> {
         match c.provider {
-            ProviderKind::Openai | ProviderKind::Anthropic | ProviderKind::Azure => {
+            ProviderKind::Openai
+            | ProviderKind::Anthropic
+            | ProviderKind::Azure
+            | ProviderKind::Gemini => {
                 if c.mock.is_some() {
                     return Err(("mock", "only allowed with provider = \"mock\"".into()));
                 }
@@ -143,6 +148,10 @@ impl Upstream {
                     c.credentials.iter().map(|k| k.key.clone()).collect()
                 };
                 let bad = |e: String| ("base_url", format!("not a valid URL: {e}"));
+                if c.provider == ProviderKind::Gemini {
+                    let g = gemini::Gemini::new(url, &keys, client).map_err(bad)?;
+                    return Ok(Upstream::Gemini(g));
+                }
                 if c.provider == ProviderKind::Anthropic {
                     let a = anthropic::Anthropic::new(url, &keys, client).map_err(bad)?;
                     return Ok(Upstream::Anthropic(a));
@@ -185,6 +194,7 @@ impl Upstream {
         match self {
             Upstream::OpenAi(o) => o.chat(req, model, cred).await,
             Upstream::Anthropic(a) => a.chat(req, model, cred).await,
+            Upstream::Gemini(g) => g.chat(req, model, cred).await,
             Upstream::Mock(m) => m.chat(req, model).await,
         }
     }
@@ -199,6 +209,7 @@ impl Upstream {
         match self {
             Upstream::OpenAi(o) => o.chat_stream(req, model, cred).await,
             Upstream::Anthropic(a) => a.chat_stream(req, model, cred).await,
+            Upstream::Gemini(g) => g.chat_stream(req, model, cred).await,
             Upstream::Mock(m) => m.chat_stream(req, model).await,
         }
     }
@@ -213,10 +224,10 @@ impl Upstream {
             Upstream::OpenAi(o) => o.embeddings(req, model, cred).await,
             // Anthropic serves no embeddings: a channel listing an embedding model is
             // misconfigured, and the request fails over.
-            Upstream::Anthropic(_) => Err(UpstreamError::Status {
+            Upstream::Anthropic(_) | Upstream::Gemini(_) => Err(UpstreamError::Status {
                 status: 404,
                 retry_after: None,
-                body: Bytes::from_static(b"anthropic has no embeddings endpoint"),
+                body: Bytes::from_static(b"no embeddings endpoint for this provider kind"),
                 content_type: None,
             }),
             Upstream::Mock(m) => m.embeddings(req, model).await,
@@ -228,6 +239,7 @@ impl Upstream {
         match self {
             Upstream::OpenAi(o) => o.models(cred).await,
             Upstream::Anthropic(a) => a.models(cred).await,
+            Upstream::Gemini(g) => g.models(cred).await,
             Upstream::Mock(m) => m.models().await,
         }
     }

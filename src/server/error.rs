@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use crate::exec::ExecError;
 use crate::protocol::openai::error_body;
-use crate::protocol::{InvalidRequest, Protocol, anthropic};
+use crate::protocol::{InvalidRequest, Protocol, anthropic, gemini};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -101,7 +101,10 @@ impl ApiError {
             Some(Message(m)) => m.clone(),
             None => "error".to_string(),
         };
-        let v = anthropic::error_body(status, &message);
+        let v = match protocol {
+            Protocol::Gemini => gemini::error_body(status, &message),
+            _ => anthropic::error_body(status, &message),
+        };
         resp = Response::from_parts(parts, axum::body::Body::from(v.to_string()));
         resp.headers_mut().insert(
             header::CONTENT_TYPE,

@@ -26,7 +26,7 @@ use tokio::net::TcpListener;
 use crate::config::{GatewayKey, Live, Snapshot};
 use crate::exec::{self, Report};
 use crate::health::Health;
-use crate::protocol::{Protocol, anthropic, openai};
+use crate::protocol::{Protocol, anthropic, gemini, openai};
 use crate::store::{LogRow, RequestLog};
 
 /// Shared by every handler: the live config, channel health (which outlives config swaps) and
@@ -42,6 +42,8 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/messages", post(messages))
+        .route("/v1beta/models/{model_action}", post(generate_content))
+        .route("/v1/models/{model_action}", post(generate_content))
         .route("/v1/embeddings", post(embeddings))
         .route("/v1/models", get(models))
         .route("/healthz", get(healthz))
@@ -228,9 +230,9 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
                 .flatten()
         });
     from_auth.or_else(|| {
-        headers
-            .get("x-api-key")
-            .and_then(|v| v.to_str().ok())
+        ["x-api-key", "x-goog-api-key"]
+            .iter()
+            .find_map(|h| headers.get(*h)?.to_str().ok())
             .map(str::trim)
     })
 }
@@ -373,6 +375,54 @@ async fn messages(State(state): State<AppState>, headers: HeaderMap, body: Body)
     }
 }
 
+#[derive(Deserialize)]
+struct GeminiQuery {
+    key: Option<String>,
+}
+
+/// Gemini: `POST /v1beta/models/{model}:generateContent` and `:streamGenerateContent?alt=sse`,
+/// with `x-goog-api-key` or `?key=`.
+async fn generate_content(
+    State(state): State<AppState>,
+    axum::extract::Path(model_action): axum::extract::Path<String>,
+    Query(q): Query<GeminiQuery>,
+    mut headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let mut ctx = Ctx::new(&state, "generateContent");
+    ctx.protocol = Protocol::Gemini;
+    // The key may come as a query parameter: present it like the header form.
+    if let Some(k) = q.key.as_deref().and_then(|k| HeaderValue::from_str(k).ok()) {
+        headers.insert("x-goog-api-key", k);
+    }
+    let Some((model, action)) = model_action.rsplit_once(':') else {
+        return fail(
+            ctx,
+            ApiError::NotFound(format!("/v1beta/models/{model_action}")),
+        );
+    };
+    let stream = match action {
+        "generateContent" => false,
+        "streamGenerateContent" => true,
+        _ => {
+            return fail(
+                ctx,
+                ApiError::NotFound(format!("/v1beta/models/{model_action}")),
+            );
+        }
+    };
+    let parsed = match read_json(&mut ctx, &headers, body).await {
+        Ok(v) => gemini::request_from_value(v, model, stream).map_err(ApiError::from),
+        Err(e) => Err(e),
+    };
+    ctx.requested_model = Some(model.to_string());
+    ctx.stream = stream;
+    match parsed {
+        Ok(req) => serve_chat(&state, ctx, req).await,
+        Err(e) => fail(ctx, e),
+    }
+}
+
 /// Runs a chat request and answers in the client's protocol.
 async fn serve_chat(state: &AppState, mut ctx: Ctx, req: crate::protocol::ChatRequest) -> Response {
     ctx.report = Report::new(&req.model);
@@ -387,6 +437,10 @@ async fn serve_chat(state: &AppState, mut ctx: Ctx, req: crate::protocol::ChatRe
                 let wire = match ctx.protocol {
                     Protocol::OpenAiChat => sse::Wire::OpenAi,
                     Protocol::AnthropicMessages => sse::Wire::Anthropic {
+                        enc: Box::default(),
+                        model: req.model.clone(),
+                    },
+                    Protocol::Gemini => sse::Wire::Gemini {
                         enc: Box::default(),
                         model: req.model.clone(),
                     },
@@ -415,6 +469,9 @@ async fn serve_chat(state: &AppState, mut ctx: Ctx, req: crate::protocol::ChatRe
                     resp: &resp,
                     report: ext.as_ref(),
                 }),
+                Protocol::Gemini => {
+                    serde_json::to_vec(&gemini::response_to_value(&resp, &req.model))
+                }
                 Protocol::AnthropicMessages => {
                     let mut v = anthropic::response_to_value(&resp, &req.model);
                     if let (Some(ext), Some(obj)) = (ext, v.as_object_mut()) {

@@ -14,8 +14,8 @@ use futures_util::{Stream, StreamExt};
 
 use crate::exec::{Committed, OutcomeClass, Relay, RelayItem};
 use crate::protocol::StreamChunk;
-use crate::protocol::anthropic;
 use crate::protocol::openai::{ChunkBody, error_body};
+use crate::protocol::{anthropic, gemini};
 use crate::store::{LogRow, RequestLog};
 
 /// How the stream ended, for the log.
@@ -97,6 +97,11 @@ pub enum Wire {
         enc: Box<anthropic::StreamEncoder>,
         model: String,
     },
+    /// Gemini partial responses.
+    Gemini {
+        enc: Box<gemini::StreamEncoder>,
+        model: String,
+    },
 }
 
 struct SseBody {
@@ -165,6 +170,7 @@ impl SseBody {
                         out.extend_from_slice(b"\n\n");
                     }
                     Wire::Anthropic { enc, model } => enc.chunk(&c, model, out),
+                    Wire::Gemini { enc, model } => enc.chunk(&c, model, out),
                 }
             }
             Some(RelayItem::Fault(class)) => {
@@ -173,6 +179,7 @@ impl SseBody {
                 match &mut self.wire {
                     Wire::OpenAi => out.extend_from_slice(&error_frame(class)),
                     Wire::Anthropic { enc, .. } => enc.fault(fault_message(class).1, out),
+                    Wire::Gemini { enc, .. } => enc.fault(fault_message(class).1, out),
                 }
             }
             None => {
@@ -181,6 +188,7 @@ impl SseBody {
                 match &mut self.wire {
                     Wire::OpenAi => out.extend_from_slice(b"data: [DONE]\n\n"),
                     Wire::Anthropic { enc, .. } => enc.done(out),
+                    Wire::Gemini { enc, model } => enc.done(model, out),
                 }
             }
         }

@@ -7,6 +7,7 @@ mod cli;
 mod credentials;
 mod errors;
 mod failover;
+mod gemini;
 mod health;
 mod hygiene;
 mod latency;

@@ -1,0 +1,190 @@
+//! Gemini upstreams: `{base}/models/{model}:generateContent` and
+//! `:streamGenerateContent?alt=sse`, `x-goog-api-key`; answers decoded into canonical types.
+
+use std::fmt;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use eventsource_stream::{EventStream, Eventsource};
+use futures_util::{Stream, StreamExt};
+use reqwest::Url;
+use reqwest::header::{CONTENT_TYPE, HeaderValue};
+use serde_json::Value;
+
+use super::{ChunkStream, UpstreamError};
+use crate::config::Secret;
+use crate::protocol::gemini::{StreamDecoder, request_to_value, response_from_value};
+use crate::protocol::{ChatRequest, ChatResponse, InvalidUpstream, StreamChunk};
+
+pub struct Gemini {
+    base: Url,
+    keys: Vec<Secret>,
+    client: reqwest::Client,
+}
+
+impl fmt::Debug for Gemini {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Gemini")
+            .field("base", &super::redact_url(self.base.as_str()))
+            .field("keys", &self.keys.len())
+            .finish()
+    }
+}
+
+impl Gemini {
+    pub fn new(base: Url, keys: &[String], client: reqwest::Client) -> Result<Self, String> {
+        if base.cannot_be_a_base() {
+            return Err("not a base URL".into());
+        }
+        Ok(Gemini {
+            base,
+            keys: keys.iter().map(|k| Secret::new(k.as_str())).collect(),
+            client,
+        })
+    }
+
+    fn url(&self, op: &str) -> Url {
+        let mut u = self.base.clone();
+        u.set_path(&format!("{}/{op}", self.base.path().trim_end_matches('/')));
+        u
+    }
+
+    fn key(
+        &self,
+        rb: reqwest::RequestBuilder,
+        cred: Option<usize>,
+    ) -> Result<reqwest::RequestBuilder, UpstreamError> {
+        let Some(k) = cred.and_then(|i| self.keys.get(i)) else {
+            return Ok(rb);
+        };
+        let mut v = HeaderValue::from_str(k.expose())
+            .map_err(|_| UpstreamError::Connect("api key is not a valid header value".into()))?;
+        v.set_sensitive(true);
+        Ok(rb.header("x-goog-api-key", v))
+    }
+
+    async fn post(
+        &self,
+        url: Url,
+        body: &Value,
+        cred: Option<usize>,
+    ) -> Result<reqwest::Response, UpstreamError> {
+        let bytes = serde_json::to_vec(body).map_err(|e| InvalidUpstream {
+            what: "request body",
+            message: e.to_string(),
+        })?;
+        let rb = self
+            .client
+            .post(url)
+            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+            .body(bytes);
+        let resp =
+            self.key(rb, cred)?.send().await.map_err(|e| {
+                UpstreamError::Connect(super::openai::error_chain(&e.without_url()))
+            })?;
+        if resp.status().is_success() {
+            return Ok(resp);
+        }
+        Err(super::openai::status_error(resp).await)
+    }
+
+    pub async fn chat(
+        &self,
+        req: &ChatRequest,
+        model: &str,
+        cred: Option<usize>,
+    ) -> Result<ChatResponse, UpstreamError> {
+        let url = self.url(&format!("models/{model}:generateContent"));
+        let resp = self.post(url, &request_to_value(req), cred).await?;
+        let bytes = resp
+            .bytes()
+            .await
+            .map_err(|e| UpstreamError::Broken(super::openai::error_chain(&e.without_url())))?;
+        let v: Value = serde_json::from_slice(&bytes).map_err(|e| InvalidUpstream {
+            what: "gemini response",
+            message: e.to_string(),
+        })?;
+        Ok(response_from_value(v)?)
+    }
+
+    pub async fn chat_stream(
+        &self,
+        req: &ChatRequest,
+        model: &str,
+        cred: Option<usize>,
+    ) -> Result<ChunkStream, UpstreamError> {
+        let mut url = self.url(&format!("models/{model}:streamGenerateContent"));
+        url.query_pairs_mut().append_pair("alt", "sse");
+        let resp = self.post(url, &request_to_value(req), cred).await?;
+        Ok(Box::pin(Events {
+            inner: resp.bytes_stream().eventsource(),
+            decoder: StreamDecoder::default(),
+            finished: false,
+            done: false,
+        }))
+    }
+
+    pub async fn models(&self, cred: Option<usize>) -> Result<(), UpstreamError> {
+        let resp = self
+            .key(self.client.get(self.url("models")), cred)?
+            .send()
+            .await
+            .map_err(|e| UpstreamError::Connect(super::openai::error_chain(&e.without_url())))?;
+        if resp.status().is_success() {
+            return Ok(());
+        }
+        Err(super::openai::status_error(resp).await)
+    }
+}
+
+/// Gemini SSE events (each a partial response) → canonical chunks. Gemini sends no `[DONE]`:
+/// the stream is complete when it ends after a finish reason.
+struct Events<S> {
+    inner: EventStream<S>,
+    decoder: StreamDecoder,
+    finished: bool,
+    done: bool,
+}
+
+impl<S> Stream for Events<S>
+where
+    S: Stream<Item = Result<Bytes, reqwest::Error>> + Unpin,
+{
+    type Item = Result<StreamChunk, UpstreamError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        loop {
+            match std::task::ready!(self.inner.poll_next_unpin(cx)) {
+                Some(Ok(ev)) => {
+                    let Ok(v) = serde_json::from_str::<Value>(&ev.data) else {
+                        continue;
+                    };
+                    if v.get("error").is_some() {
+                        self.done = true;
+                        return Poll::Ready(Some(Err(UpstreamError::StreamError)));
+                    }
+                    let chunk = self.decoder.event(&v);
+                    self.finished |= chunk.has_finish();
+                    return Poll::Ready(Some(Ok(chunk)));
+                }
+                Some(Err(e)) => {
+                    self.done = true;
+                    return Poll::Ready(Some(Err(UpstreamError::Broken(e.to_string()))));
+                }
+                None => {
+                    self.done = true;
+                    if self.finished {
+                        return Poll::Ready(None);
+                    }
+                    return Poll::Ready(Some(Err(UpstreamError::Broken(
+                        "stream ended before a finish reason".into(),
+                    ))));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! Gemini clients (`/v1beta/models/{model}:generateContent` / `:streamGenerateContent`) and
+//! `gemini` channels, and failover across all three protocols.
+
+use serde_json::{Value, json};
+use switchyard::provider::mock::{MockSpec, MockToolCall};
+
+use crate::support::*;
+
+fn gemini_channel(name: &str, addr: std::net::SocketAddr, prio: u32) -> String {
+    format!(
+        "[[channels]]\nname = \"{name}\"\nprovider = \"gemini\"\nbase_url = \"http://{addr}/v1beta\"\n\
+         api_keys = [\"{UPSTREAM_KEY}\"]\nmodels = [\"m\"]\npriority = {prio}\n\n"
+    )
+}
+
+async fn generate(gw: &Gateway, stream: bool, body: Value, auth: &str) -> reqwest::Response {
+    let action = if stream {
+        "streamGenerateContent?alt=sse&"
+    } else {
+        "generateContent?"
+    };
+    client()
+        .post(format!("{}/v1beta/models/m:{action}{auth}", gw.url))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+}
+
+fn ask() -> Value {
+    json!({"systemInstruction": {"parts": [{"text": "Be brief."}]},
+        "contents": [{"role": "user", "parts": [{"text": "Hello"}]}]})
+}
+
+fn events(body: &str) -> Vec<Value> {
+    body.split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str(d).ok())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_gemini_client_is_answered_by_an_openai_channel() {
+    let up = mock(text_spec("Hi there")).await;
+    let gw = gateway(&openai_channel("gpt", &up.base_url(), 1, "")).await;
+    let key = format!("key={KEY}");
+    let v: Value = generate(&gw, false, ask(), &key)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        v["candidates"][0]["content"]["parts"][0]["text"],
+        "Hi there"
+    );
+    assert_eq!(v["candidates"][0]["finishReason"], "STOP");
+    assert!(v["usageMetadata"]["promptTokenCount"].as_u64().unwrap() > 0);
+    assert_eq!(
+        up.received()[0].body["messages"][0],
+        json!({"role": "system", "content": "Be brief."})
+    );
+    // Streamed, and with the key in the x-goog-api-key header instead.
+    let resp = client()
+        .post(format!(
+            "{}/v1beta/models/m:streamGenerateContent?alt=sse",
+            gw.url
+        ))
+        .header("x-goog-api-key", KEY)
+        .json(&ask())
+        .send()
+        .await
+        .unwrap();
+    let evs = events(&resp.text().await.unwrap());
+    let text: String = evs
+        .iter()
+        .flat_map(|e| {
+            e["candidates"][0]["content"]["parts"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter_map(|p| p["text"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(text, "Hi there");
+    assert_eq!(evs.last().unwrap()["candidates"][0]["finishReason"], "STOP");
+    // Errors in Gemini's envelope.
+    let resp = generate(&gw, false, ask(), "key=sk-wrong").await;
+    assert_eq!(resp.status(), 401);
+    let e: Value = resp.json().await.unwrap();
+    assert_eq!(e["error"]["status"], "UNAUTHENTICATED");
+    assert_eq!(e["error"]["code"], 401);
+}
+
+#[tokio::test]
+async fn a_streamed_tool_call_reaches_a_gemini_client_whole() {
+    let up = mock(MockSpec {
+        chunks: 4,
+        tool_call: Some(MockToolCall {
+            name: "weather".into(),
+            arguments: r#"{"city": "Paris"}"#.into(),
+        }),
+        ..MockSpec::default()
+    })
+    .await;
+    let gw = gateway(&openai_channel("gpt", &up.base_url(), 1, "")).await;
+    let mut body = ask();
+    body["tools"] =
+        json!([{"functionDeclarations": [{"name": "weather", "parameters": {"type": "object"}}]}]);
+    let evs = events(
+        &generate(&gw, true, body, &format!("key={KEY}"))
+            .await
+            .text()
+            .await
+            .unwrap(),
+    );
+    let calls: Vec<&Value> = evs
+        .iter()
+        .flat_map(|e| {
+            e["candidates"][0]["content"]["parts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+        })
+        .filter_map(|p| p.get("functionCall"))
+        .collect();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0]["name"], "weather");
+    assert_eq!(calls[0]["args"], json!({"city": "Paris"}));
+    assert_eq!(
+        up.received()[0].body["tools"][0]["function"]["name"],
+        "weather"
+    );
+}
+
+#[tokio::test]
+async fn an_openai_client_is_served_by_a_gemini_channel() {
+    let up = mock(text_spec("from gemini")).await;
+    let gw = gateway(&gemini_channel("gem", up.addr(), 1)).await;
+    let body = json!({"model": "m", "messages": [
+        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]});
+    let v: Value = gw.chat(body.clone()).await.json().await.unwrap();
+    assert_eq!(v["choices"][0]["message"]["content"], "from gemini");
+    let mut stream = body;
+    stream["stream"] = true.into();
+    let text = gw.chat(stream).await.text().await.unwrap();
+    assert_eq!(sse_text(&text), "from gemini");
+    assert!(text.ends_with("data: [DONE]\n\n"));
+    let got = &up.received()[0];
+    assert_eq!(got.uri, "/v1beta/models/m:generateContent");
+    assert_eq!(
+        got.body["systemInstruction"]["parts"][0]["text"],
+        "Be brief."
+    );
+    assert_eq!(
+        got.body["contents"][0],
+        json!({"role": "user", "parts": [{"text": "Hi"}]})
+    );
+    assert_eq!(got.headers["x-goog-api-key"], UPSTREAM_KEY);
+    assert_eq!(
+        up.received()[1].uri,
+        "/v1beta/models/m:streamGenerateContent?alt=sse"
+    );
+}
+
+#[tokio::test]
+async fn an_anthropic_client_fails_over_from_openai_to_gemini_with_the_stream_intact() {
+    let openai = mock(faulty("x", status(503))).await;
+    let gem = mock(text_spec("Gemini took over")).await;
+    let gw = gateway(&format!(
+        "{}{}",
+        openai_channel("gpt", &openai.base_url(), 1, ""),
+        gemini_channel("gem", gem.addr(), 2)
+    ))
+    .await;
+    let resp = client()
+        .post(format!("{}/v1/messages", gw.url))
+        .header("x-api-key", KEY)
+        .json(&json!({"model": "m", "max_tokens": 64, "stream": true,
+            "messages": [{"role": "user", "content": "Hello"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(header(&resp, "x-switchyard-channel"), "gem");
+    let body = resp.text().await.unwrap();
+    let text: String = body
+        .split("\n\n")
+        .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter_map(|v| v["delta"]["text"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(text, "Gemini took over");
+    assert!(body.contains("event: message_stop"));
+    assert_eq!(openai.requests(), 1);
+}
