@@ -61,6 +61,7 @@ fn probe_request(model: &str) -> ChatRequest {
         tools: Vec::new(),
         tool_choice: None,
         origin: crate::protocol::Protocol::OpenAiChat,
+        raw: None,
         extra: Map::new(),
     }
 }

@@ -84,6 +84,7 @@ fn text_of(v: Value, path: &str) -> Result<String, InvalidRequest> {
 /// Client body → canonical request. History becomes OpenAI-shaped turns: a `tool_result`
 /// block becomes a tool message (ids kept), `tool_use` an assistant tool call.
 pub fn request_from_value(body: Value) -> Result<ChatRequest, InvalidRequest> {
+    let client_body = body.clone();
     let mut m = expect_obj(body, "").map_err(|_| InvalidRequest {
         param: None,
         message: "the request body must be a JSON object".into(),
@@ -205,6 +206,7 @@ pub fn request_from_value(body: Value) -> Result<ChatRequest, InvalidRequest> {
         tools,
         tool_choice,
         origin: Protocol::AnthropicMessages,
+        raw: Some(client_body),
         // Anthropic-only fields (metadata, top_k, thinking...): kept for an Anthropic upstream,
         // never sent to another protocol's upstream.
         extra: m,
@@ -691,6 +693,14 @@ fn image_source(url: &str) -> Value {
 /// top-level `system`; tool results become `tool_result` blocks in a user turn; consecutive
 /// turns of the same role are merged, as Anthropic requires alternation.
 pub fn request_to_value(req: &ChatRequest, model: &str) -> Value {
+    // Same protocol: the client's own body, model rewritten (stream set by the caller).
+    if req.origin == Protocol::AnthropicMessages
+        && let Some(Value::Object(raw)) = &req.raw
+    {
+        let mut body = raw.clone();
+        body.insert("model".into(), json!(model));
+        return Value::Object(body);
+    }
     let mut system = Vec::new();
     let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
     let mut push = |role: &'static str, blocks: Vec<Value>| {

@@ -23,6 +23,7 @@ pub fn request_from_value(
     model: &str,
     stream: bool,
 ) -> Result<ChatRequest, InvalidRequest> {
+    let client_body = body.clone();
     let Value::Object(mut m) = body else {
         return Err(InvalidRequest {
             param: None,
@@ -216,6 +217,7 @@ pub fn request_from_value(
         tools,
         tool_choice,
         origin: Protocol::Gemini,
+        raw: Some(client_body),
         extra: m,
     })
 }
@@ -232,6 +234,12 @@ fn parts_text(parts: &Value) -> String {
 
 /// Canonical request → Gemini body (the model goes in the URL).
 pub fn request_to_value(req: &ChatRequest) -> Value {
+    // Same protocol: the client's own body (the model is in the URL).
+    if req.origin == Protocol::Gemini
+        && let Some(raw) = &req.raw
+    {
+        return raw.clone();
+    }
     let mut system = Vec::new();
     let mut contents: Vec<Value> = Vec::new();
     // Tool call id → function name, for the responses that follow.

@@ -203,6 +203,11 @@ pub struct ChatRequest {
     pub tool_choice: Option<Value>,
     /// The protocol the client spoke: `extra` holds that protocol's fields.
     pub origin: Protocol,
+    /// The client's body as sent, for a channel of the same protocol (Anthropic, Gemini): it
+    /// goes upstream as is, only the model rewritten, so nothing the canonical form does not
+    /// model is lost (cache_control, thinking signatures, documents...). OpenAI's own path is
+    /// lossless through `extra` and keeps no copy.
+    pub raw: Option<Value>,
     /// Fields not modelled above, in order; passed on to same-protocol upstreams only.
     pub extra: Map<String, Value>,
 }

@@ -228,6 +228,7 @@ pub fn request_from_value(body: Value) -> Result<ChatRequest, InvalidRequest> {
         tools,
         tool_choice,
         origin: super::Protocol::OpenAiChat,
+        raw: None,
         extra: m,
     })
 }

@@ -285,3 +285,36 @@ async fn an_overloaded_anthropic_channel_fails_over_across_providers() {
     assert_eq!(rows[0]["attempts"][0]["status"], 529);
     assert_eq!(rows[0]["attempts"][0]["reason"], "server_error");
 }
+
+#[tokio::test]
+async fn same_protocol_requests_pass_through_unchanged_but_for_the_model() {
+    let up = mock(text_spec("ok")).await;
+    let gw = gateway(&format!(
+        "[[channels]]\nname = \"claude\"\nprovider = \"anthropic\"\nbase_url = \"{}\"\n\
+         api_keys = [\"{UPSTREAM_KEY}\"]\nmodels = [{{ name = \"m\", upstream = \"claude-real\" }}]\n",
+        up.base_url()
+    ))
+    .await;
+    // What Claude Code sends: cache_control, signed thinking, betas' fields, a document block.
+    let body = json!({
+        "model": "m", "max_tokens": 512,
+        "system": [{"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}}],
+        "messages": [
+            {"role": "user", "content": [
+                {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "notes"}},
+                {"type": "text", "text": "Summarise.", "cache_control": {"type": "ephemeral"}}]},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "hmm", "signature": "EqQBCkgIARABGAIiQ..."},
+                {"type": "text", "text": "Sure."}]},
+            {"role": "user", "content": "Go on."}
+        ],
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
+        "context_management": {"edits": []},
+        "metadata": {"user_id": "session-1"}
+    });
+    let resp = messages(&gw, body.clone()).await;
+    assert_eq!(resp.status(), 200);
+    let mut expected = body;
+    expected["model"] = json!("claude-real");
+    assert_eq!(up.received()[0].body, expected);
+}
