@@ -45,6 +45,8 @@ pub struct LogRow {
     pub output_tokens: Option<u64>,
     /// Output tokens per second after the first byte (the rate the user saw).
     pub tokens_per_s: Option<f64>,
+    /// `lossless`, or `lossy (<what>)` when the request crossed protocols.
+    pub translation: Option<String>,
 }
 
 const SCHEMA: &str = "
@@ -68,6 +70,12 @@ CREATE TABLE IF NOT EXISTS requests (
 );
 CREATE INDEX IF NOT EXISTS requests_ts ON requests (ts_ms);
 ";
+
+/// Columns added after the first schema, for databases created before them.
+const MIGRATIONS: [(&str, &str); 1] = [(
+    "translation",
+    "ALTER TABLE requests ADD COLUMN translation TEXT",
+)];
 
 enum LogMsg {
     Row(Box<LogRow>),
@@ -95,6 +103,15 @@ impl RequestLog {
         conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(sqlite)?;
         conn.execute_batch(SCHEMA).map_err(sqlite)?;
+        for (column, alter) in MIGRATIONS {
+            let present: bool = conn
+                .prepare("SELECT 1 FROM pragma_table_info('requests') WHERE name = ?1")
+                .and_then(|mut s| s.exists([column]))
+                .map_err(sqlite)?;
+            if !present {
+                conn.execute_batch(alter).map_err(sqlite)?;
+            }
+        }
         let (tx, rx) = sync_channel(capacity);
         let alive = Arc::new(AtomicBool::new(true));
         let flag = alive.clone();
@@ -162,7 +179,8 @@ impl RequestLog {
         let mut stmt = conn
             .prepare(
                 "SELECT id, ts_ms, key_name, endpoint, requested_model, served_model, channel, status,
-                        outcome, attempts, stream, total_ms, ttfb_ms, input_tokens, output_tokens, tokens_per_s
+                        outcome, attempts, stream, total_ms, ttfb_ms, input_tokens, output_tokens, tokens_per_s,
+                        translation
                  FROM requests ORDER BY ts_ms DESC, rowid DESC LIMIT ?1",
             )
             .map_err(sqlite)?;
@@ -186,6 +204,7 @@ impl RequestLog {
                     "input_tokens": r.get::<_, Option<i64>>(13)?,
                     "output_tokens": r.get::<_, Option<i64>>(14)?,
                     "tokens_per_s": r.get::<_, Option<f64>>(15)?,
+                    "translation": r.get::<_, Option<String>>(16)?,
                 }))
             })
             .map_err(sqlite)?;
@@ -243,8 +262,9 @@ fn write_batch(conn: &mut Connection, rows: &[LogRow]) -> rusqlite::Result<()> {
     {
         let mut stmt = tx.prepare_cached(
             "INSERT OR REPLACE INTO requests (id, ts_ms, key_name, endpoint, requested_model, served_model,
-                channel, status, outcome, attempts, stream, total_ms, ttfb_ms, input_tokens, output_tokens, tokens_per_s)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+                channel, status, outcome, attempts, stream, total_ms, ttfb_ms, input_tokens, output_tokens, tokens_per_s,
+                translation)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
         )?;
         for r in rows {
             stmt.execute(params![
@@ -264,6 +284,7 @@ fn write_batch(conn: &mut Connection, rows: &[LogRow]) -> rusqlite::Result<()> {
                 r.input_tokens.map(|v| v as i64),
                 r.output_tokens.map(|v| v as i64),
                 r.tokens_per_s,
+                r.translation,
             ])?;
         }
     }
@@ -313,5 +334,34 @@ mod tests {
         }
         // A one-slot queue cannot keep up with 10k rows sent without pause.
         assert!(log.dropped() > 0);
+    }
+
+    #[tokio::test]
+    async fn a_log_from_before_a_new_column_is_migrated_on_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.db");
+        {
+            // The first schema (SCHEMA itself: later columns come by MIGRATIONS).
+            let c = Connection::open(&path).unwrap();
+            c.execute_batch(SCHEMA).unwrap();
+            assert!(
+                !c.prepare(
+                    "SELECT 1 FROM pragma_table_info('requests') WHERE name = 'translation'"
+                )
+                .unwrap()
+                .exists([])
+                .unwrap()
+            );
+        }
+        let log = RequestLog::open(&path, 4).unwrap();
+        log.record(LogRow {
+            id: "r".into(),
+            endpoint: "chat",
+            attempts: "[]".into(),
+            translation: Some("lossless".into()),
+            ..LogRow::default()
+        });
+        log.flush().await;
+        assert_eq!(log.recent(1).unwrap()[0]["translation"], "lossless");
     }
 }

@@ -223,6 +223,16 @@ pub enum ProviderKind {
 }
 
 impl ProviderKind {
+    /// The wire protocol this kind of upstream speaks.
+    pub fn protocol(self) -> crate::protocol::Protocol {
+        use crate::protocol::Protocol;
+        match self {
+            ProviderKind::Anthropic => Protocol::AnthropicMessages,
+            ProviderKind::Gemini => Protocol::Gemini,
+            ProviderKind::Openai | ProviderKind::Azure | ProviderKind::Mock => Protocol::OpenAiChat,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             ProviderKind::Openai => "openai",

@@ -212,6 +212,40 @@ pub struct ChatRequest {
     pub extra: Map<String, Value>,
 }
 
+impl ChatRequest {
+    /// What translating this request to `target` cannot carry: empty when nothing is lost.
+    /// Named by field, never by value (it goes into a header and the log).
+    pub fn translation_losses(&self, target: Protocol) -> Vec<String> {
+        if self.origin == target {
+            return Vec::new();
+        }
+        // The client's own protocol fields stay behind (OpenAI's go only to OpenAI).
+        let mut lost: Vec<String> = self.extra.keys().cloned().collect();
+        if self.tools.iter().any(|t| matches!(t, Tool::Other(_))) {
+            lost.push("non-function tools".into());
+        }
+        let parts = self.messages.iter().any(|m| {
+            matches!(&m.content, Some(Content::Parts(ps)) if ps.iter().any(|p| matches!(p, Part::Other(_))))
+        });
+        if parts {
+            lost.push("content parts of other types".into());
+        }
+        if let Some(raw) = &self.raw {
+            let text = raw.to_string();
+            if text.contains("\"cache_control\"") {
+                lost.push("cache_control".into());
+            }
+            if text.contains("\"signature\"") || text.contains("\"thoughtSignature\"") {
+                lost.push("thinking signatures".into());
+            }
+        }
+        if target != Protocol::OpenAiChat && self.messages.iter().any(|m| m.reasoning.is_some()) {
+            lost.push("reasoning history".into());
+        }
+        lost
+    }
+}
+
 /// Token counts as the upstream reported them; a count it did not send stays `None`.
 impl ChatRequest {
     /// A rough token count for budgets before the upstream says (about 4 characters a token,

@@ -423,6 +423,23 @@ async fn generate_content(
     }
 }
 
+/// `lossless`, or `lossy (<what>)`: what reaching the serving channel's protocol dropped.
+fn translation(snap: &Snapshot, report: &Report, req: &crate::protocol::ChatRequest) -> String {
+    let target = report
+        .served
+        .as_ref()
+        .and_then(|s| snap.channels.iter().find(|c| c.name == s.channel))
+        .map(|c| c.kind.protocol());
+    let lost = target
+        .map(|t| req.translation_losses(t))
+        .unwrap_or_default();
+    if lost.is_empty() {
+        "lossless".into()
+    } else {
+        format!("lossy ({})", lost.join(", "))
+    }
+}
+
 /// Runs a chat request and answers in the client's protocol.
 async fn serve_chat(state: &AppState, mut ctx: Ctx, req: crate::protocol::ChatRequest) -> Response {
     ctx.report = Report::new(&req.model);
@@ -433,7 +450,9 @@ async fn serve_chat(state: &AppState, mut ctx: Ctx, req: crate::protocol::ChatRe
         {
             Ok(committed) => {
                 let ttfb = ctx.started.elapsed();
-                let row = ctx.take_row(200, "ok");
+                let translated = translation(&snap, &ctx.report, &req);
+                let mut row = ctx.take_row(200, "ok");
+                row.translation = Some(translated.clone());
                 let wire = match ctx.protocol {
                     Protocol::OpenAiChat => sse::Wire::OpenAi,
                     Protocol::AnthropicMessages => sse::Wire::Anthropic {
@@ -453,7 +472,9 @@ async fn serve_chat(state: &AppState, mut ctx: Ctx, req: crate::protocol::ChatRe
                     ctx.report.body_extension(),
                     sse::StreamLog::new(state.log.clone(), row, ctx.started, ttfb),
                 );
-                served(resp, &ctx)
+                let mut resp = served(resp, &ctx);
+                set_header(&mut resp, "x-switchyard-translation", &translated);
+                resp
             }
             Err(err) => {
                 let e = exec_error(&ctx, err);
@@ -481,7 +502,9 @@ async fn serve_chat(state: &AppState, mut ctx: Ctx, req: crate::protocol::ChatRe
                 }
             }
             .unwrap_or_default();
+            let translated = translation(&snap, &ctx.report, &req);
             let mut row = ctx.take_row(200, "ok");
+            row.translation = Some(translated.clone());
             row.ttfb_ms = Some(row.total_ms);
             if let Some(u) = &resp.usage {
                 row.input_tokens = u.input_tokens;
@@ -493,7 +516,9 @@ async fn serve_chat(state: &AppState, mut ctx: Ctx, req: crate::protocol::ChatRe
                     .map(|n| n as f64 / secs);
             }
             state.log.record(row);
-            served(json_response(body), &ctx)
+            let mut out = served(json_response(body), &ctx);
+            set_header(&mut out, "x-switchyard-translation", &translated);
+            out
         }
         Err(err) => {
             let e = exec_error(&ctx, err);

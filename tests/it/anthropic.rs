@@ -318,3 +318,35 @@ async fn same_protocol_requests_pass_through_unchanged_but_for_the_model() {
     expected["model"] = json!("claude-real");
     assert_eq!(up.received()[0].body, expected);
 }
+
+#[tokio::test]
+async fn crossing_protocols_says_what_was_lost_and_the_log_keeps_it() {
+    let up = mock(text_spec("ok")).await;
+    let claude = mock(text_spec("ok")).await;
+    let gw = gateway(&format!(
+        "{}{}",
+        openai_channel("gpt", &up.base_url(), 1, ""),
+        anthropic_channel("claude", &claude.base_url(), 2)
+    ))
+    .await;
+    let mut body = ask(false);
+    body["metadata"] = json!({"user_id": "u"});
+    body["system"] = json!([{"type": "text", "text": "x", "cache_control": {"type": "ephemeral"}}]);
+    let resp = messages(&gw, body.clone()).await;
+    assert_eq!(
+        header(&resp, "x-switchyard-translation"),
+        "lossy (metadata, cache_control)"
+    );
+    // The same request served by an Anthropic channel: nothing lost.
+    let gw2 = gateway(&anthropic_channel("claude", &claude.base_url(), 1)).await;
+    let resp = messages(&gw2, body).await;
+    assert_eq!(header(&resp, "x-switchyard-translation"), "lossless");
+    // An OpenAI client on an OpenAI channel: lossless too; and the log row says so.
+    assert_eq!(
+        header(&gw.chat(chat_body(false)).await, "x-switchyard-translation"),
+        "lossless"
+    );
+    let rows = gw.admin_requests().await;
+    assert_eq!(rows[0]["translation"], "lossless");
+    assert_eq!(rows[1]["translation"], "lossy (metadata, cache_control)");
+}
