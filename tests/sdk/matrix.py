@@ -1,0 +1,148 @@
+"""Every official SDK x every channel kind, through a real Switchyard.
+
+Starts two standalone mocks (one answering text, one answering a tool call; each speaks
+OpenAI, Anthropic and Gemini) and a gateway whose models route to channels of kind openai,
+anthropic and gemini. Then drives the gateway with the openai, anthropic and google-genai
+SDKs: plain, streaming, tools and streamed tools, in every client x channel combination.
+Any warning is an error. Prints 'N passed, N failed' and exits non-zero on a failure.
+
+    python tests/sdk/matrix.py path/to/switchyard
+"""
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+
+warnings.simplefilter("error")
+
+import anthropic  # noqa: E402
+import openai  # noqa: E402
+from google import genai  # noqa: E402
+from google.genai import types  # noqa: E402
+
+BIN = sys.argv[1]
+KEY = "sk-matrix-key-0001"
+TEXT = "Hello from the matrix."
+TOOL_ARGS = {"city": "Paris"}
+
+
+def spawn(args, marker):
+    p = subprocess.Popen([BIN, "--log-level", "error", *args], stdout=subprocess.PIPE, text=True)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        line = p.stdout.readline()
+        m = re.search(marker + r"(\S+)", line)
+        if m:
+            return p, m.group(1)
+    raise RuntimeError(f"{args[0]} did not start")
+
+
+def main():
+    procs = []
+    work = tempfile.mkdtemp()
+    try:
+        spec = os.path.join(work, "tools.toml")
+        with open(spec, "w") as f:
+            f.write('chunks = 3\ntool_call = { name = "weather", arguments = %s }\n' % json.dumps(json.dumps(TOOL_ARGS)))
+        text_mock, text_url = spawn(["mock", "--port", "0", "--text", TEXT, "--chunks", "3"], "listening on ")
+        tool_mock, tool_url = spawn(["mock", "--port", "0", "--spec", spec], "listening on ")
+        procs += [text_mock, tool_mock]
+        root = lambda url: url.rsplit("/v1", 1)[0]  # noqa: E731
+        channels = ""
+        for kind in ("openai", "anthropic", "gemini"):
+            for purpose, url in (("text", text_url), ("tools", tool_url)):
+                base = root(url) + ("/v1beta" if kind == "gemini" else "/v1")
+                channels += (
+                    f'[[channels]]\nname = "{kind}-{purpose}"\nprovider = "{kind}"\nbase_url = "{base}"\n'
+                    f'api_keys = ["sk-upstream-matrix"]\nmodels = ["{kind}-{purpose}"]\n\n'
+                )
+        config = os.path.join(work, "gw.toml")
+        with open(config, "w") as f:
+            f.write(f'[log]\nsqlite_path = "{work}/gw.db"\n[[keys]]\nname = "matrix"\nkey = "{KEY}"\n\n{channels}')
+        gw, gw_url = spawn(["serve", "--listen", "127.0.0.1:0", "--config", config], "switchyard listening on ")
+        procs.append(gw)
+        return run(gw_url)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+            p.stdout.close()
+
+
+def check_openai(url, kind):
+    c = openai.OpenAI(base_url=url + "/v1", api_key=KEY, max_retries=0)
+    r = c.chat.completions.create(model=f"{kind}-text", messages=[{"role": "user", "content": "hi"}])
+    assert r.choices[0].message.content == TEXT, r
+    s = "".join(ch.choices[0].delta.content or "" for ch in c.chat.completions.create(
+        model=f"{kind}-text", messages=[{"role": "user", "content": "hi"}], stream=True) if ch.choices)
+    assert s == TEXT, s
+    tools = [{"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}]
+    r = c.chat.completions.create(model=f"{kind}-tools", messages=[{"role": "user", "content": "w"}], tools=tools)
+    call = r.choices[0].message.tool_calls[0]
+    assert call.function.name == "weather" and json.loads(call.function.arguments) == TOOL_ARGS, r
+    with c.chat.completions.stream(model=f"{kind}-tools", messages=[{"role": "user", "content": "w"}], tools=tools) as st:
+        final = st.get_final_completion()
+    call = final.choices[0].message.tool_calls[0]
+    assert json.loads(call.function.arguments) == TOOL_ARGS, final
+
+
+def check_anthropic(url, kind):
+    c = anthropic.Anthropic(base_url=url, api_key=KEY, max_retries=0)
+    m = c.messages.create(model=f"{kind}-text", max_tokens=64, messages=[{"role": "user", "content": "hi"}])
+    assert m.content[0].text == TEXT, m
+    with c.messages.stream(model=f"{kind}-text", max_tokens=64, messages=[{"role": "user", "content": "hi"}]) as st:
+        s = "".join(st.text_stream)
+    assert s == TEXT, s
+    tools = [{"name": "weather", "input_schema": {"type": "object"}}]
+    m = c.messages.create(model=f"{kind}-tools", max_tokens=64, tools=tools, messages=[{"role": "user", "content": "w"}])
+    use = [b for b in m.content if b.type == "tool_use"][0]
+    assert use.name == "weather" and use.input == TOOL_ARGS and m.stop_reason == "tool_use", m
+    with c.messages.stream(model=f"{kind}-tools", max_tokens=64, tools=tools, messages=[{"role": "user", "content": "w"}]) as st:
+        final = st.get_final_message()
+    use = [b for b in final.content if b.type == "tool_use"][0]
+    assert use.input == TOOL_ARGS, final
+
+
+def check_gemini(url, kind):
+    c = genai.Client(api_key=KEY, http_options=types.HttpOptions(base_url=url))
+    r = c.models.generate_content(model=f"{kind}-text", contents="hi")
+    assert r.text == TEXT, r
+    s = "".join(ch.text or "" for ch in c.models.generate_content_stream(model=f"{kind}-text", contents="hi"))
+    assert s == TEXT, s
+    decl = types.FunctionDeclaration(name="weather", parameters={"type": "object"})
+    cfg = types.GenerateContentConfig(tools=[types.Tool(function_declarations=[decl])],
+                                      automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True))
+    r = c.models.generate_content(model=f"{kind}-tools", contents="w", config=cfg)
+    fc = r.function_calls[0]
+    assert fc.name == "weather" and fc.args == TOOL_ARGS, r
+    calls = [fc for ch in c.models.generate_content_stream(model=f"{kind}-tools", contents="w", config=cfg)
+             for fc in (ch.function_calls or [])]
+    assert len(calls) == 1 and calls[0].args == TOOL_ARGS, calls
+
+
+def run(url):
+    passed = failed = 0
+    for client, check in (("openai", check_openai), ("anthropic", check_anthropic), ("gemini", check_gemini)):
+        for kind in ("openai", "anthropic", "gemini"):
+            name = f"{client} SDK -> {kind} channel"
+            try:
+                check(url, kind)
+                passed += 1
+                print(f"ok   {name}")
+            except Exception:  # noqa: BLE001 - report every combination, then fail
+                failed += 1
+                print(f"FAIL {name}")
+                traceback.print_exc()
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
