@@ -9,6 +9,9 @@ pub mod anthropic;
 pub mod gemini;
 pub mod openai;
 
+#[cfg(test)]
+mod golden;
+
 use serde_json::{Map, Value};
 
 /// The wire formats a client or upstream may speak.
