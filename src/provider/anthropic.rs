@@ -12,7 +12,7 @@ use reqwest::Url;
 use reqwest::header::{CONTENT_TYPE, HeaderValue};
 use serde_json::Value;
 
-use super::{ChunkStream, UpstreamError, parse_retry_after};
+use super::{ChunkStream, UpstreamError};
 use crate::config::Secret;
 use crate::protocol::anthropic::{Decoded, StreamDecoder, request_to_value, response_from_value};
 use crate::protocol::{ChatRequest, ChatResponse, InvalidUpstream, StreamChunk};
@@ -85,14 +85,7 @@ impl Anthropic {
             .post(self.messages_url.clone())
             .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
             .body(bytes);
-        let resp =
-            self.headers(rb, cred)?.send().await.map_err(|e| {
-                UpstreamError::Connect(super::openai::error_chain(&e.without_url()))
-            })?;
-        if resp.status().is_success() {
-            return Ok(resp);
-        }
-        Err(super::openai::status_error(resp).await)
+        super::openai::send(self.headers(rb, cred)?).await
     }
 
     pub async fn chat(
@@ -134,16 +127,8 @@ impl Anthropic {
     }
 
     pub async fn models(&self, cred: Option<usize>) -> Result<(), UpstreamError> {
-        let resp = self
-            .headers(self.client.get(self.models_url.clone()), cred)?
-            .send()
-            .await
-            .map_err(|e| UpstreamError::Connect(super::openai::error_chain(&e.without_url())))?;
-        if resp.status().is_success() {
-            return Ok(());
-        }
-        let _ = parse_retry_after(resp.headers());
-        Err(super::openai::status_error(resp).await)
+        super::openai::send(self.headers(self.client.get(self.models_url.clone()), cred)?).await?;
+        Ok(())
     }
 }
 

@@ -79,14 +79,7 @@ impl Gemini {
             .post(url)
             .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
             .body(bytes);
-        let resp =
-            self.key(rb, cred)?.send().await.map_err(|e| {
-                UpstreamError::Connect(super::openai::error_chain(&e.without_url()))
-            })?;
-        if resp.status().is_success() {
-            return Ok(resp);
-        }
-        Err(super::openai::status_error(resp).await)
+        super::openai::send(self.key(rb, cred)?).await
     }
 
     pub async fn chat(
@@ -126,15 +119,8 @@ impl Gemini {
     }
 
     pub async fn models(&self, cred: Option<usize>) -> Result<(), UpstreamError> {
-        let resp = self
-            .key(self.client.get(self.url("models")), cred)?
-            .send()
-            .await
-            .map_err(|e| UpstreamError::Connect(super::openai::error_chain(&e.without_url())))?;
-        if resp.status().is_success() {
-            return Ok(());
-        }
-        Err(super::openai::status_error(resp).await)
+        super::openai::send(self.key(self.client.get(self.url("models")), cred)?).await?;
+        Ok(())
     }
 }
 

@@ -81,7 +81,7 @@ impl OpenAi {
         cred: Option<usize>,
     ) -> Result<reqwest::Response, UpstreamError> {
         // Built from scratch: no client header, cookie or credential ever reaches the upstream.
-        let mut rb = self
+        let rb = self
             .client
             .post(url.clone())
             .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
@@ -94,15 +94,7 @@ impl OpenAi {
                 }),
             )
             .body(body);
-        rb = self.authorize(rb, cred)?;
-        let resp = rb.send().await.map_err(|e| {
-            // `without_url`: the URL may carry credentials (`?key=`); it never reaches a log.
-            UpstreamError::Connect(error_chain(&e.without_url()))
-        })?;
-        if resp.status().is_success() {
-            return Ok(resp);
-        }
-        Err(status_error(resp).await)
+        send(self.authorize(rb, cred)?).await
     }
 
     pub async fn chat(
@@ -188,15 +180,8 @@ impl OpenAi {
     }
 
     pub async fn models(&self, cred: Option<usize>) -> Result<(), UpstreamError> {
-        let rb = self.authorize(self.client.get(self.models_url.clone()), cred)?;
-        let resp = rb
-            .send()
-            .await
-            .map_err(|e| UpstreamError::Connect(error_chain(&e.without_url())))?;
-        if resp.status().is_success() {
-            return Ok(());
-        }
-        Err(status_error(resp).await)
+        send(self.authorize(self.client.get(self.models_url.clone()), cred)?).await?;
+        Ok(())
     }
 
     pub async fn embeddings(
@@ -269,6 +254,19 @@ fn too_large(cap: usize) -> UpstreamError {
         what: "response",
         message: format!("larger than {cap} bytes"),
     })
+}
+
+/// Sends a request; a connection failure or a non-2xx answer becomes its upstream error class.
+pub(super) async fn send(rb: reqwest::RequestBuilder) -> Result<reqwest::Response, UpstreamError> {
+    // `without_url`: the URL may carry credentials (`?key=`); it never reaches a log.
+    let resp = rb
+        .send()
+        .await
+        .map_err(|e| UpstreamError::Connect(error_chain(&e.without_url())))?;
+    if resp.status().is_success() {
+        return Ok(resp);
+    }
+    Err(status_error(resp).await)
 }
 
 pub(super) async fn status_error(resp: reqwest::Response) -> UpstreamError {
