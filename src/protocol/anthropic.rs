@@ -305,26 +305,7 @@ fn turn(v: Value, path: &str, out: &mut Vec<Message>) -> Result<(), InvalidReque
             _ => parts.push(Part::Other(Value::Object(b))),
         }
     }
-    if parts.is_empty() && calls.is_empty() && reasoning.is_empty() {
-        return Ok(());
-    }
-    let content = match parts.len() {
-        0 => None,
-        1 if matches!(parts[0], Part::Text { .. }) => match parts.pop() {
-            Some(Part::Text { text, .. }) => Some(Content::Text(text)),
-            _ => None,
-        },
-        _ => Some(Content::Parts(parts)),
-    };
-    out.push(Message {
-        role,
-        content,
-        name: None,
-        tool_calls: calls,
-        tool_call_id: None,
-        reasoning: (!reasoning.is_empty()).then_some(reasoning),
-        extra: Map::new(),
-    });
+    out.extend(Message::from_blocks(role, parts, calls, reasoning));
     Ok(())
 }
 

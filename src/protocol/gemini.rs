@@ -124,26 +124,7 @@ pub fn request_from_value(
                 });
             }
         }
-        if parts.is_empty() && calls.is_empty() && reasoning.is_empty() {
-            continue;
-        }
-        let content = match parts.len() {
-            0 => None,
-            1 if matches!(parts[0], Part::Text { .. }) => match parts.pop() {
-                Some(Part::Text { text, .. }) => Some(Content::Text(text)),
-                _ => None,
-            },
-            _ => Some(Content::Parts(parts)),
-        };
-        messages.push(Message {
-            role,
-            content,
-            name: None,
-            tool_calls: calls,
-            tool_call_id: None,
-            reasoning: (!reasoning.is_empty()).then_some(reasoning),
-            extra: Map::new(),
-        });
+        messages.extend(Message::from_blocks(role, parts, calls, reasoning));
     }
     let gc = m
         .shift_remove("generationConfig")

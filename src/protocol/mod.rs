@@ -154,6 +154,36 @@ impl Message {
             extra: Map::new(),
         }
     }
+
+    /// A turn built from another protocol's blocks; `None` when it carries nothing. A lone text
+    /// part becomes plain text, the shape every protocol's simplest form maps to.
+    pub fn from_blocks(
+        role: Role,
+        mut parts: Vec<Part>,
+        tool_calls: Vec<ToolCall>,
+        reasoning: String,
+    ) -> Option<Self> {
+        if parts.is_empty() && tool_calls.is_empty() && reasoning.is_empty() {
+            return None;
+        }
+        let content = match parts.len() {
+            0 => None,
+            1 if matches!(parts[0], Part::Text { .. }) => match parts.pop() {
+                Some(Part::Text { text, .. }) => Some(Content::Text(text)),
+                _ => None,
+            },
+            _ => Some(Content::Parts(parts)),
+        };
+        Some(Message {
+            role,
+            content,
+            name: None,
+            tool_calls,
+            tool_call_id: None,
+            reasoning: (!reasoning.is_empty()).then_some(reasoning),
+            extra: Map::new(),
+        })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
