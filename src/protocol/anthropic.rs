@@ -427,6 +427,8 @@ pub struct StreamEncoder {
     stop_reason: Option<&'static str>,
     input_tokens: u64,
     output_tokens: u64,
+    /// The upstream speaks Anthropic too and its events are written as they came.
+    passthrough: bool,
 }
 
 fn event(out: &mut Vec<u8>, name: &str, data: &Value) {
@@ -462,6 +464,18 @@ impl StreamEncoder {
     }
 
     pub fn chunk(&mut self, c: &StreamChunk, model: &str, out: &mut Vec<u8>) {
+        if let Some(raw) = c.raw.as_ref().filter(|r| r.protocol == Protocol::AnthropicMessages) {
+            self.passthrough = true;
+            if let Some(name) = &raw.event {
+                out.extend_from_slice(b"event: ");
+                out.extend_from_slice(name.as_bytes());
+                out.push(b'\n');
+            }
+            out.extend_from_slice(b"data: ");
+            out.extend_from_slice(raw.data.as_bytes());
+            out.extend_from_slice(b"\n\n");
+            return;
+        }
         if let Some(u) = &c.usage {
             self.input_tokens = u.input_tokens.unwrap_or(self.input_tokens);
             self.output_tokens = u.output_tokens.unwrap_or(self.output_tokens);
@@ -521,6 +535,11 @@ impl StreamEncoder {
 
     /// The end of a complete stream: close the open block, then the message.
     pub fn done(&mut self, out: &mut Vec<u8>) {
+        if self.passthrough {
+            // The upstream's own block stops and `message_delta` went out already.
+            event(out, "message_stop", &json!({"type": "message_stop"}));
+            return;
+        }
         self.close(out);
         event(
             out,
@@ -894,6 +913,7 @@ pub fn response_from_value(v: Value) -> Result<ChatResponse, super::InvalidUpstr
         }],
         usage: usage_from(&v["usage"]),
         extra: Map::new(),
+        raw: None,
     })
 }
 
@@ -937,6 +957,7 @@ impl StreamDecoder {
             }],
             usage,
             extra: Map::new(),
+            raw: None,
         }))
     }
 

@@ -492,6 +492,7 @@ pub fn response_from_value(v: Value) -> Result<ChatResponse, InvalidUpstream> {
         }],
         usage: usage_from(&v["usageMetadata"]),
         extra: Map::new(),
+        raw: None,
     })
 }
 
@@ -596,6 +597,7 @@ impl StreamDecoder {
             }],
             usage: usage_from(&v["usageMetadata"]),
             extra: Map::new(),
+            raw: None,
         }
     }
 }

@@ -332,6 +332,15 @@ pub struct ChatResponse {
     pub choices: Vec<Choice>,
     pub usage: Option<Usage>,
     pub extra: Map<String, Value>,
+    /// The upstream's own body, answered as is to a client of the same protocol.
+    pub raw: Option<RawBody>,
+}
+
+/// An upstream's whole answer, tagged with its protocol.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawBody {
+    pub protocol: Protocol,
+    pub body: Value,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -389,9 +398,39 @@ pub struct StreamChunk {
     pub choices: Vec<ChunkChoice>,
     pub usage: Option<Usage>,
     pub extra: Map<String, Value>,
+    /// The upstream's own event, written as is to a client of the same protocol, so that what
+    /// the canonical form does not model (thinking signatures, block stops, pings) reaches it.
+    /// Events that mean nothing canonically come as chunks with no choices and only this.
+    pub raw: Option<RawEvent>,
+}
+
+/// One upstream SSE event, tagged with its protocol.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawEvent {
+    pub protocol: Protocol,
+    pub event: Option<String>,
+    pub data: String,
 }
 
 impl StreamChunk {
+    /// A chunk that carries only an upstream event, for same-protocol clients.
+    pub fn raw_only(raw: RawEvent) -> Self {
+        StreamChunk {
+            id: None,
+            model: None,
+            created: None,
+            choices: Vec::new(),
+            usage: None,
+            extra: Map::new(),
+            raw: Some(raw),
+        }
+    }
+
+    /// Nothing here for a client of another protocol than the upstream's.
+    pub fn is_raw_only(&self) -> bool {
+        self.choices.is_empty() && self.usage.is_none() && self.raw.is_some()
+    }
+
     /// Output the client can see: text, reasoning, a tool-call delta, or any other non-empty
     /// delta field (`refusal`, `audio`, legacy `function_call`, OpenRouter's `reasoning`...).
     /// The streaming commit point is the first chunk for which this holds.

@@ -718,6 +718,7 @@ pub fn response_from_value(body: Value) -> Result<ChatResponse, InvalidUpstream>
         choices,
         usage,
         extra: m,
+        raw: None,
     })
 }
 
@@ -829,6 +830,7 @@ pub fn chunk_from_value(v: Value) -> Result<StreamChunk, InvalidUpstream> {
         choices,
         usage,
         extra: m,
+        raw: None,
     })
 }
 

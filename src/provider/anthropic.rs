@@ -15,7 +15,9 @@ use serde_json::Value;
 use super::{ChunkStream, UpstreamError};
 use crate::config::Secret;
 use crate::protocol::anthropic::{Decoded, StreamDecoder, request_to_value, response_from_value};
-use crate::protocol::{ChatRequest, ChatResponse, InvalidUpstream, StreamChunk};
+use crate::protocol::{
+    ChatRequest, ChatResponse, InvalidUpstream, Protocol, RawBody, RawEvent, StreamChunk,
+};
 
 const VERSION: &str = "2023-06-01";
 
@@ -105,7 +107,14 @@ impl Anthropic {
             what: "anthropic message",
             message: e.to_string(),
         })?;
-        Ok(response_from_value(v)?)
+        // A same-protocol client gets the upstream's body itself (thinking signatures...).
+        let raw = (req.origin == Protocol::AnthropicMessages).then(|| RawBody {
+            protocol: Protocol::AnthropicMessages,
+            body: v.clone(),
+        });
+        let mut out = response_from_value(v)?;
+        out.raw = raw;
+        Ok(out)
     }
 
     pub async fn chat_stream(
@@ -122,6 +131,7 @@ impl Anthropic {
         Ok(Box::pin(Events {
             inner: resp.bytes_stream().eventsource(),
             decoder: StreamDecoder::default(),
+            keep_raw: req.origin == Protocol::AnthropicMessages,
             done: false,
         }))
     }
@@ -137,6 +147,8 @@ impl Anthropic {
 struct Events<S> {
     inner: EventStream<S>,
     decoder: StreamDecoder,
+    /// The client speaks Anthropic too: every event also goes on as is.
+    keep_raw: bool,
     done: bool,
 }
 
@@ -156,14 +168,25 @@ where
                     let Ok(data) = serde_json::from_str::<Value>(&ev.data) else {
                         continue; // keep-alives and blank events
                     };
-                    match self.decoder.event(&data) {
-                        Decoded::Chunk(c) => return Poll::Ready(Some(Ok(*c))),
-                        Decoded::Nothing => continue,
-                        Decoded::End => {
+                    let raw = self.keep_raw.then(|| RawEvent {
+                        protocol: Protocol::AnthropicMessages,
+                        event: Some(ev.event),
+                        data: ev.data,
+                    });
+                    match (self.decoder.event(&data), raw) {
+                        (Decoded::Chunk(mut c), raw) => {
+                            c.raw = raw;
+                            return Poll::Ready(Some(Ok(*c)));
+                        }
+                        (Decoded::Nothing, Some(raw)) => {
+                            return Poll::Ready(Some(Ok(StreamChunk::raw_only(raw))));
+                        }
+                        (Decoded::Nothing, None) => continue,
+                        (Decoded::End, _) => {
                             self.done = true;
                             return Poll::Ready(None);
                         }
-                        Decoded::Error => {
+                        (Decoded::Error, _) => {
                             self.done = true;
                             return Poll::Ready(Some(Err(UpstreamError::StreamError)));
                         }

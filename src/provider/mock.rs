@@ -279,6 +279,7 @@ fn reply(spec: &MockSpec, model: &str, req: &ChatRequest, n: u64) -> ChatRespons
         }],
         usage: Some(usage(req, pieces.len() as u64)),
         extra: Map::new(),
+        raw: None,
     }
 }
 
@@ -299,6 +300,7 @@ fn reply_chunks(spec: &MockSpec, model: &str, req: &ChatRequest, n: u64) -> Vec<
         }],
         usage: None,
         extra: Map::new(),
+        raw: None,
     };
     let pieces = spec.pieces();
     let output_tokens = pieces.len() as u64;
@@ -360,6 +362,7 @@ fn reply_chunks(spec: &MockSpec, model: &str, req: &ChatRequest, n: u64) -> Vec<
         choices: Vec::new(),
         usage: Some(usage(req, output_tokens)),
         extra: Map::new(),
+        raw: None,
     });
     out
 }

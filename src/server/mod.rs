@@ -494,7 +494,11 @@ async fn serve_chat(state: &AppState, mut ctx: Ctx, req: crate::protocol::ChatRe
                     serde_json::to_vec(&gemini::response_to_value(&resp, &req.model))
                 }
                 Protocol::AnthropicMessages => {
-                    let mut v = anthropic::response_to_value(&resp, &req.model);
+                    let mut v = match resp.raw {
+                        // From an Anthropic upstream: its own body, thinking signatures and all.
+                        Some(raw) if raw.protocol == Protocol::AnthropicMessages => raw.body,
+                        _ => anthropic::response_to_value(&resp, &req.model),
+                    };
                     if let (Some(ext), Some(obj)) = (ext, v.as_object_mut()) {
                         obj.insert("switchyard".into(), ext);
                     }

@@ -149,6 +149,9 @@ impl SseBody {
                 self.log.observe(&c);
                 match &mut self.wire {
                     Wire::OpenAi => {
+                        if c.is_raw_only() {
+                            return;
+                        }
                         if let Some(r) = self.report.take() {
                             c.extra.insert("switchyard".into(), r);
                         }

@@ -350,3 +350,73 @@ async fn crossing_protocols_says_what_was_lost_and_the_log_keeps_it() {
     assert_eq!(rows[0]["translation"], "lossless");
     assert_eq!(rows[1]["translation"], "lossy (metadata, cache_control)");
 }
+
+/// What a real Claude sends with extended thinking: a signed thinking block, a ping, block
+/// stops. Spacing and order as sent, so byte equality shows nothing was re-encoded.
+const THINKING_STREAM: &str = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_01\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"claude-up\",\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":12,\"output_tokens\":1}}}\n\n\
+event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"thinking\",\"thinking\":\"\",\"signature\":\"\"}}\n\n\
+event: ping\ndata: {\"type\": \"ping\"}\n\n\
+event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\"Let me think.\"}}\n\n\
+event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"signature_delta\",\"signature\":\"EqQBCgIYAhIM\"}}\n\n\
+event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n\
+event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n\
+event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"text_delta\",\"text\":\"42.\"}}\n\n\
+event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":1}\n\n\
+event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":9}}\n\n\
+event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+
+fn thinking_message() -> Value {
+    json!({"id": "msg_02", "type": "message", "role": "assistant", "model": "claude-up",
+        "content": [
+            {"type": "thinking", "thinking": "Let me think.", "signature": "EqQBCgIYAhIM"},
+            {"type": "text", "text": "42."}],
+        "stop_reason": "end_turn", "stop_sequence": null,
+        "usage": {"input_tokens": 12, "output_tokens": 9}})
+}
+
+/// An Anthropic upstream answering with the canned thinking stream or message above.
+async fn thinking_upstream() -> String {
+    use axum::{Json, Router, http::header, response::IntoResponse, routing::post};
+    async fn answer(Json(body): Json<Value>) -> axum::response::Response {
+        if body["stream"] == true {
+            ([(header::CONTENT_TYPE, "text/event-stream")], THINKING_STREAM).into_response()
+        } else {
+            Json(thinking_message()).into_response()
+        }
+    }
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let app = Router::new().route("/v1/messages", post(answer));
+    tokio::spawn(async move { axum::serve(l, app).await });
+    format!("http://{addr}/v1")
+}
+
+#[tokio::test]
+async fn same_protocol_answers_pass_through_with_thinking_signatures() {
+    let base = thinking_upstream().await;
+    let gw = gateway(&anthropic_channel("claude", &base, 1)).await;
+
+    let resp = messages(&gw, ask(true)).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(header(&resp, "x-switchyard-translation"), "lossless");
+    assert_eq!(resp.text().await.unwrap(), THINKING_STREAM);
+
+    let resp = messages(&gw, ask(false)).await;
+    assert_eq!(header(&resp, "x-switchyard-translation"), "lossless");
+    let mut v: Value = resp.json().await.unwrap();
+    v.as_object_mut().unwrap().remove("switchyard");
+    assert_eq!(v, thinking_message());
+
+    // An OpenAI client of the same upstream gets the thinking as reasoning, the text, and no
+    // empty chunk for the events that mean nothing to it (ping, block stops, signature).
+    let text = gw.chat(chat_body(true)).await.text().await.unwrap();
+    let chunks: Vec<Value> = sse_data(&text)
+        .iter()
+        .filter_map(|d| serde_json::from_str(d).ok())
+        .collect();
+    assert!(chunks.iter().all(|c| {
+        c["choices"].as_array().is_some_and(|a| !a.is_empty()) || c["usage"].is_object()
+    }));
+    assert_eq!(sse_text(&text), "42.");
+    assert!(text.contains("Let me think."), "{text}");
+}
