@@ -464,7 +464,11 @@ impl StreamEncoder {
     }
 
     pub fn chunk(&mut self, c: &StreamChunk, model: &str, out: &mut Vec<u8>) {
-        if let Some(raw) = c.raw.as_ref().filter(|r| r.protocol == Protocol::AnthropicMessages) {
+        if let Some(raw) = c
+            .raw
+            .as_ref()
+            .filter(|r| r.protocol == Protocol::AnthropicMessages)
+        {
             self.passthrough = true;
             if let Some(name) = &raw.event {
                 out.extend_from_slice(b"event: ");

@@ -610,6 +610,8 @@ pub struct StreamEncoder {
     pending: std::collections::BTreeMap<u32, (String, String)>,
     finish: Option<String>,
     usage: Option<Usage>,
+    /// The upstream speaks Gemini too and its events are written as they came.
+    passthrough: bool,
 }
 
 fn data(out: &mut Vec<u8>, v: &Value) {
@@ -620,6 +622,13 @@ fn data(out: &mut Vec<u8>, v: &Value) {
 
 impl StreamEncoder {
     pub fn chunk(&mut self, c: &StreamChunk, model: &str, out: &mut Vec<u8>) {
+        if let Some(raw) = c.raw.as_ref().filter(|r| r.protocol == Protocol::Gemini) {
+            self.passthrough = true;
+            out.extend_from_slice(b"data: ");
+            out.extend_from_slice(raw.data.as_bytes());
+            out.extend_from_slice(b"\n\n");
+            return;
+        }
         if let Some(u) = &c.usage {
             self.usage = Some(u.clone());
         }
@@ -655,6 +664,10 @@ impl StreamEncoder {
 
     /// The end: the held function calls, the finish reason and usage.
     pub fn done(&mut self, model: &str, out: &mut Vec<u8>) {
+        if self.passthrough {
+            // The upstream's own last event carried the finish reason and usage.
+            return;
+        }
         let parts: Vec<Value> = std::mem::take(&mut self.pending)
             .into_values()
             .map(|(name, args)| {

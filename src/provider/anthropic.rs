@@ -168,7 +168,7 @@ where
                     let Ok(data) = serde_json::from_str::<Value>(&ev.data) else {
                         continue; // keep-alives and blank events
                     };
-                    let raw = self.keep_raw.then(|| RawEvent {
+                    let raw = self.keep_raw.then_some(RawEvent {
                         protocol: Protocol::AnthropicMessages,
                         event: Some(ev.event),
                         data: ev.data,

@@ -15,7 +15,9 @@ use serde_json::Value;
 use super::{ChunkStream, UpstreamError};
 use crate::config::Secret;
 use crate::protocol::gemini::{StreamDecoder, request_to_value, response_from_value};
-use crate::protocol::{ChatRequest, ChatResponse, InvalidUpstream, StreamChunk};
+use crate::protocol::{
+    ChatRequest, ChatResponse, InvalidUpstream, Protocol, RawBody, RawEvent, StreamChunk,
+};
 
 pub struct Gemini {
     base: Url,
@@ -98,7 +100,14 @@ impl Gemini {
             what: "gemini response",
             message: e.to_string(),
         })?;
-        Ok(response_from_value(v)?)
+        // A same-protocol client gets the upstream's body itself (thought signatures...).
+        let raw = (req.origin == Protocol::Gemini).then(|| RawBody {
+            protocol: Protocol::Gemini,
+            body: v.clone(),
+        });
+        let mut out = response_from_value(v)?;
+        out.raw = raw;
+        Ok(out)
     }
 
     pub async fn chat_stream(
@@ -113,6 +122,7 @@ impl Gemini {
         Ok(Box::pin(Events {
             inner: resp.bytes_stream().eventsource(),
             decoder: StreamDecoder::default(),
+            keep_raw: req.origin == Protocol::Gemini,
             finished: false,
             done: false,
         }))
@@ -129,6 +139,8 @@ impl Gemini {
 struct Events<S> {
     inner: EventStream<S>,
     decoder: StreamDecoder,
+    /// The client speaks Gemini too: every event also goes on as is.
+    keep_raw: bool,
     finished: bool,
     done: bool,
 }
@@ -153,7 +165,14 @@ where
                         self.done = true;
                         return Poll::Ready(Some(Err(UpstreamError::StreamError)));
                     }
-                    let chunk = self.decoder.event(&v);
+                    let mut chunk = self.decoder.event(&v);
+                    if self.keep_raw {
+                        chunk.raw = Some(RawEvent {
+                            protocol: Protocol::Gemini,
+                            event: None,
+                            data: ev.data,
+                        });
+                    }
                     self.finished |= chunk.has_finish();
                     return Poll::Ready(Some(Ok(chunk)));
                 }

@@ -490,9 +490,11 @@ async fn serve_chat(state: &AppState, mut ctx: Ctx, req: crate::protocol::ChatRe
                     resp: &resp,
                     report: ext.as_ref(),
                 }),
-                Protocol::Gemini => {
-                    serde_json::to_vec(&gemini::response_to_value(&resp, &req.model))
-                }
+                Protocol::Gemini => match &resp.raw {
+                    // From a Gemini upstream: its own body, thought signatures and all.
+                    Some(raw) if raw.protocol == Protocol::Gemini => serde_json::to_vec(&raw.body),
+                    _ => serde_json::to_vec(&gemini::response_to_value(&resp, &req.model)),
+                },
                 Protocol::AnthropicMessages => {
                     let mut v = match resp.raw {
                         // From an Anthropic upstream: its own body, thinking signatures and all.

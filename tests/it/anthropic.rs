@@ -374,27 +374,15 @@ fn thinking_message() -> Value {
         "usage": {"input_tokens": 12, "output_tokens": 9}})
 }
 
-/// An Anthropic upstream answering with the canned thinking stream or message above.
-async fn thinking_upstream() -> String {
-    use axum::{Json, Router, http::header, response::IntoResponse, routing::post};
-    async fn answer(Json(body): Json<Value>) -> axum::response::Response {
-        if body["stream"] == true {
-            ([(header::CONTENT_TYPE, "text/event-stream")], THINKING_STREAM).into_response()
-        } else {
-            Json(thinking_message()).into_response()
-        }
-    }
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    let app = Router::new().route("/v1/messages", post(answer));
-    tokio::spawn(async move { axum::serve(l, app).await });
-    format!("http://{addr}/v1")
-}
-
 #[tokio::test]
 async fn same_protocol_answers_pass_through_with_thinking_signatures() {
-    let base = thinking_upstream().await;
-    let gw = gateway(&anthropic_channel("claude", &base, 1)).await;
+    let addr = canned_upstream(THINKING_STREAM, thinking_message()).await;
+    let gw = gateway(&anthropic_channel(
+        "claude",
+        &format!("http://{addr}/v1"),
+        1,
+    ))
+    .await;
 
     let resp = messages(&gw, ask(true)).await;
     assert_eq!(resp.status(), 200);

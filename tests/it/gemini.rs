@@ -192,3 +192,37 @@ async fn an_anthropic_client_fails_over_from_openai_to_gemini_with_the_stream_in
     assert!(body.contains("event: message_stop"));
     assert_eq!(openai.requests(), 1);
 }
+
+/// What a real Gemini thinking model streams: thought summaries and a `thoughtSignature` the
+/// next turn must send back; spacing as sent, so byte equality shows nothing was re-encoded.
+const SIGNED_STREAM: &str = "data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"Thinking it over.\", \"thought\": true}], \"role\": \"model\"}, \"index\": 0}], \"modelVersion\": \"gemini-up\"}\n\n\
+data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"42.\", \"thoughtSignature\": \"CiQBVKhc7z\"}], \"role\": \"model\"}, \"finishReason\": \"STOP\", \"index\": 0}], \"usageMetadata\": {\"promptTokenCount\": 5, \"candidatesTokenCount\": 2, \"thoughtsTokenCount\": 7, \"totalTokenCount\": 14}, \"modelVersion\": \"gemini-up\"}\n\n";
+
+fn signed_answer() -> Value {
+    json!({"candidates": [{"content": {"role": "model", "parts": [
+            {"text": "Thinking it over.", "thought": true},
+            {"text": "42.", "thoughtSignature": "CiQBVKhc7z"}]},
+        "finishReason": "STOP", "index": 0}],
+        "usageMetadata": {"promptTokenCount": 5, "candidatesTokenCount": 2, "totalTokenCount": 14},
+        "modelVersion": "gemini-up", "responseId": "r-1"})
+}
+
+#[tokio::test]
+async fn same_protocol_answers_pass_through_with_thought_signatures() {
+    let addr = canned_upstream(SIGNED_STREAM, signed_answer()).await;
+    let gw = gateway(&gemini_channel("gem", addr, 1)).await;
+
+    let resp = generate(&gw, true, ask(), &format!("key={KEY}")).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(header(&resp, "x-switchyard-translation"), "lossless");
+    assert_eq!(resp.text().await.unwrap(), SIGNED_STREAM);
+
+    let resp = generate(&gw, false, ask(), &format!("key={KEY}")).await;
+    assert_eq!(header(&resp, "x-switchyard-translation"), "lossless");
+    assert_eq!(resp.json::<Value>().await.unwrap(), signed_answer());
+
+    // An OpenAI client of the same upstream still gets the translation: thought as reasoning.
+    let text = gw.chat(chat_body(true)).await.text().await.unwrap();
+    assert_eq!(sse_text(&text), "42.");
+    assert!(text.contains("Thinking it over."), "{text}");
+}

@@ -186,6 +186,33 @@ pub fn status(code: u16) -> Fault {
     }
 }
 
+/// An upstream of any protocol that answers every POST with fixed bytes, as a real provider
+/// would send them: `stream` (SSE) when asked for a stream (`"stream": true`, or Gemini's
+/// `:streamGenerateContent`), `body` otherwise.
+pub async fn canned_upstream(stream: &'static str, body: Value) -> std::net::SocketAddr {
+    use axum::{Json, Router, extract::State, http::Uri, http::header, response::IntoResponse};
+    async fn answer(
+        State((stream, body)): State<(&'static str, Value)>,
+        uri: Uri,
+        Json(req): Json<Value>,
+    ) -> axum::response::Response {
+        if req["stream"] == true || uri.path().ends_with(":streamGenerateContent") {
+            ([(header::CONTENT_TYPE, "text/event-stream")], stream).into_response()
+        } else {
+            Json(body).into_response()
+        }
+    }
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = l.local_addr().expect("addr");
+    let app = Router::new()
+        .fallback(axum::routing::post(answer))
+        .with_state((stream, body));
+    tokio::spawn(async move { axum::serve(l, app).await });
+    addr
+}
+
 /// A base URL where nothing listens: connection refused.
 pub async fn refused_url() -> String {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0")
