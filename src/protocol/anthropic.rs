@@ -351,6 +351,11 @@ pub fn response_to_value(resp: &ChatResponse, model: &str) -> Value {
     let choice = resp.choices.first();
     let mut content = Vec::new();
     if let Some(c) = choice {
+        // Another provider's reasoning, as an unsigned thinking block: Claude could not check
+        // it, so it is removed again before any Anthropic upstream (see `request_to_value`).
+        if let Some(r) = c.message.reasoning.as_deref().filter(|r| !r.is_empty()) {
+            content.push(json!({"type": "thinking", "thinking": r, "signature": ""}));
+        }
         match &c.message.content {
             Some(Content::Text(t)) if !t.is_empty() => {
                 content.push(json!({"type": "text", "text": t}))
@@ -413,6 +418,7 @@ pub fn error_body(status: u16, message: &str) -> Value {
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Block {
+    Thinking,
     Text,
     /// A tool_use block, for this OpenAI tool-call index.
     Tool(u32),
@@ -501,6 +507,22 @@ impl StreamEncoder {
             return;
         };
         let d = &choice.delta;
+        if let Some(r) = d.reasoning.as_deref().filter(|r| !r.is_empty()) {
+            let index = match self.open {
+                Some((i, Block::Thinking)) => i,
+                _ => self.open_block(
+                    Block::Thinking,
+                    json!({"type": "thinking", "thinking": "", "signature": ""}),
+                    out,
+                ),
+            };
+            event(
+                out,
+                "content_block_delta",
+                &json!({"type": "content_block_delta", "index": index,
+                    "delta": {"type": "thinking_delta", "thinking": r}}),
+            );
+        }
         if let Some(text) = d.content.as_deref().filter(|t| !t.is_empty()) {
             let index = match self.open {
                 Some((i, Block::Text)) => i,
@@ -678,6 +700,68 @@ mod tests {
         assert!(text.contains("\"stop_reason\":\"tool_use\""));
         assert!(text.contains("\"output_tokens\":4"));
     }
+
+    #[test]
+    fn other_providers_reasoning_is_an_unsigned_thinking_block_that_never_reaches_claude() {
+        let mut enc = StreamEncoder::default();
+        let mut out = Vec::new();
+        for c in [
+            json!({"id": "c1", "choices": [{"index": 0, "delta": {"role": "assistant", "reasoning_content": "Hmm"}}]}),
+            json!({"id": "c1", "choices": [{"index": 0, "delta": {"reasoning_content": ", yes."}}]}),
+            json!({"id": "c1", "choices": [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": "stop"}]}),
+        ] {
+            enc.chunk(&chunk_from_value(c).unwrap(), "m", &mut out);
+        }
+        enc.done(&mut out);
+        let text = String::from_utf8(out).unwrap();
+        let data: Vec<Value> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect();
+        assert_eq!(
+            data[1]["content_block"],
+            json!({"type": "thinking", "thinking": "", "signature": ""})
+        );
+        assert_eq!(
+            data[2]["delta"],
+            json!({"type": "thinking_delta", "thinking": "Hmm"})
+        );
+        assert_eq!(data[3]["delta"]["thinking"], ", yes.");
+        assert_eq!(data[4], json!({"type": "content_block_stop", "index": 0}));
+        assert_eq!(data[5]["content_block"]["type"], "text");
+        assert_eq!(data[5]["index"], 1);
+
+        let resp = crate::protocol::openai::response_from_value(json!({
+            "id": "c2", "model": "m", "choices": [{"index": 0, "finish_reason": "stop",
+                "message": {"role": "assistant", "content": "Hi", "reasoning_content": "Hmm."}}]}))
+        .unwrap();
+        let v = response_to_value(&resp, "m");
+        assert_eq!(
+            v["content"],
+            json!([{"type": "thinking", "thinking": "Hmm.", "signature": ""},
+                {"type": "text", "text": "Hi"}])
+        );
+
+        // Sent back in history to Claude: the unsigned block goes, Claude's own signed one stays.
+        let req = request_from_value(json!({"model": "m", "max_tokens": 64, "messages": [
+            {"role": "user", "content": "Hello"},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "Hmm.", "signature": ""},
+                {"type": "text", "text": "Hi"}]},
+            {"role": "user", "content": "Again"},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "Mine.", "signature": "sig-1"},
+                {"type": "text", "text": "Hi again"}]},
+            {"role": "user", "content": "Bye"}]}))
+        .unwrap();
+        let body = request_to_value(&req, "claude");
+        assert_eq!(
+            body["messages"][1]["content"],
+            json!([{"type": "text", "text": "Hi"}])
+        );
+        assert_eq!(body["messages"][3]["content"][0]["signature"], "sig-1");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -693,6 +777,21 @@ fn image_source(url: &str) -> Value {
     json!({"type": "url", "url": url})
 }
 
+/// Removes the thinking blocks this gateway made from other providers' reasoning (no
+/// signature): Anthropic rejects a thinking block it cannot verify.
+fn strip_unsigned_thinking(body: &mut Map<String, Value>) {
+    let Some(Value::Array(messages)) = body.get_mut("messages") else {
+        return;
+    };
+    for m in messages {
+        if let Some(Value::Array(blocks)) = m.get_mut("content") {
+            blocks.retain(|b| {
+                b["type"] != "thinking" || b["signature"].as_str().is_some_and(|s| !s.is_empty())
+            });
+        }
+    }
+}
+
 /// Canonical request → Anthropic Messages body for `model`. System messages become the
 /// top-level `system`; tool results become `tool_result` blocks in a user turn; consecutive
 /// turns of the same role are merged, as Anthropic requires alternation.
@@ -703,6 +802,7 @@ pub fn request_to_value(req: &ChatRequest, model: &str) -> Value {
     {
         let mut body = raw.clone();
         body.insert("model".into(), json!(model));
+        strip_unsigned_thinking(&mut body);
         return Value::Object(body);
     }
     let mut system = Vec::new();

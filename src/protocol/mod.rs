@@ -268,7 +268,12 @@ impl ChatRequest {
             if text.contains("\"cache_control\"") {
                 lost.push("cache_control".into());
             }
-            if text.contains("\"signature\"") || text.contains("\"thoughtSignature\"") {
+            // An empty signature is one this gateway made (another provider's reasoning).
+            let signed = |key: &str| {
+                text.match_indices(key)
+                    .any(|(i, _)| !text[i + key.len()..].starts_with('"'))
+            };
+            if signed("\"signature\":\"") || signed("\"thoughtSignature\":\"") {
                 lost.push("thinking signatures".into());
             }
         }

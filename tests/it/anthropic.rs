@@ -408,3 +408,44 @@ async fn same_protocol_answers_pass_through_with_thinking_signatures() {
     assert_eq!(sse_text(&text), "42.");
     assert!(text.contains("Let me think."), "{text}");
 }
+
+/// A DeepSeek-style OpenAI stream: reasoning first, then the answer.
+const REASONING_STREAM: &str = "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"r1\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"reasoning_content\":\"Two and two\"}}]}\n\n\
+data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"r1\",\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\" make four.\"}}]}\n\n\
+data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"r1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"4\"},\"finish_reason\":\"stop\"}]}\n\n\
+data: [DONE]\n\n";
+
+#[tokio::test]
+async fn an_anthropic_client_sees_another_providers_reasoning_as_thinking() {
+    let answer = json!({"id": "c2", "object": "chat.completion", "model": "r1",
+        "choices": [{"index": 0, "finish_reason": "stop",
+            "message": {"role": "assistant", "content": "4", "reasoning_content": "Two and two make four."}}]});
+    let addr = canned_upstream(REASONING_STREAM, answer).await;
+    let gw = gateway(&openai_channel("r1", &format!("http://{addr}/v1"), 1, "")).await;
+
+    let v: Value = messages(&gw, ask(false)).await.json().await.unwrap();
+    assert_eq!(
+        v["content"][0],
+        json!({"type": "thinking", "thinking": "Two and two make four.", "signature": ""})
+    );
+    assert_eq!(v["content"][1], json!({"type": "text", "text": "4"}));
+
+    let evs = events(&messages(&gw, ask(true)).await.text().await.unwrap());
+    let thinking: String = evs
+        .iter()
+        .filter_map(|(_, d)| d["delta"]["thinking"].as_str())
+        .collect();
+    assert_eq!(thinking, "Two and two make four.");
+    assert_eq!(evs[1].1["content_block"]["type"], "thinking");
+    assert_eq!(evs.last().unwrap().0, "message_stop");
+
+    // Sent back, that unsigned block is not a signature lost on the way to the OpenAI channel.
+    let mut body = ask(false);
+    body["messages"] = json!([{"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": [v["content"][0].clone(), v["content"][1].clone()]},
+        {"role": "user", "content": "3+3?"}]);
+    let resp = messages(&gw, body).await;
+    assert_eq!(resp.status(), 200);
+    let translation = header(&resp, "x-switchyard-translation");
+    assert!(!translation.contains("signature"), "{translation}");
+}
