@@ -197,7 +197,8 @@ fn health_key(ch: &Channel, model: &str) -> Key {
 /// What a failed attempt says about the channel itself.
 fn verdict(f: &Failure, latency: Duration) -> Verdict {
     match f.class {
-        OutcomeClass::ClientError => Verdict::Neutral,
+        // The channel answered correctly: the fault is the request (or our translation of it).
+        OutcomeClass::ClientError | OutcomeClass::TranslationError => Verdict::Neutral,
         OutcomeClass::RateLimit => Verdict::RateLimited {
             retry_after: f.retry_after,
         },
@@ -464,6 +465,19 @@ where
     Err(ExecError::AllAttemptsFailed)
 }
 
+/// A client error from a channel of another protocol, to a request carrying history only its
+/// own provider accepts, is a translation defect: failed over, never returned as the client's.
+fn translated(mut f: Failure, ch: &Channel, req: &ChatRequest) -> Failure {
+    if f.class == OutcomeClass::ClientError
+        && ch.kind.protocol() != req.origin
+        && req.has_provider_only_history()
+    {
+        f.class = OutcomeClass::TranslationError;
+        f.passthrough = None;
+    }
+    f
+}
+
 /// One non-streaming upstream call, bounded by the attempt timeout and classified.
 async fn within<T>(
     limit: Duration,
@@ -490,7 +504,11 @@ pub async fn chat(
         req.estimated_tokens(),
         deadline,
         report,
-        |ch, up, cred| async move { within(ch.timeout, ch.upstream.chat(req, &up, cred)).await },
+        |ch, up, cred| async move {
+            within(ch.timeout, ch.upstream.chat(req, &up, cred))
+                .await
+                .map_err(|f| translated(f, ch, req))
+        },
     )
     .await
     .map(|(resp, slot)| {
@@ -613,7 +631,7 @@ pub async fn chat_stream(
             };
             match timeout_at(Instant::now() + ch.first_token_timeout, open).await {
                 Err(_) => Err(Failure::timeout("first token timeout")),
-                Ok(r) => r,
+                Ok(r) => r.map_err(|f| translated(f, ch, req)),
             }
         },
     )

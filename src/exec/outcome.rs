@@ -16,6 +16,9 @@ pub enum OutcomeClass {
     Misrouted,
     ClientError,
     AuthError,
+    /// A 400 to a request translated for another provider while it carried history only its
+    /// own provider accepts (signed thinking, thought signatures): our defect, not the client's.
+    TranslationError,
 }
 
 impl OutcomeClass {
@@ -28,6 +31,7 @@ impl OutcomeClass {
             OutcomeClass::Misrouted => "misrouted",
             OutcomeClass::ClientError => "client_error",
             OutcomeClass::AuthError => "auth_error",
+            OutcomeClass::TranslationError => "translation_error",
         }
     }
 

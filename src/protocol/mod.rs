@@ -246,6 +246,21 @@ pub struct ChatRequest {
 }
 
 impl ChatRequest {
+    /// History only the client's own provider accepts: signed thinking (Anthropic), thought
+    /// signatures (Gemini). An empty signature is one this gateway made from another
+    /// provider's reasoning, and does not count.
+    pub fn has_provider_only_history(&self) -> bool {
+        let Some(raw) = &self.raw else {
+            return false;
+        };
+        let text = raw.to_string();
+        let signed = |key: &str| {
+            text.match_indices(key)
+                .any(|(i, _)| !text[i + key.len()..].starts_with('"'))
+        };
+        signed("\"signature\":\"") || signed("\"thoughtSignature\":\"")
+    }
+
     /// What translating this request to `target` cannot carry: empty when nothing is lost.
     /// Named by field, never by value (it goes into a header and the log).
     pub fn translation_losses(&self, target: Protocol) -> Vec<String> {
@@ -263,19 +278,13 @@ impl ChatRequest {
         if parts {
             lost.push("content parts of other types".into());
         }
-        if let Some(raw) = &self.raw {
-            let text = raw.to_string();
-            if text.contains("\"cache_control\"") {
-                lost.push("cache_control".into());
-            }
-            // An empty signature is one this gateway made (another provider's reasoning).
-            let signed = |key: &str| {
-                text.match_indices(key)
-                    .any(|(i, _)| !text[i + key.len()..].starts_with('"'))
-            };
-            if signed("\"signature\":\"") || signed("\"thoughtSignature\":\"") {
-                lost.push("thinking signatures".into());
-            }
+        if let Some(raw) = &self.raw
+            && raw.to_string().contains("\"cache_control\"")
+        {
+            lost.push("cache_control".into());
+        }
+        if self.has_provider_only_history() {
+            lost.push("thinking signatures".into());
         }
         if target != Protocol::OpenAiChat && self.messages.iter().any(|m| m.reasoning.is_some()) {
             lost.push("reasoning history".into());

@@ -449,3 +449,39 @@ async fn an_anthropic_client_sees_another_providers_reasoning_as_thinking() {
     let translation = header(&resp, "x-switchyard-translation");
     assert!(!translation.contains("signature"), "{translation}");
 }
+
+#[tokio::test]
+async fn a_400_to_translated_signed_history_is_a_translation_defect_and_fails_over() {
+    let gpt = mock(faulty("x", status(400))).await;
+    let claude = mock(text_spec("from claude")).await;
+    let gw = gateway(&format!(
+        "{}{}",
+        openai_channel("gpt", &gpt.base_url(), 1, ""),
+        anthropic_channel("claude", &claude.base_url(), 2)
+    ))
+    .await;
+    let mut body = ask(false);
+    body["messages"] = json!([{"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "Sum.", "signature": "sig-claude"},
+            {"type": "text", "text": "4"}]},
+        {"role": "user", "content": "3+3?"}]);
+    let resp = messages(&gw, body).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(header(&resp, "x-switchyard-channel"), "claude");
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(
+        reasons(&v["switchyard"]["failover"]["attempts"]),
+        ["translation_error", "ok"]
+    );
+    // Claude got its own signed block back, as the client sent it.
+    assert_eq!(
+        claude.received()[0].body["messages"][1]["content"][0]["signature"],
+        "sig-claude"
+    );
+
+    // Without such history the same 400 is the client's: returned, never failed over.
+    let resp = messages(&gw, ask(false)).await;
+    assert_eq!(resp.status(), 400);
+    assert_eq!(claude.requests(), 1);
+}
