@@ -342,8 +342,14 @@ fn message_id(id: Option<&str>) -> String {
     }
 }
 
-fn usage_json(input: u64, output: u64) -> Value {
-    json!({"input_tokens": input, "output_tokens": output})
+/// Anthropic counts cache reads apart from `input_tokens`; the canonical count includes them.
+fn usage_json(input: u64, output: u64, cached: Option<u64>) -> Value {
+    let mut v =
+        json!({"input_tokens": input.saturating_sub(cached.unwrap_or(0)), "output_tokens": output});
+    if let Some(c) = cached {
+        v["cache_read_input_tokens"] = c.into();
+    }
+    v
 }
 
 /// Canonical response → an Anthropic `message`.
@@ -397,6 +403,7 @@ pub fn response_to_value(resp: &ChatResponse, model: &str) -> Value {
         "usage": usage_json(
             usage.and_then(|u| u.input_tokens).unwrap_or(0),
             usage.and_then(|u| u.output_tokens).unwrap_or(0),
+            usage.and_then(|u| u.cached_tokens),
         ),
     })
 }
@@ -433,6 +440,7 @@ pub struct StreamEncoder {
     stop_reason: Option<&'static str>,
     input_tokens: u64,
     output_tokens: u64,
+    cached_tokens: Option<u64>,
     /// The upstream speaks Anthropic too and its events are written as they came.
     passthrough: bool,
 }
@@ -488,6 +496,7 @@ impl StreamEncoder {
         }
         if let Some(u) = &c.usage {
             self.input_tokens = u.input_tokens.unwrap_or(self.input_tokens);
+            self.cached_tokens = u.cached_tokens.or(self.cached_tokens);
             self.output_tokens = u.output_tokens.unwrap_or(self.output_tokens);
         }
         if !self.started {
@@ -499,7 +508,7 @@ impl StreamEncoder {
                     "id": message_id(c.id.as_deref()), "type": "message", "role": "assistant",
                     "model": c.model.as_deref().unwrap_or(model), "content": [],
                     "stop_reason": null, "stop_sequence": null,
-                    "usage": usage_json(self.input_tokens, 0),
+                    "usage": usage_json(self.input_tokens, 0, None),
                 }}),
             );
         }
@@ -559,6 +568,14 @@ impl StreamEncoder {
         }
     }
 
+    /// `message_delta`'s usage: the output, and the prompt's cache reads once they are known.
+    fn delta_usage(&self) -> Value {
+        match self.cached_tokens {
+            Some(_) => usage_json(self.input_tokens, self.output_tokens, self.cached_tokens),
+            None => json!({"output_tokens": self.output_tokens}),
+        }
+    }
+
     /// The end of a complete stream: close the open block, then the message.
     pub fn done(&mut self, out: &mut Vec<u8>) {
         if self.passthrough {
@@ -572,7 +589,7 @@ impl StreamEncoder {
             "message_delta",
             &json!({"type": "message_delta",
                 "delta": {"stop_reason": self.stop_reason.unwrap_or("end_turn"), "stop_sequence": null},
-                "usage": {"output_tokens": self.output_tokens}}),
+                "usage": self.delta_usage()}),
         );
         event(out, "message_stop", &json!({"type": "message_stop"}));
     }
@@ -699,6 +716,72 @@ mod tests {
         );
         assert!(text.contains("\"stop_reason\":\"tool_use\""));
         assert!(text.contains("\"output_tokens\":4"));
+    }
+
+    #[test]
+    fn cached_prompt_tokens_cross_every_pair() {
+        use crate::protocol::{gemini, openai};
+        // Anthropic counts cache reads and writes apart; canonically they are prompt tokens.
+        let resp = response_from_value(json!({"type": "message", "id": "m1", "model": "c",
+            "content": [{"type": "text", "text": "hi"}], "stop_reason": "end_turn",
+            "usage": {"input_tokens": 3, "cache_read_input_tokens": 100,
+                "cache_creation_input_tokens": 7, "output_tokens": 5}}))
+        .unwrap();
+        let u = resp.usage.clone().unwrap();
+        assert_eq!((u.input_tokens, u.cached_tokens), (Some(110), Some(100)));
+        let v = serde_json::to_value(openai::ResponseBody {
+            resp: &resp,
+            report: None,
+        })
+        .unwrap();
+        assert_eq!(v["usage"]["prompt_tokens"], 110);
+        assert_eq!(v["usage"]["prompt_tokens_details"]["cached_tokens"], 100);
+        let g = gemini::response_to_value(&resp, "m");
+        assert_eq!(g["usageMetadata"]["promptTokenCount"], 110);
+        assert_eq!(g["usageMetadata"]["cachedContentTokenCount"], 100);
+
+        let o = openai::response_from_value(json!({"id": "c", "model": "m",
+            "choices": [{"index": 0, "finish_reason": "stop",
+                "message": {"role": "assistant", "content": "hi"}}],
+            "usage": {"prompt_tokens": 103, "completion_tokens": 5, "total_tokens": 108,
+                "prompt_tokens_details": {"cached_tokens": 100}}}))
+        .unwrap();
+        assert_eq!(
+            response_to_value(&o, "m")["usage"],
+            json!({"input_tokens": 3, "output_tokens": 5, "cache_read_input_tokens": 100})
+        );
+        let gm = gemini::response_from_value(json!({"candidates": [{"content": {"role": "model",
+                "parts": [{"text": "hi"}]}, "finishReason": "STOP"}],
+            "usageMetadata": {"promptTokenCount": 103, "candidatesTokenCount": 5,
+                "totalTokenCount": 108, "cachedContentTokenCount": 100}}))
+        .unwrap();
+        assert_eq!(
+            response_to_value(&gm, "m")["usage"]["cache_read_input_tokens"],
+            100
+        );
+
+        // Streamed: the final usage chunk's cache reads reach `message_delta`.
+        let mut enc = StreamEncoder::default();
+        let mut out = Vec::new();
+        for c in [
+            json!({"id": "c1", "choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]}),
+            json!({"id": "c1", "choices": [], "usage": {"prompt_tokens": 103, "completion_tokens": 5,
+                "prompt_tokens_details": {"cached_tokens": 100}}}),
+        ] {
+            enc.chunk(&chunk_from_value(c).unwrap(), "m", &mut out);
+        }
+        enc.done(&mut out);
+        let text = String::from_utf8(out).unwrap();
+        let delta: Value = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .map(|d| serde_json::from_str::<Value>(d).unwrap())
+            .find(|d| d["type"] == "message_delta")
+            .unwrap();
+        assert_eq!(
+            delta["usage"],
+            json!({"input_tokens": 3, "output_tokens": 5, "cache_read_input_tokens": 100})
+        );
     }
 
     #[test]
@@ -968,10 +1051,17 @@ fn finish_reason(stop: Option<&str>) -> Option<String> {
 
 fn usage_from(u: &Value) -> Option<super::Usage> {
     u.as_object()?;
+    let cached = u.get("cache_read_input_tokens").and_then(Value::as_u64);
+    let written = u.get("cache_creation_input_tokens").and_then(Value::as_u64);
     Some(super::Usage {
-        input_tokens: u.get("input_tokens").and_then(Value::as_u64),
+        // Every prompt token, as OpenAI and Gemini count them: uncached, read, written.
+        input_tokens: u
+            .get("input_tokens")
+            .and_then(Value::as_u64)
+            .map(|n| n + cached.unwrap_or(0) + written.unwrap_or(0)),
         output_tokens: u.get("output_tokens").and_then(Value::as_u64),
         total_tokens: None,
+        cached_tokens: cached,
         extra: Map::new(),
     })
 }
@@ -1027,6 +1117,7 @@ pub struct StreamDecoder {
     id: Option<String>,
     model: Option<String>,
     input_tokens: Option<u64>,
+    cached_tokens: Option<u64>,
     /// Anthropic block index → OpenAI tool-call index.
     tool_index: std::collections::HashMap<u64, u32>,
 }
@@ -1072,7 +1163,9 @@ impl StreamDecoder {
                 let m = &data["message"];
                 self.id = m["id"].as_str().map(str::to_string);
                 self.model = m["model"].as_str().map(str::to_string);
-                self.input_tokens = m["usage"]["input_tokens"].as_u64();
+                let start = usage_from(&m["usage"]);
+                self.input_tokens = start.as_ref().and_then(|u| u.input_tokens);
+                self.cached_tokens = start.and_then(|u| u.cached_tokens);
                 self.chunk(
                     Delta {
                         role: Some(Role::Assistant),
@@ -1139,6 +1232,7 @@ impl StreamDecoder {
                 let mut usage = usage_from(&data["usage"]);
                 if let Some(u) = usage.as_mut() {
                     u.input_tokens = u.input_tokens.or(self.input_tokens);
+                    u.cached_tokens = u.cached_tokens.or(self.cached_tokens);
                 }
                 self.chunk(
                     Default::default(),

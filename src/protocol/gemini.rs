@@ -409,13 +409,18 @@ fn usage_from(u: &Value) -> Option<Usage> {
         input_tokens: u["promptTokenCount"].as_u64(),
         output_tokens: u["candidatesTokenCount"].as_u64(),
         total_tokens: u["totalTokenCount"].as_u64(),
+        cached_tokens: u["cachedContentTokenCount"].as_u64(),
         extra: Map::new(),
     })
 }
 
 fn usage_to(u: &Usage) -> Value {
     let (i, o) = (u.input_tokens.unwrap_or(0), u.output_tokens.unwrap_or(0));
-    json!({"promptTokenCount": i, "candidatesTokenCount": o, "totalTokenCount": u.total_tokens.unwrap_or(i + o)})
+    let mut v = json!({"promptTokenCount": i, "candidatesTokenCount": o, "totalTokenCount": u.total_tokens.unwrap_or(i + o)});
+    if let Some(c) = u.cached_tokens {
+        v["cachedContentTokenCount"] = c.into();
+    }
+    v
 }
 
 /// One Gemini (partial) response → its text, reasoning, function calls and finish.

@@ -326,6 +326,8 @@ pub struct Usage {
     pub output_tokens: Option<u64>,
     /// As sent: some upstreams count more than input + output (reasoning, cache writes).
     pub total_tokens: Option<u64>,
+    /// Of `input_tokens` (which counts every prompt token), those read from a prompt cache.
+    pub cached_tokens: Option<u64>,
     /// Provider details (cached tokens, reasoning tokens...), as sent.
     pub extra: Map<String, Value>,
 }

@@ -656,7 +656,13 @@ fn lenient_u64(m: &mut Map<String, Value>, key: &str) -> Option<u64> {
 
 fn usage_from_value(v: Value, path: &str) -> Read<Usage> {
     let mut m = object(v, path)?;
+    // Read, not moved: the details stay in `extra` for OpenAI clients, exactly as sent.
+    let cached = m
+        .get("prompt_tokens_details")
+        .and_then(|d| d.get("cached_tokens"))
+        .and_then(Value::as_u64);
     Ok(Usage {
+        cached_tokens: cached,
         input_tokens: lenient_u64(&mut m, "prompt_tokens"),
         output_tokens: lenient_u64(&mut m, "completion_tokens"),
         total_tokens: lenient_u64(&mut m, "total_tokens"),
@@ -736,6 +742,14 @@ impl Serialize for UsageView<'_> {
         }
         if let Some(n) = u.total_tokens {
             m.serialize_entry("total_tokens", &n)?;
+        }
+        if let Some(n) = u.cached_tokens
+            && !u.extra.contains_key("prompt_tokens_details")
+        {
+            m.serialize_entry(
+                "prompt_tokens_details",
+                &serde_json::json!({"cached_tokens": n}),
+            )?;
         }
         write_extra(&mut m, &u.extra)?;
         m.end()

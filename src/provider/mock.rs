@@ -244,6 +244,7 @@ fn usage(req: &ChatRequest, output_tokens: u64) -> Usage {
         input_tokens: Some(input),
         output_tokens: Some(output_tokens),
         total_tokens: Some(input.saturating_add(output_tokens)),
+        cached_tokens: None,
         extra: Map::new(),
     }
 }
