@@ -289,11 +289,19 @@ impl ChatRequest {
         if target != Protocol::OpenAiChat && self.messages.iter().any(|m| m.reasoning.is_some()) {
             lost.push("reasoning history".into());
         }
+        // Per-message fields of the client's protocol (OpenRouter's `reasoning_details`...).
+        let mut fields: Vec<&str> = self
+            .messages
+            .iter()
+            .flat_map(|m| m.extra.keys().map(String::as_str))
+            .collect();
+        fields.sort_unstable();
+        fields.dedup();
+        lost.extend(fields.into_iter().map(|f| format!("messages[].{f}")));
         lost
     }
 }
 
-/// Token counts as the upstream reported them; a count it did not send stays `None`.
 impl ChatRequest {
     /// A rough token count for budgets before the upstream says (about 4 characters a token,
     /// plus the output limit when one is set). The real count settles it afterwards.
@@ -320,6 +328,7 @@ impl Usage {
     }
 }
 
+/// Token counts as the upstream reported them; a count it did not send stays `None`.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Usage {
     pub input_tokens: Option<u64>,

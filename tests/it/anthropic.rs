@@ -341,6 +341,18 @@ async fn crossing_protocols_says_what_was_lost_and_the_log_keeps_it() {
     let gw2 = gateway(&anthropic_channel("claude", &claude.base_url(), 1)).await;
     let resp = messages(&gw2, body).await;
     assert_eq!(header(&resp, "x-switchyard-translation"), "lossless");
+    // An OpenAI client's own per-message fields (encrypted reasoning...) stay behind, said.
+    let openai_body = json!({"model": "m", "messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello",
+            "reasoning_details": [{"type": "reasoning.encrypted", "data": "opaque"}]},
+        {"role": "user", "content": "again"}]});
+    let resp = gw2.chat(openai_body).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        header(&resp, "x-switchyard-translation"),
+        "lossy (messages[].reasoning_details)"
+    );
     // An OpenAI client on an OpenAI channel: lossless too; and the log row says so.
     assert_eq!(
         header(&gw.chat(chat_body(false)).await, "x-switchyard-translation"),
