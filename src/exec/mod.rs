@@ -467,9 +467,18 @@ where
 
 /// A client error from a channel of another protocol, to a request carrying history only its
 /// own provider accepts, is a translation defect: failed over, never returned as the client's.
+/// Only a 400 that names that content counts: any other (context too long, a bad parameter)
+/// stays the client's, returned as is, as clients such as Claude Code act on it.
 fn translated(mut f: Failure, ch: &Channel, req: &ChatRequest) -> Failure {
+    let about_history = |p: &Passthrough| {
+        let body = String::from_utf8_lossy(&p.body).to_ascii_lowercase();
+        ["signature", "thinking", "thought"]
+            .iter()
+            .any(|w| body.contains(w))
+    };
     if f.class == OutcomeClass::ClientError
         && ch.kind.protocol() != req.origin
+        && f.passthrough.as_ref().is_some_and(about_history)
         && req.has_provider_only_history()
     {
         f.class = OutcomeClass::TranslationError;

@@ -484,14 +484,7 @@ impl StreamEncoder {
             .filter(|r| r.protocol == Protocol::AnthropicMessages)
         {
             self.passthrough = true;
-            if let Some(name) = &raw.event {
-                out.extend_from_slice(b"event: ");
-                out.extend_from_slice(name.as_bytes());
-                out.push(b'\n');
-            }
-            out.extend_from_slice(b"data: ");
-            out.extend_from_slice(raw.data.as_bytes());
-            out.extend_from_slice(b"\n\n");
+            raw.write(out);
             return;
         }
         if let Some(u) = &c.usage {
@@ -508,7 +501,7 @@ impl StreamEncoder {
                     "id": message_id(c.id.as_deref()), "type": "message", "role": "assistant",
                     "model": c.model.as_deref().unwrap_or(model), "content": [],
                     "stop_reason": null, "stop_sequence": null,
-                    "usage": usage_json(self.input_tokens, 0, None),
+                    "usage": usage_json(self.input_tokens, 0, self.cached_tokens),
                 }}),
             );
         }
@@ -845,6 +838,64 @@ mod tests {
         );
         assert_eq!(body["messages"][3]["content"][0]["signature"], "sig-1");
     }
+
+    #[test]
+    fn stripping_our_thinking_keeps_claude_s_rules() {
+        // A turn that was only our thinking goes; our thinking in the last assistant turn
+        // means this request runs without extended thinking.
+        let req = request_from_value(json!({"model": "m", "max_tokens": 64,
+            "thinking": {"type": "enabled", "budget_tokens": 1024},
+            "messages": [
+                {"role": "user", "content": "Hello"},
+                {"role": "assistant", "content": [{"type": "thinking", "thinking": "Hmm.", "signature": ""}]},
+                {"role": "user", "content": "Run ls"},
+                {"role": "assistant", "content": [
+                    {"type": "thinking", "thinking": "ls it is.", "signature": ""},
+                    {"type": "tool_use", "id": "t1", "name": "ls", "input": {}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "a.rs"}]}]}))
+        .unwrap();
+        let body = request_to_value(&req, "claude");
+        let roles: Vec<&str> = body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["role"].as_str().unwrap())
+            .collect();
+        assert_eq!(roles, ["user", "user", "assistant", "user"]);
+        assert!(body.get("thinking").is_none());
+        assert!(!req.has_provider_only_history());
+
+        // Claude's own signed (or redacted) thinking is provider-only history; a tool argument
+        // that happens to be called `signature` is not.
+        let tool_arg = request_from_value(json!({"model": "m", "max_tokens": 64, "messages": [
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "sign",
+                "input": {"signature": "abc"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}]}))
+        .unwrap();
+        assert!(!tool_arg.has_provider_only_history());
+        let redacted = request_from_value(json!({"model": "m", "max_tokens": 64, "messages": [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": [{"type": "redacted_thinking", "data": "x"},
+                {"type": "text", "text": "Hello"}]},
+            {"role": "user", "content": "Again"}]}))
+        .unwrap();
+        assert!(redacted.has_provider_only_history());
+    }
+
+    #[test]
+    fn a_raw_event_is_written_back_line_for_line() {
+        let mut out = Vec::new();
+        crate::protocol::RawEvent {
+            protocol: Protocol::AnthropicMessages,
+            event: Some("ping".into()),
+            data: "{\"type\":\n\"ping\"}".into(),
+        }
+        .write(&mut out);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "event: ping\ndata: {\"type\":\ndata: \"ping\"}\n\n"
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -866,12 +917,23 @@ fn strip_unsigned_thinking(body: &mut Map<String, Value>) {
     let Some(Value::Array(messages)) = body.get_mut("messages") else {
         return;
     };
-    for m in messages {
+    let last_assistant = messages.iter().rposition(|m| m["role"] == "assistant");
+    let mut stripped_last = false;
+    for (i, m) in messages.iter_mut().enumerate() {
         if let Some(Value::Array(blocks)) = m.get_mut("content") {
+            let before = blocks.len();
             blocks.retain(|b| {
                 b["type"] != "thinking" || b["signature"].as_str().is_some_and(|s| !s.is_empty())
             });
+            stripped_last |= Some(i) == last_assistant && blocks.len() < before;
         }
+    }
+    // A turn that was only our thinking is gone; Anthropic merges the turns left adjacent.
+    messages.retain(|m| !m["content"].as_array().is_some_and(Vec::is_empty));
+    // With thinking on, Claude wants the last assistant turn to open with a (signed) thinking
+    // block; that turn's thinking came from another provider, so this request goes without.
+    if stripped_last {
+        body.shift_remove("thinking");
     }
 }
 

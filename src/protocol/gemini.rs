@@ -629,9 +629,7 @@ impl StreamEncoder {
     pub fn chunk(&mut self, c: &StreamChunk, model: &str, out: &mut Vec<u8>) {
         if let Some(raw) = c.raw.as_ref().filter(|r| r.protocol == Protocol::Gemini) {
             self.passthrough = true;
-            out.extend_from_slice(b"data: ");
-            out.extend_from_slice(raw.data.as_bytes());
-            out.extend_from_slice(b"\n\n");
+            raw.write(out);
             return;
         }
         if let Some(u) = &c.usage {

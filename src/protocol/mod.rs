@@ -253,12 +253,27 @@ impl ChatRequest {
         let Some(raw) = &self.raw else {
             return false;
         };
-        let text = raw.to_string();
-        let signed = |key: &str| {
-            text.match_indices(key)
-                .any(|(i, _)| !text[i + key.len()..].starts_with('"'))
+        // Looked for where each protocol puts them, not by key anywhere: a tool argument may
+        // well be called `signature`.
+        let nested = |list: &str, items: &'static str| {
+            raw[list]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(move |m| m[items].as_array().into_iter().flatten())
+                .collect::<Vec<_>>()
         };
-        signed("\"signature\":\"") || signed("\"thoughtSignature\":\"")
+        let signed = |v: &Value| v.as_str().is_some_and(|s| !s.is_empty());
+        match self.origin {
+            Protocol::AnthropicMessages => nested("messages", "content").iter().any(|b| {
+                (b["type"] == "thinking" && signed(&b["signature"]))
+                    || b["type"] == "redacted_thinking"
+            }),
+            Protocol::Gemini => nested("contents", "parts")
+                .iter()
+                .any(|p| signed(&p["thoughtSignature"])),
+            _ => false,
+        }
     }
 
     /// What translating this request to `target` cannot carry: empty when nothing is lost.
@@ -435,6 +450,23 @@ pub struct RawEvent {
     pub protocol: Protocol,
     pub event: Option<String>,
     pub data: String,
+}
+
+impl RawEvent {
+    /// The event as an SSE frame again: one `data:` line per line of data, as it was parsed.
+    pub fn write(&self, out: &mut Vec<u8>) {
+        if let Some(name) = &self.event {
+            out.extend_from_slice(b"event: ");
+            out.extend_from_slice(name.as_bytes());
+            out.push(b'\n');
+        }
+        for line in self.data.split('\n') {
+            out.extend_from_slice(b"data: ");
+            out.extend_from_slice(line.as_bytes());
+            out.push(b'\n');
+        }
+        out.push(b'\n');
+    }
 }
 
 impl StreamChunk {

@@ -463,22 +463,35 @@ async fn an_anthropic_client_sees_another_providers_reasoning_as_thinking() {
 }
 
 #[tokio::test]
-async fn a_400_to_translated_signed_history_is_a_translation_defect_and_fails_over() {
-    let gpt = mock(faulty("x", status(400))).await;
-    let claude = mock(text_spec("from claude")).await;
-    let gw = gateway(&format!(
-        "{}{}",
-        openai_channel("gpt", &gpt.base_url(), 1, ""),
-        anthropic_channel("claude", &claude.base_url(), 2)
-    ))
+async fn a_400_about_translated_signed_history_is_a_translation_defect_and_fails_over() {
+    let about_thinking = answering(
+        400,
+        json!({"error": {"message": "messages[1]: unexpected field thinking", "type": "invalid_request_error"}}),
+    )
     .await;
-    let mut body = ask(false);
-    body["messages"] = json!([{"role": "user", "content": "2+2?"},
+    let too_long = answering(
+        400,
+        json!({"error": {"message": "maximum context length is 8192 tokens", "code": "context_length_exceeded"}}),
+    )
+    .await;
+    let claude = mock(text_spec("from claude")).await;
+    let gw = |gpt: std::net::SocketAddr| {
+        let channels = format!(
+            "{}{}",
+            openai_channel("gpt", &format!("http://{gpt}/v1"), 1, ""),
+            anthropic_channel("claude", &claude.base_url(), 2)
+        );
+        async move { gateway(&channels).await }
+    };
+    let mut signed = ask(false);
+    signed["messages"] = json!([{"role": "user", "content": "2+2?"},
         {"role": "assistant", "content": [
             {"type": "thinking", "thinking": "Sum.", "signature": "sig-claude"},
             {"type": "text", "text": "4"}]},
         {"role": "user", "content": "3+3?"}]);
-    let resp = messages(&gw, body).await;
+
+    let first = gw(about_thinking).await;
+    let resp = messages(&first, signed.clone()).await;
     assert_eq!(resp.status(), 200);
     assert_eq!(header(&resp, "x-switchyard-channel"), "claude");
     let v: Value = resp.json().await.unwrap();
@@ -491,9 +504,14 @@ async fn a_400_to_translated_signed_history_is_a_translation_defect_and_fails_ov
         claude.received()[0].body["messages"][1]["content"][0]["signature"],
         "sig-claude"
     );
-
     // Without such history the same 400 is the client's: returned, never failed over.
-    let resp = messages(&gw, ask(false)).await;
+    assert_eq!(messages(&first, ask(false)).await.status(), 400);
+    assert_eq!(claude.requests(), 1);
+
+    // A 400 about something else (the context is too long) stays the client's even with
+    // signed history: Claude Code compacts on it.
+    let second = gw(too_long).await;
+    let resp = messages(&second, signed).await;
     assert_eq!(resp.status(), 400);
     assert_eq!(claude.requests(), 1);
 }

@@ -213,6 +213,22 @@ pub async fn canned_upstream(stream: &'static str, body: Value) -> std::net::Soc
     addr
 }
 
+/// An upstream that answers every request with this status and JSON body.
+pub async fn answering(status: u16, body: Value) -> std::net::SocketAddr {
+    use axum::{Json, Router, http::StatusCode, response::IntoResponse};
+    let code = StatusCode::from_u16(status).expect("status");
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = l.local_addr().expect("addr");
+    let app = Router::new().fallback(move || {
+        let body = body.clone();
+        async move { (code, Json(body)).into_response() }
+    });
+    tokio::spawn(async move { axum::serve(l, app).await });
+    addr
+}
+
 /// A base URL where nothing listens: connection refused.
 pub async fn refused_url() -> String {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0")
