@@ -715,7 +715,7 @@ mod tests {
     fn cached_prompt_tokens_cross_every_pair() {
         use crate::protocol::{gemini, openai};
         // Anthropic counts cache reads and writes apart; canonically they are prompt tokens.
-        let resp = response_from_value(json!({"type": "message", "id": "m1", "model": "c",
+        let resp = response_from_value(&json!({"type": "message", "id": "m1", "model": "c",
             "content": [{"type": "text", "text": "hi"}], "stop_reason": "end_turn",
             "usage": {"input_tokens": 3, "cache_read_input_tokens": 100,
                 "cache_creation_input_tokens": 7, "output_tokens": 5}}))
@@ -743,7 +743,7 @@ mod tests {
             response_to_value(&o, "m")["usage"],
             json!({"input_tokens": 3, "output_tokens": 5, "cache_read_input_tokens": 100})
         );
-        let gm = gemini::response_from_value(json!({"candidates": [{"content": {"role": "model",
+        let gm = gemini::response_from_value(&json!({"candidates": [{"content": {"role": "model",
                 "parts": [{"text": "hi"}]}, "finishReason": "STOP"}],
             "usageMetadata": {"promptTokenCount": 103, "candidatesTokenCount": 5,
                 "totalTokenCount": 108, "cachedContentTokenCount": 100}}))
@@ -1129,7 +1129,7 @@ fn usage_from(u: &Value) -> Option<super::Usage> {
 }
 
 /// An Anthropic `message` → canonical response.
-pub fn response_from_value(v: Value) -> Result<ChatResponse, super::InvalidUpstream> {
+pub fn response_from_value(v: &Value) -> Result<ChatResponse, super::InvalidUpstream> {
     if v.get("type").and_then(Value::as_str) != Some("message") {
         return Err(super::InvalidUpstream {
             what: "anthropic message",

@@ -461,14 +461,14 @@ fn candidate(v: &Value) -> Candidate {
 }
 
 /// A Gemini response → canonical.
-pub fn response_from_value(v: Value) -> Result<ChatResponse, InvalidUpstream> {
+pub fn response_from_value(v: &Value) -> Result<ChatResponse, InvalidUpstream> {
     if !v["candidates"].is_array() {
         return Err(InvalidUpstream {
             what: "gemini response",
             message: "missing candidates".into(),
         });
     }
-    let c = candidate(&v);
+    let c = candidate(v);
     let calls = c
         .calls
         .into_iter()

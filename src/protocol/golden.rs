@@ -56,7 +56,7 @@ fn translate(pair: &str, input: Value) -> String {
             json(gemini::response_to_value(&resp, "m"))
         }
         "anthropic-to-openai-response" => {
-            let resp = anthropic::response_from_value(input).expect("valid fixture");
+            let resp = anthropic::response_from_value(&input).expect("valid fixture");
             json(
                 serde_json::to_value(ResponseBody {
                     resp: &resp,
@@ -66,7 +66,7 @@ fn translate(pair: &str, input: Value) -> String {
             )
         }
         "gemini-to-openai-response" => {
-            let resp = gemini::response_from_value(input).expect("valid fixture");
+            let resp = gemini::response_from_value(&input).expect("valid fixture");
             json(
                 serde_json::to_value(ResponseBody {
                     resp: &resp,

@@ -108,12 +108,11 @@ impl Anthropic {
             message: e.to_string(),
         })?;
         // A same-protocol client gets the upstream's body itself (thinking signatures...).
-        let raw = (req.origin == Protocol::AnthropicMessages).then(|| RawBody {
+        let mut out = response_from_value(&v)?;
+        out.raw = (req.origin == Protocol::AnthropicMessages).then_some(RawBody {
             protocol: Protocol::AnthropicMessages,
-            body: v.clone(),
+            body: v,
         });
-        let mut out = response_from_value(v)?;
-        out.raw = raw;
         Ok(out)
     }
 

@@ -101,12 +101,11 @@ impl Gemini {
             message: e.to_string(),
         })?;
         // A same-protocol client gets the upstream's body itself (thought signatures...).
-        let raw = (req.origin == Protocol::Gemini).then(|| RawBody {
+        let mut out = response_from_value(&v)?;
+        out.raw = (req.origin == Protocol::Gemini).then_some(RawBody {
             protocol: Protocol::Gemini,
-            body: v.clone(),
+            body: v,
         });
-        let mut out = response_from_value(v)?;
-        out.raw = raw;
         Ok(out)
     }
 
