@@ -99,14 +99,7 @@ impl Anthropic {
         let mut body = request_to_value(req, model);
         body.as_object_mut().map(|o| o.remove("stream"));
         let resp = self.post(&body, cred).await?;
-        let bytes = resp
-            .bytes()
-            .await
-            .map_err(|e| UpstreamError::Broken(super::openai::error_chain(&e.without_url())))?;
-        let v: Value = serde_json::from_slice(&bytes).map_err(|e| InvalidUpstream {
-            what: "anthropic message",
-            message: e.to_string(),
-        })?;
+        let v = super::openai::read_json(resp, "anthropic message").await?;
         // A same-protocol client gets the upstream's body itself (thinking signatures...).
         let mut out = response_from_value(&v)?;
         out.raw = (req.origin == Protocol::AnthropicMessages).then_some(RawBody {

@@ -92,14 +92,7 @@ impl Gemini {
     ) -> Result<ChatResponse, UpstreamError> {
         let url = self.url(&format!("models/{model}:generateContent"));
         let resp = self.post(url, &request_to_value(req), cred).await?;
-        let bytes = resp
-            .bytes()
-            .await
-            .map_err(|e| UpstreamError::Broken(super::openai::error_chain(&e.without_url())))?;
-        let v: Value = serde_json::from_slice(&bytes).map_err(|e| InvalidUpstream {
-            what: "gemini response",
-            message: e.to_string(),
-        })?;
+        let v = super::openai::read_json(resp, "gemini response").await?;
         // A same-protocol client gets the upstream's body itself (thought signatures...).
         let mut out = response_from_value(&v)?;
         out.raw = (req.origin == Protocol::Gemini).then_some(RawBody {

@@ -110,11 +110,7 @@ impl OpenAi {
         })?;
         let url = self.url(&self.chat_url, "chat/completions", model);
         let resp = self.post(&url, body, false, cred).await?;
-        let bytes = read_capped(resp, MAX_RESPONSE_BODY).await?;
-        let v: Value = serde_json::from_slice(&bytes).map_err(|e| InvalidUpstream {
-            what: "chat completion",
-            message: e.to_string(),
-        })?;
+        let v = read_json(resp, "chat completion").await?;
         Ok(response_from_value(v)?)
     }
 
@@ -193,11 +189,7 @@ impl OpenAi {
         let body = serialize(&EmbeddingsBody { req, model })?;
         let url = self.url(&self.embeddings_url, "embeddings", model);
         let resp = self.post(&url, body, false, cred).await?;
-        let bytes = read_capped(resp, MAX_RESPONSE_BODY).await?;
-        let v: Value = serde_json::from_slice(&bytes).map_err(|e| InvalidUpstream {
-            what: "embeddings response",
-            message: e.to_string(),
-        })?;
+        let v = read_json(resp, "embeddings response").await?;
         if !v.get("data").is_some_and(Value::is_array) {
             return Err(InvalidUpstream {
                 what: "embeddings response",
@@ -233,6 +225,20 @@ pub(super) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// Reads a whole body, refusing one larger than `cap`.
+/// A whole upstream answer as JSON, never more than [`MAX_RESPONSE_BODY`] bytes of it.
+pub(super) async fn read_json(
+    resp: reqwest::Response,
+    what: &'static str,
+) -> Result<Value, UpstreamError> {
+    let bytes = read_capped(resp, MAX_RESPONSE_BODY).await?;
+    serde_json::from_slice(&bytes).map_err(|e| {
+        UpstreamError::Invalid(InvalidUpstream {
+            what,
+            message: e.to_string(),
+        })
+    })
+}
+
 async fn read_capped(resp: reqwest::Response, cap: usize) -> Result<Bytes, UpstreamError> {
     if resp.content_length().is_some_and(|n| n > cap as u64) {
         return Err(too_large(cap));
