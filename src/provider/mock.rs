@@ -46,6 +46,9 @@ pub struct MockSpec {
     pub embedding_dims: usize,
     /// Answer with this tool call instead of text; its arguments are streamed in `chunks`.
     pub tool_call: Option<MockToolCall>,
+    /// Reasoning before the answer (OpenAI `reasoning_content`, Anthropic thinking, Gemini
+    /// thought), streamed as one chunk.
+    pub reasoning: Option<String>,
     /// Applied to every request that the script does not cover.
     pub fault: Option<Fault>,
     /// Applied to the 1st, 2nd... request this mock sees; then `fault` (or a normal answer).
@@ -65,6 +68,7 @@ impl Default for MockSpec {
             chunks: 4,
             embedding_dims: 8,
             tool_call: None,
+            reasoning: None,
             fault: None,
             script: Vec::new(),
             per_key: std::collections::HashMap::new(),
@@ -258,7 +262,10 @@ fn reply(spec: &MockSpec, model: &str, req: &ChatRequest, n: u64) -> ChatRespons
         choices: vec![match &spec.tool_call {
             None => Choice {
                 index: 0,
-                message: Message::new(Role::Assistant, spec.text.clone()),
+                message: Message {
+                    reasoning: spec.reasoning.clone(),
+                    ..Message::new(Role::Assistant, spec.text.clone())
+                },
                 finish_reason: Some("stop".into()),
                 extra: Map::new(),
             },
@@ -323,6 +330,15 @@ fn reply_chunks(spec: &MockSpec, model: &str, req: &ChatRequest, n: u64) -> Vec<
         },
         None,
     ));
+    if let Some(r) = &spec.reasoning {
+        out.push(chunk(
+            Delta {
+                reasoning: Some(r.clone()),
+                ..Delta::default()
+            },
+            None,
+        ));
+    }
     // Like OpenAI: the call's id and name first, then its arguments in fragments.
     if let Some(t) = &spec.tool_call {
         out.push(chunk(

@@ -1,9 +1,10 @@
 """Every official SDK x every channel kind, through a real Switchyard.
 
-Starts two standalone mocks (one answering text, one answering a tool call; each speaks
+Starts three standalone mocks (one answering text, one a tool call, one reasoning then text; each speaks
 OpenAI, Anthropic and Gemini) and a gateway whose models route to channels of kind openai,
 anthropic and gemini. Then drives the gateway with the openai, anthropic and google-genai
-SDKs: plain, streaming, tools and streamed tools, in every client x channel combination.
+SDKs: plain, streaming, tools and streamed tools, in every client x channel combination; the
+anthropic SDK also gets every provider's reasoning as thinking blocks and sends them back.
 Any warning is an error. Prints 'N passed, N failed' and exits non-zero on a failure.
 
     python tests/sdk/matrix.py path/to/switchyard
@@ -31,6 +32,7 @@ BIN = sys.argv[1]
 KEY = "sk-matrix-key-0001"
 TEXT = "Hello from the matrix."
 TOOL_ARGS = {"city": "Paris"}
+REASONING = "Thinking it over."
 
 
 def spawn(args, marker):
@@ -51,13 +53,18 @@ def main():
         spec = os.path.join(work, "tools.toml")
         with open(spec, "w") as f:
             f.write('chunks = 3\ntool_call = { name = "weather", arguments = %s }\n' % json.dumps(json.dumps(TOOL_ARGS)))
+        reason_spec = os.path.join(work, "reason.toml")
+        with open(reason_spec, "w") as f:
+            f.write(f"chunks = 3\ntext = {json.dumps(TEXT)}\nreasoning = {json.dumps(REASONING)}\n")
+        reason_mock, reason_url = spawn(["mock", "--port", "0", "--spec", reason_spec], "listening on ")
+        procs.append(reason_mock)
         text_mock, text_url = spawn(["mock", "--port", "0", "--text", TEXT, "--chunks", "3"], "listening on ")
         tool_mock, tool_url = spawn(["mock", "--port", "0", "--spec", spec], "listening on ")
         procs += [text_mock, tool_mock]
         root = lambda url: url.rsplit("/v1", 1)[0]  # noqa: E731
         channels = ""
         for kind in ("openai", "anthropic", "gemini"):
-            for purpose, url in (("text", text_url), ("tools", tool_url)):
+            for purpose, url in (("text", text_url), ("tools", tool_url), ("reason", reason_url)):
                 base = root(url) + ("/v1beta" if kind == "gemini" else "/v1")
                 channels += (
                     f'[[channels]]\nname = "{kind}-{purpose}"\nprovider = "{kind}"\nbase_url = "{base}"\n'
@@ -108,6 +115,17 @@ def check_anthropic(url, kind):
         final = st.get_final_message()
     use = [b for b in final.content if b.type == "tool_use"][0]
     assert use.input == TOOL_ARGS, final
+    # Reasoning from any provider arrives as a thinking block, and goes back in history.
+    ask = [{"role": "user", "content": "think"}]
+    m = c.messages.create(model=f"{kind}-reason", max_tokens=64, messages=ask)
+    assert [b.type for b in m.content] == ["thinking", "text"] and m.content[0].thinking == REASONING, m
+    with c.messages.stream(model=f"{kind}-reason", max_tokens=64, messages=ask) as st:
+        final = st.get_final_message()
+    assert final.content[0].type == "thinking" and final.content[0].thinking == REASONING, final
+    history = ask + [{"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in final.content]},
+                     {"role": "user", "content": "again"}]
+    m = c.messages.create(model=f"{kind}-reason", max_tokens=64, messages=history)
+    assert m.content[-1].text == TEXT, m
 
 
 def check_gemini(url, kind):
