@@ -869,10 +869,11 @@ mod tests {
         // that happens to be called `signature` is not.
         let tool_arg = request_from_value(json!({"model": "m", "max_tokens": 64, "messages": [
             {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "sign",
-                "input": {"signature": "abc"}}]},
+                "input": {"signature": "abc", "cache_control": "none"}}]},
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}]}))
         .unwrap();
         assert!(!tool_arg.has_provider_only_history());
+        assert!(tool_arg.translation_losses(Protocol::OpenAiChat).is_empty());
         let redacted = request_from_value(json!({"model": "m", "max_tokens": 64, "messages": [
             {"role": "user", "content": "Hi"},
             {"role": "assistant", "content": [{"type": "redacted_thinking", "data": "x"},

@@ -245,6 +245,15 @@ pub struct ChatRequest {
     pub extra: Map<String, Value>,
 }
 
+/// The items of every `list[].items[]` in a JSON body (`messages[].content[]`...).
+fn nested<'a>(raw: &'a Value, list: &str, items: &'a str) -> impl Iterator<Item = &'a Value> {
+    raw[list]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(move |m| m[items].as_array().into_iter().flatten())
+}
+
 impl ChatRequest {
     /// History only the client's own provider accepts: signed thinking (Anthropic), thought
     /// signatures (Gemini). An empty signature is one this gateway made from another
@@ -255,25 +264,33 @@ impl ChatRequest {
         };
         // Looked for where each protocol puts them, not by key anywhere: a tool argument may
         // well be called `signature`.
-        let nested = |list: &str, items: &'static str| {
-            raw[list]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .flat_map(move |m| m[items].as_array().into_iter().flatten())
-                .collect::<Vec<_>>()
-        };
         let signed = |v: &Value| v.as_str().is_some_and(|s| !s.is_empty());
         match self.origin {
-            Protocol::AnthropicMessages => nested("messages", "content").iter().any(|b| {
+            Protocol::AnthropicMessages => nested(raw, "messages", "content").any(|b| {
                 (b["type"] == "thinking" && signed(&b["signature"]))
                     || b["type"] == "redacted_thinking"
             }),
-            Protocol::Gemini => nested("contents", "parts")
-                .iter()
-                .any(|p| signed(&p["thoughtSignature"])),
+            Protocol::Gemini => {
+                nested(raw, "contents", "parts").any(|p| signed(&p["thoughtSignature"]))
+            }
             _ => false,
         }
+    }
+
+    /// Anthropic prompt-caching marks, where Anthropic reads them: system blocks, message
+    /// blocks, tools. Found structurally, not by re-serialising the whole body.
+    fn has_cache_control(&self) -> bool {
+        let Some(raw) = self
+            .raw
+            .as_ref()
+            .filter(|_| self.origin == Protocol::AnthropicMessages)
+        else {
+            return false;
+        };
+        let marked = |b: &Value| b.get("cache_control").is_some();
+        raw["system"].as_array().into_iter().flatten().any(marked)
+            || raw["tools"].as_array().into_iter().flatten().any(marked)
+            || nested(raw, "messages", "content").any(marked)
     }
 
     /// What translating this request to `target` cannot carry: empty when nothing is lost.
@@ -293,9 +310,7 @@ impl ChatRequest {
         if parts {
             lost.push("content parts of other types".into());
         }
-        if let Some(raw) = &self.raw
-            && raw.to_string().contains("\"cache_control\"")
-        {
+        if self.has_cache_control() {
             lost.push("cache_control".into());
         }
         if self.has_provider_only_history() {
