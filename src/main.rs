@@ -39,6 +39,19 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
+    /// Show the plan a request would follow (redirects, chain, candidate channels by tier and
+    /// weight), as `POST /v1/route/explain` does, without calling any upstream. Health is
+    /// this process's own (fresh): ask a running gateway's endpoint for its live health.
+    Explain {
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// The gateway key, by its name in the config (or the key itself).
+        #[arg(long)]
+        key: String,
+        /// The model; repeat for a chain (`--model a --model b` = `models: ["a", "b"]`).
+        #[arg(long, required = true)]
+        model: Vec<String>,
+    },
     /// Run the mock provider as a standalone OpenAI-compatible server.
     Mock {
         #[arg(long, default_value_t = 0)]
@@ -93,6 +106,32 @@ async fn run(cmd: Command) -> Result<(), Box<dyn std::error::Error>> {
             let snap = switchyard::app::load(Some(&config), &HttpClients::default())?;
             print!("{}", snap.describe());
             println!("config OK");
+            Ok(())
+        }
+        Command::Explain { config, key, model } => {
+            let snap = switchyard::app::load(config.as_deref(), &HttpClients::default())?;
+            let gkey = snap
+                .key_named(&key)
+                .or_else(|| snap.authenticate(&key))
+                .ok_or_else(|| format!("no key named {key:?} in the config"))?;
+            let mut spec = switchyard::protocol::chain::ChainSpec::default();
+            if model.len() > 1 {
+                let entries = model
+                    .iter()
+                    .map(|m| switchyard::protocol::chain::ChainEntry {
+                        model: m.clone(),
+                        ..Default::default()
+                    })
+                    .collect();
+                spec.entries =
+                    switchyard::protocol::chain::dedupe(entries).map_err(|e| e.message)?;
+            }
+            let chain = switchyard::router::chain(&snap, gkey, &spec, &model[0])?;
+            let health = switchyard::health::Health::new(std::sync::Arc::new(
+                switchyard::health::SystemClock,
+            ));
+            let plan = switchyard::exec::explain(&snap, &health, gkey, &chain);
+            println!("{}", serde_json::to_string_pretty(&plan)?);
             Ok(())
         }
         Command::Serve { config, listen } => {

@@ -43,6 +43,9 @@ pub struct FileConfig {
     #[serde(default)]
     pub keys: Vec<KeyConfig>,
     pub channels: Vec<ChannelConfig>,
+    /// Global model-name rewrites, after each key's own.
+    #[serde(default)]
+    pub redirects: Vec<RedirectConfig>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -60,6 +63,30 @@ pub struct ServerSection {
     pub max_retry_after_ms: u64,
     /// Guards `/admin/*`; none = admin routes off.
     pub admin_token: Option<String>,
+    /// A request arriving with more `x-switchyard-hops` than this is a loop: 508.
+    pub max_hops: u32,
+    pub retry_budget: RetryBudgetConfig,
+}
+
+/// `[server.retry_budget]`: attempts after a request's first (retries and failovers) stay
+/// under `ratio` × requests over the window, with a floor of `min_per_second`, so that when
+/// everything fails the gateway does not multiply the load (Linkerd's budget, same defaults).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetryBudgetConfig {
+    pub ratio: f64,
+    pub min_per_second: u32,
+    pub window_seconds: u64,
+}
+
+impl Default for RetryBudgetConfig {
+    fn default() -> Self {
+        RetryBudgetConfig {
+            ratio: 0.2,
+            min_per_second: 10,
+            window_seconds: 10,
+        }
+    }
 }
 
 impl Default for ServerSection {
@@ -72,6 +99,8 @@ impl Default for ServerSection {
             max_attempts: 10,
             max_retry_after_ms: 10_000,
             admin_token: None,
+            max_hops: 5,
+            retry_budget: RetryBudgetConfig::default(),
         }
     }
 }
@@ -205,6 +234,43 @@ impl Default for CircuitBreakerConfig {
 pub struct KeyConfig {
     pub name: String,
     pub key: String,
+    /// The channel groups this key may use, in order of preference (none = every channel).
+    #[serde(default)]
+    pub groups: Vec<String>,
+    /// This key's model-name rewrites, tried before the global ones.
+    #[serde(default)]
+    pub redirects: Vec<RedirectConfig>,
+    pub failover_defaults: Option<FailoverDefaultsConfig>,
+}
+
+/// `{ from = "gpt-4*", to = "gpt-4o" }`: `from` is an exact name, or a glob when it holds `*`
+/// or `?`; `kind = "regex"` makes it a regular expression matched against the whole name
+/// (`to` may then use `$1`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedirectConfig {
+    pub from: String,
+    pub to: String,
+    pub kind: Option<RedirectKind>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RedirectKind {
+    Exact,
+    Glob,
+    Regex,
+}
+
+/// A key's chain when the caller names one model: `{ models, timeout_ms, first_token_timeout_ms, on }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FailoverDefaultsConfig {
+    #[serde(default)]
+    pub models: Vec<String>,
+    pub timeout_ms: Option<u64>,
+    pub first_token_timeout_ms: Option<u64>,
+    pub on: Option<Vec<crate::protocol::chain::FailOn>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -287,6 +353,9 @@ pub struct ChannelConfig {
     pub stream_usage: bool,
     #[serde(default)]
     pub circuit_breaker: CircuitBreakerConfig,
+    /// Groups this channel belongs to (none = `["default"]`); keys see channels by group.
+    #[serde(default)]
+    pub groups: Vec<String>,
     pub mock: Option<MockSpec>,
 }
 

@@ -6,7 +6,10 @@ mod file;
 mod snapshot;
 
 pub use file::{Balance, ChannelConfig, FileConfig, KeyConfig, ModelEntry, ProviderKind};
-pub use snapshot::{Channel, GatewayKey, ModelRoute, Secret, ServerSettings, Snapshot};
+pub use snapshot::{
+    Channel, DEFAULT_GROUP, FailoverDefaults, GatewayKey, ModelRoute, Redirect, Secret,
+    ServerSettings, Snapshot,
+};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

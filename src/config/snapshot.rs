@@ -8,9 +8,13 @@ use std::time::Duration;
 
 use subtle::ConstantTimeEq;
 
-use super::file::{ChannelConfig, FileConfig, ProbeKindConfig, ProviderKind, Timeouts};
+use super::file::{
+    ChannelConfig, FileConfig, ProbeKindConfig, ProviderKind, RedirectConfig, RedirectKind,
+    Timeouts,
+};
 use super::{ConfigError, DEMO_KEY, Source};
 use crate::health::{BreakerSettings, HealthSettings, Limits, ProbeKind, ProbeSettings};
+use crate::protocol::chain::{FIRST_TOKEN_MS, MAX_MODELS, OnSet, TIMEOUT_MS};
 use crate::provider::{HttpClients, Upstream};
 
 /// A secret string: compared in constant time, never printed.
@@ -45,6 +49,8 @@ pub struct ServerSettings {
     pub max_attempts: u32,
     pub max_retry_after: Duration,
     pub admin_token: Option<Secret>,
+    pub max_hops: u32,
+    pub retry_budget: crate::health::BudgetSettings,
 }
 
 #[derive(Debug)]
@@ -57,6 +63,58 @@ pub struct LogSettings {
 pub struct GatewayKey {
     pub name: Arc<str>,
     pub key: Secret,
+    /// Channel groups this key may use, in order of preference; empty = every channel.
+    pub groups: Vec<Arc<str>>,
+    pub redirects: Vec<Redirect>,
+    pub defaults: Option<FailoverDefaults>,
+}
+
+impl GatewayKey {
+    /// Where a channel stands in this key's group preference: `None` = not visible to the key.
+    pub fn group_rank(&self, channel: &Channel) -> Option<usize> {
+        if self.groups.is_empty() {
+            return Some(0);
+        }
+        self.groups
+            .iter()
+            .position(|g| channel.groups.iter().any(|cg| cg == g))
+    }
+}
+
+/// A key's chain for callers that name one model, validated at load.
+#[derive(Debug, Clone)]
+pub struct FailoverDefaults {
+    pub models: Vec<Arc<str>>,
+    pub timeout_ms: Option<u64>,
+    pub first_token_timeout_ms: Option<u64>,
+    pub on: Option<OnSet>,
+}
+
+/// A model-name rewrite. `rule` says where it was configured (`keys[0].redirects[1]`).
+#[derive(Debug)]
+pub struct Redirect {
+    pub rule: Arc<str>,
+    pub from: Arc<str>,
+    pub to: Arc<str>,
+    matcher: Matcher,
+}
+
+#[derive(Debug)]
+enum Matcher {
+    Exact,
+    Pattern(regex_lite::Regex),
+}
+
+impl Redirect {
+    /// The rewritten name, if this rule matches `model`.
+    pub fn apply(&self, model: &str) -> Option<String> {
+        match &self.matcher {
+            Matcher::Exact => (*self.from == *model).then(|| self.to.to_string()),
+            Matcher::Pattern(re) => re
+                .is_match(model)
+                .then(|| re.replace(model, &*self.to).into_owned()),
+        }
+    }
 }
 
 /// One upstream endpoint, ready to call.
@@ -75,6 +133,8 @@ pub struct Channel {
     /// The channel's credentials by label, in the provider's key order (empty = no key).
     pub credentials: Vec<(Arc<str>, Limits)>,
     pub credential_cooldown: Duration,
+    /// Never empty: a channel configured without groups is in `default`.
+    pub groups: Vec<Arc<str>>,
     pub upstream: Upstream,
 }
 
@@ -95,6 +155,8 @@ pub struct Snapshot {
     pub channels: Vec<Channel>,
     /// Model name → the channels that list it, in config order. Sorted by name for listing.
     pub models: BTreeMap<Arc<str>, Vec<ModelRoute>>,
+    /// Global redirects, tried after the key's own.
+    pub redirects: Vec<Redirect>,
     pub source: Source,
 }
 
@@ -112,6 +174,34 @@ impl Snapshot {
             }
         }
         found
+    }
+
+    /// A key by its name (the CLI's `explain --key`).
+    pub fn key_named(&self, name: &str) -> Option<&GatewayKey> {
+        self.keys.iter().find(|k| &*k.name == name)
+    }
+
+    /// The first redirect that matches `model`: the key's rules, then the global ones.
+    pub fn redirect<'a>(
+        &'a self,
+        key: &'a GatewayKey,
+        model: &str,
+    ) -> Option<(String, &'a Redirect)> {
+        key.redirects
+            .iter()
+            .chain(&self.redirects)
+            .find_map(|r| Some((r.apply(model)?, r)))
+    }
+
+    /// Some enabled channel the key can see serves `model`.
+    pub fn reachable(&self, key: &GatewayKey, model: &str) -> bool {
+        self.models.get(model).is_some_and(|routes| {
+            routes.iter().any(|r| {
+                self.channels
+                    .get(r.channel)
+                    .is_some_and(|c| c.enabled && key.group_rank(c).is_some())
+            })
+        })
     }
 
     /// Human-readable plan of what would be served: models → channels by tier.
@@ -260,6 +350,9 @@ pub(crate) fn compile(
         keys.push(GatewayKey {
             name: k.name.as_str().into(),
             key: Secret::new(k.key.as_str()),
+            groups: k.groups.iter().map(|g| g.as_str().into()).collect(),
+            redirects: Vec::new(),
+            defaults: None,
         });
     }
 
@@ -373,8 +466,80 @@ pub(crate) fn compile(
             },
             credentials: labels,
             credential_cooldown: Duration::from_secs(c.credential_cooldown_seconds),
+            groups: if c.groups.is_empty() {
+                vec![DEFAULT_GROUP.into()]
+            } else {
+                c.groups.iter().map(|g| g.as_str().into()).collect()
+            },
             upstream,
         });
+    }
+
+    // Groups, redirects and failover defaults refer to channels and models: checked last.
+    for (i, c) in cfg.channels.iter().enumerate() {
+        if let Some(j) = c.groups.iter().position(|g| g.is_empty()) {
+            return Err(err(
+                format!("channels[{i}].groups[{j}]"),
+                "must not be empty".into(),
+            ));
+        }
+    }
+    let redirects =
+        compile_redirects(&cfg.redirects, "redirects", &models).map_err(|(f, m)| err(f, m))?;
+    for (i, (k, key)) in cfg.keys.iter().zip(keys.iter_mut()).enumerate() {
+        for (j, g) in key.groups.iter().enumerate() {
+            if !channels.iter().any(|c| c.groups.contains(g)) {
+                return Err(err(
+                    format!("keys[{i}].groups[{j}]"),
+                    format!("no channel is in group {g:?}"),
+                ));
+            }
+        }
+        key.redirects = compile_redirects(&k.redirects, &format!("keys[{i}].redirects"), &models)
+            .map_err(|(f, m)| err(f, m))?;
+        if let Some(d) = &k.failover_defaults {
+            let at = format!("keys[{i}].failover_defaults");
+            let mut list: Vec<Arc<str>> = Vec::new();
+            for (j, m) in d.models.iter().enumerate() {
+                let visible = models.get(m.as_str()).is_some_and(|routes| {
+                    routes
+                        .iter()
+                        .any(|r| key.group_rank(&channels[r.channel]).is_some())
+                });
+                if !visible {
+                    return Err(err(
+                        format!("{at}.models[{j}]"),
+                        format!("no channel this key can use serves {m:?}"),
+                    ));
+                }
+                if !list.iter().any(|x| **x == **m) {
+                    list.push(m.as_str().into());
+                }
+            }
+            if list.len() > MAX_MODELS {
+                return Err(err(
+                    format!("{at}.models"),
+                    format!("at most {MAX_MODELS} distinct models"),
+                ));
+            }
+            // Out-of-range timeouts are clamped, as the caller's ranges say.
+            let clamp = |v: Option<u64>, r: &std::ops::RangeInclusive<u64>| {
+                v.map(|v| v.clamp(*r.start(), *r.end()))
+            };
+            key.defaults = Some(FailoverDefaults {
+                models: list,
+                timeout_ms: clamp(d.timeout_ms, &TIMEOUT_MS),
+                first_token_timeout_ms: clamp(d.first_token_timeout_ms, &FIRST_TOKEN_MS),
+                on: d.on.as_deref().map(OnSet::of),
+            });
+        }
+    }
+    let rb = &s.retry_budget;
+    if !(0.0..=10.0).contains(&rb.ratio) || rb.window_seconds == 0 {
+        return Err(err(
+            "server.retry_budget".into(),
+            "ratio must be in [0, 10] and window_seconds > 0".into(),
+        ));
     }
 
     Ok(Snapshot {
@@ -386,6 +551,12 @@ pub(crate) fn compile(
             max_attempts: s.max_attempts,
             max_retry_after: Duration::from_millis(s.max_retry_after_ms),
             admin_token,
+            max_hops: s.max_hops,
+            retry_budget: crate::health::BudgetSettings {
+                ratio: rb.ratio,
+                min_per_second: rb.min_per_second,
+                window: Duration::from_secs(rb.window_seconds),
+            },
         },
         log: LogSettings {
             sqlite_path: cfg.log.sqlite_path.clone(),
@@ -402,8 +573,70 @@ pub(crate) fn compile(
         keys,
         channels,
         models,
+        redirects,
         source,
     })
+}
+
+/// Channels configured without groups are in this one.
+pub const DEFAULT_GROUP: &str = "default";
+
+/// Redirect rules: exact names, globs (`*`, `?`) and anchored regexes; a target must be a model
+/// some channel serves (unless a regex target substitutes a capture).
+fn compile_redirects(
+    list: &[RedirectConfig],
+    at: &str,
+    models: &BTreeMap<Arc<str>, Vec<ModelRoute>>,
+) -> Result<Vec<Redirect>, (String, String)> {
+    let mut out = Vec::with_capacity(list.len());
+    for (j, r) in list.iter().enumerate() {
+        let here = format!("{at}[{j}]");
+        if r.from.is_empty() || r.to.is_empty() {
+            return Err((here, "from and to must not be empty".into()));
+        }
+        let kind = r.kind.unwrap_or(if r.from.contains(['*', '?']) {
+            RedirectKind::Glob
+        } else {
+            RedirectKind::Exact
+        });
+        let pattern = match kind {
+            RedirectKind::Exact => None,
+            RedirectKind::Glob => Some(
+                r.from
+                    .split_inclusive(['*', '?'])
+                    .map(|part| match part.strip_suffix('*') {
+                        Some(lit) => format!("{}.*", regex_lite::escape(lit)),
+                        None => match part.strip_suffix('?') {
+                            Some(lit) => format!("{}.", regex_lite::escape(lit)),
+                            None => regex_lite::escape(part),
+                        },
+                    })
+                    .collect::<String>(),
+            ),
+            RedirectKind::Regex => Some(r.from.clone()),
+        };
+        let matcher = match pattern {
+            None => Matcher::Exact,
+            Some(p) => Matcher::Pattern(
+                regex_lite::Regex::new(&format!("^(?:{p})$"))
+                    .map_err(|e| (format!("{here}.from"), format!("invalid pattern: {e}")))?,
+            ),
+        };
+        let dynamic = kind == RedirectKind::Regex && r.to.contains('$');
+        if !dynamic && !models.contains_key(r.to.as_str()) {
+            return Err((
+                format!("{here}.to"),
+                format!("no channel serves the model {:?}", r.to),
+            ));
+        }
+        out.push(Redirect {
+            rule: here.into(),
+            from: r.from.as_str().into(),
+            to: r.to.as_str().into(),
+            matcher,
+        });
+    }
+    Ok(out)
 }
 
 /// A credential's default label: a short hash of the key, so it follows the key through

@@ -15,11 +15,11 @@ use futures_util::StreamExt;
 use serde_json::{Value, json};
 use tokio::time::{Instant, timeout_at};
 
-use crate::config::{Channel, Snapshot};
+use crate::config::{Channel, GatewayKey, Snapshot};
 use crate::health::{CredVerdict, Health, Key, Reservation, Skip, Verdict};
 use crate::protocol::{ChatRequest, ChatResponse, EmbeddingsRequest, StreamChunk, Usage};
 use crate::provider::ChunkStream;
-use crate::router::{self, RouteError};
+use crate::router::{self, Chain, RouteError, Step};
 
 /// One upstream call (or a channel skipped by its health) as reported to clients and the log.
 /// Never carries upstream error text.
@@ -69,7 +69,10 @@ pub struct Served {
 /// What happened to a request: the failover report.
 #[derive(Debug, Clone, Default)]
 pub struct Report {
+    /// The first model of the chain as the client sent it (before any redirect).
     pub requested_model: String,
+    /// Redirects applied to the chain's models: (as written, routed as, rule).
+    pub redirects: Vec<(String, Arc<str>, Arc<str>)>,
     pub attempts: Vec<AttemptRecord>,
     /// Who served (set at success / the commit point).
     pub served: Option<Served>,
@@ -79,6 +82,19 @@ impl Report {
     pub fn new(requested_model: &str) -> Self {
         Report {
             requested_model: requested_model.to_string(),
+            ..Report::default()
+        }
+    }
+
+    /// The report for a resolved chain.
+    pub fn for_chain(chain: &Chain) -> Self {
+        Report {
+            requested_model: chain.requested_model.clone(),
+            redirects: chain
+                .steps
+                .iter()
+                .filter_map(|s| Some((s.written.clone(), s.model.clone(), s.redirect.clone()?)))
+                .collect(),
             ..Report::default()
         }
     }
@@ -97,18 +113,28 @@ impl Report {
         serde_json::to_string(&self.attempts).unwrap_or_else(|_| "[]".into())
     }
 
-    /// The body extension, present only when failover occurred (more than one attempt).
+    /// The body extension, present only when something moved the request: a failover (more
+    /// than one attempt), a redirect, or a chain served by another model than the first.
     pub fn body_extension(&self) -> Option<Value> {
-        if self.tried() <= 1 {
+        let served = self.served.as_ref()?;
+        let failover = self.tried() > 1;
+        if !failover && self.redirects.is_empty() && *served.model == *self.requested_model {
             return None;
         }
-        let served = self.served.as_ref()?;
-        Some(json!({
+        let mut ext = json!({
             "requested_model": self.requested_model,
             "served_model": &*served.model,
             "served_channel": &*served.channel,
-            "failover": {"occurred": true, "attempts": self.attempts_json()},
-        }))
+            "failover": {"occurred": failover, "attempts": self.attempts_json()},
+        });
+        if !self.redirects.is_empty() {
+            ext["redirects"] = self
+                .redirects
+                .iter()
+                .map(|(from, to, rule)| json!({"from": from, "to": &**to, "rule": &**rule}))
+                .collect();
+        }
+        Some(ext)
     }
 
     /// The last failure's class: what the request log calls the outcome of a failed request.
@@ -126,6 +152,10 @@ pub enum ExecError {
     AllRateLimited { retry_after: Duration },
     #[error("every upstream attempt for this request failed")]
     AllAttemptsFailed,
+    #[error("every model of the chain failed")]
+    AllModelsFailed,
+    #[error("the gateway's retry budget is spent: upstreams are failing and retries are paused")]
+    RetryBudget,
     #[error("the request deadline passed before any upstream answered")]
     Deadline,
     /// The upstream judged the request itself malformed (400/413/422): its answer, as is.
@@ -139,7 +169,8 @@ impl ExecError {
             ExecError::Route(RouteError::ModelNotFound(_)) => 404,
             ExecError::Route(RouteError::NoAvailableChannel(_)) => 503,
             ExecError::AllRateLimited { .. } => 429,
-            ExecError::AllAttemptsFailed => 502,
+            ExecError::AllAttemptsFailed | ExecError::AllModelsFailed => 502,
+            ExecError::RetryBudget => 503,
             ExecError::Deadline => 504,
             ExecError::Rejected(p) => p.status,
         }
@@ -151,6 +182,8 @@ impl ExecError {
             ExecError::Route(RouteError::NoAvailableChannel(_)) => "no_available_channel",
             ExecError::AllRateLimited { .. } => "all_rate_limited",
             ExecError::AllAttemptsFailed => "all_attempts_failed",
+            ExecError::AllModelsFailed => "all_models_failed",
+            ExecError::RetryBudget => "retry_budget_exhausted",
             ExecError::Deadline => "request_timeout",
             ExecError::Rejected(_) => "upstream_rejected_request",
         }
@@ -163,9 +196,61 @@ impl ExecError {
             ExecError::Route(RouteError::NoAvailableChannel(_))
                 | ExecError::AllRateLimited { .. }
                 | ExecError::AllAttemptsFailed
+                | ExecError::AllModelsFailed
+                | ExecError::RetryBudget
                 | ExecError::Deadline
         )
     }
+}
+
+/// The plan a request would follow, as `POST /v1/route/explain` and `switchyard explain` show
+/// it: redirects applied, the chain, and for each model the candidate channels in their
+/// expected order with tier, weight, health score and circuit state, and every channel left
+/// out with the reason. Reads health; calls no upstream.
+pub fn explain(snap: &Snapshot, health: &Health, key: &GatewayKey, chain: &Chain) -> Value {
+    let ms = |d: Option<Duration>| d.map(|d| d.as_millis() as u64);
+    let steps: Vec<Value> = chain
+        .steps
+        .iter()
+        .map(|step| {
+            let model: &str = &step.model;
+            let standing = |i: usize| match snap.channels.get(i) {
+                Some(ch) => health.standing(&health_key(ch, model), &snap.health, &ch.breaker),
+                None => crate::health::Standing::healthy(),
+            };
+            let mut v = json!({
+                "model": model,
+                "requested_as": step.written,
+                "redirect": step.redirect.as_deref(),
+                "timeout_ms": ms(step.timeout),
+                "first_token_timeout_ms": ms(step.first_token_timeout),
+            });
+            match router::explain(snap, key, model, &standing) {
+                Ok(view) => {
+                    v["candidates"] = json!(view.candidates);
+                    v["excluded"] = json!(view.excluded);
+                }
+                Err(e) => {
+                    v["candidates"] = json!([]);
+                    v["error"] = json!(ExecError::Route(e).code());
+                }
+            }
+            v
+        })
+        .collect();
+    json!({
+        "object": "route.explain",
+        "key": &*key.name,
+        "requested_model": chain.requested_model,
+        "source": chain.source.as_str(),
+        "on": chain.on.names(),
+        "balance": match snap.balance {
+            crate::config::Balance::Random => "random",
+            crate::config::Balance::RoundRobin => "round_robin",
+        },
+        "max_attempts": snap.server.max_attempts,
+        "chain": steps,
+    })
 }
 
 /// Backoff before an in-channel retry: exponential with full jitter on top, or the upstream's
@@ -196,9 +281,14 @@ fn health_key(ch: &Channel, model: &str) -> Key {
 
 /// What a failed attempt says about the channel itself.
 fn verdict(f: &Failure, latency: Duration) -> Verdict {
+    if f.neutral {
+        return Verdict::Neutral;
+    }
     match f.class {
         // The channel answered correctly: the fault is the request (or our translation of it).
-        OutcomeClass::ClientError | OutcomeClass::TranslationError => Verdict::Neutral,
+        OutcomeClass::ClientError | OutcomeClass::TranslationError | OutcomeClass::Blocked => {
+            Verdict::Neutral
+        }
         OutcomeClass::RateLimit => Verdict::RateLimited {
             retry_after: f.retry_after,
         },
@@ -219,14 +309,57 @@ impl Drop for Trial<'_> {
     }
 }
 
-/// Runs attempts in plan order until one succeeds, the client's own mistake is found, the
-/// attempt cap or the deadline is reached, or nothing is left. Returns the result with the
-/// credential it holds: the caller keeps it for as long as the attempt lasts (a stream's).
+/// Who asks and what may serve it: the caller's gateway key and the resolved chain of models.
+#[derive(Clone, Copy)]
+pub struct Route<'a> {
+    pub key: &'a GatewayKey,
+    pub chain: &'a Chain,
+}
+
+/// The caller's attempt timeouts for the model being tried (none: the channel's own).
+#[derive(Debug, Clone, Copy)]
+pub struct CallerLimits {
+    pub timeout: Option<Duration>,
+    pub first_token_timeout: Option<Duration>,
+}
+
+/// An attempt's time limit: the channel's own, or the caller's when that is tighter. A caller's
+/// tighter limit running out says nothing about the channel's health.
+#[derive(Debug, Clone, Copy)]
+pub struct Limit {
+    pub within: Duration,
+    pub callers: bool,
+}
+
+impl Limit {
+    fn of(own: Duration, caller: Option<Duration>) -> Limit {
+        match caller {
+            Some(c) if c < own => Limit {
+                within: c,
+                callers: true,
+            },
+            _ => Limit {
+                within: own,
+                callers: false,
+            },
+        }
+    }
+
+    fn expired(self, what: &str) -> Failure {
+        let mut f = Failure::timeout(what);
+        f.neutral = self.callers;
+        f
+    }
+}
+
+/// Runs the chain: each model through its own channels (tiers, retries, health) before the
+/// next. A model whose failures are all of the classes in the chain's `on` (or whose channels
+/// are all unavailable) moves the chain on; anything else ends it.
 #[allow(clippy::too_many_arguments)]
 async fn run<'s, T, F, Fut>(
     snap: &'s Snapshot,
     health: &Health,
-    model: &str,
+    route: Route<'_>,
     // Tokens this request is expected to use, charged to tpm budgets until usage settles it.
     estimate: u64,
     deadline: Instant,
@@ -234,28 +367,106 @@ async fn run<'s, T, F, Fut>(
     mut call: F,
 ) -> Result<(T, Option<Reservation>), ExecError>
 where
-    F: FnMut(&'s Channel, Arc<str>, Option<usize>) -> Fut,
+    F: FnMut(&'s Channel, Arc<str>, Option<usize>, CallerLimits) -> Fut,
     Fut: Future<Output = Result<T, Failure>>,
 {
+    health.retries.request(&snap.server.retry_budget);
+    let steps = &route.chain.steps;
+    let mut retry_after: Option<Duration> = None;
+    for step in steps {
+        let before = report.attempts.len();
+        let err = match run_model(
+            snap, health, route.key, step, estimate, deadline, report, &mut call,
+        )
+        .await
+        {
+            Ok(v) => return Ok(v),
+            Err(e) => e,
+        };
+        if steps.len() == 1 {
+            return Err(err);
+        }
+        let moves_on = match &err {
+            ExecError::Route(RouteError::NoAvailableChannel(_)) => true,
+            ExecError::AllRateLimited { retry_after: ra } => {
+                retry_after = Some(retry_after.map_or(*ra, |r| r.min(*ra)));
+                report.attempts[before..]
+                    .iter()
+                    .filter_map(|a| a.class)
+                    .all(|c| c.fail_on().is_some_and(|f| route.chain.on.contains(f)))
+            }
+            ExecError::AllAttemptsFailed => report.attempts[before..]
+                .iter()
+                .filter_map(|a| a.class)
+                .all(|c| c.fail_on().is_some_and(|f| route.chain.on.contains(f))),
+            // The deadline, the client's own mistake, a loop, the retry budget: final.
+            _ => false,
+        };
+        let capped = report.tried() >= snap.server.max_attempts as usize;
+        if !moves_on || capped {
+            return Err(match err {
+                ExecError::AllAttemptsFailed => ExecError::AllModelsFailed,
+                e => e,
+            });
+        }
+    }
+    let all_rate_limited = !report.attempts.is_empty()
+        && report.attempts.iter().all(|a| {
+            a.class == Some(OutcomeClass::RateLimit)
+                || matches!(a.skip, Some(Skip::RateLimited | Skip::NoCredential))
+        });
+    if all_rate_limited {
+        return Err(ExecError::AllRateLimited {
+            retry_after: retry_after.unwrap_or(Duration::from_secs(1)),
+        });
+    }
+    if report.tried() == 0 {
+        return Err(ExecError::Route(RouteError::NoAvailableChannel(
+            route.chain.requested_model.clone(),
+        )));
+    }
+    Err(ExecError::AllModelsFailed)
+}
+
+/// Runs one model's attempts in plan order until one succeeds, the client's own mistake is
+/// found, the attempt cap or the deadline is reached, or nothing is left. Returns the result
+/// with the credential it holds: the caller keeps it for as long as the attempt lasts.
+#[allow(clippy::too_many_arguments)]
+async fn run_model<'s, T, F, Fut>(
+    snap: &'s Snapshot,
+    health: &Health,
+    gkey: &GatewayKey,
+    step: &Step,
+    estimate: u64,
+    deadline: Instant,
+    report: &mut Report,
+    call: &mut F,
+) -> Result<(T, Option<Reservation>), ExecError>
+where
+    F: FnMut(&'s Channel, Arc<str>, Option<usize>, CallerLimits) -> Fut,
+    Fut: Future<Output = Result<T, Failure>>,
+{
+    let model: &str = &step.model;
+    let first = report.attempts.len();
     let mut rng = fastrand::Rng::new();
     let standing = |i: usize| match snap.channels.get(i) {
         Some(ch) => health.standing(&health_key(ch, model), &snap.health, &ch.breaker),
         None => crate::health::Standing::healthy(),
     };
     let names = |i: usize| snap.channels.get(i).map(|c| c.name.clone());
-    let rotate = |prio: u32, items: &[(usize, f64)]| {
+    let rotate = |(rank, prio): router::Tier, items: &[(usize, f64)]| {
         let named: Vec<(Arc<str>, f64)> = items
             .iter()
             .filter_map(|(i, w)| Some((names(*i)?, *w)))
             .collect();
-        health.round_robin(&format!("{model}#{prio}"), &named)
+        health.round_robin(&format!("{model}#{rank}#{prio}"), &named)
     };
     let pick = match snap.balance {
         crate::config::Balance::Random => router::Pick::Random(&mut rng),
         crate::config::Balance::RoundRobin => router::Pick::RoundRobin(&rotate),
     };
-    let plan = router::plan(snap, model, &standing, pick)?;
-    let model_name: Arc<str> = model.into();
+    let plan = router::plan(snap, gkey, model, &standing, pick)?;
+    let model_name: Arc<str> = step.model.clone();
     let skip_record = |ch: &Channel, reason: Skip| AttemptRecord {
         channel: ch.name.clone(),
         model: model_name.clone(),
@@ -320,9 +531,30 @@ where
                         continue 'channels;
                     }
                 };
+            // Every call after a request's first spends from the process-wide retry budget.
+            if report.tried() > 0 && !health.retries.try_retry(&snap.server.retry_budget) {
+                tracing::warn!(
+                    channel = &*ch.name,
+                    model,
+                    "retry budget exhausted: not failing over"
+                );
+                return Err(ExecError::RetryBudget);
+            }
             let cred = reservation.as_ref().map(|r| r.index);
             let t0 = Instant::now();
-            let res = timeout_at(deadline, call(ch, cand.upstream_model.clone(), cred)).await;
+            let res = timeout_at(
+                deadline,
+                call(
+                    ch,
+                    cand.upstream_model.clone(),
+                    cred,
+                    CallerLimits {
+                        timeout: step.timeout,
+                        first_token_timeout: step.first_token_timeout,
+                    },
+                ),
+            )
+            .await;
             let latency = t0.elapsed();
             let mut record = AttemptRecord {
                 channel: ch.name.clone(),
@@ -394,6 +626,10 @@ where
                     status = failure.status,
                     "upstream refused the channel's credential; failing over"
                 ),
+                OutcomeClass::Blocked => tracing::warn!(
+                    channel = &*ch.name,
+                    "upstream gateway detected a routing loop (508); not failing over"
+                ),
                 _ => tracing::debug!(
                     channel = &*ch.name, class = failure.class.as_str(), detail = %failure.detail,
                     "attempt failed"
@@ -445,9 +681,10 @@ where
             continue 'channels;
         }
     }
+    let mine = &report.attempts[first..];
     // Every channel was rate limited: now, or still cooling from an earlier 429.
-    let all_rate_limited = !report.attempts.is_empty()
-        && report.attempts.iter().all(|a| {
+    let all_rate_limited = !mine.is_empty()
+        && mine.iter().all(|a| {
             a.class == Some(OutcomeClass::RateLimit)
                 || matches!(a.skip, Some(Skip::RateLimited | Skip::NoCredential))
         });
@@ -456,8 +693,8 @@ where
             retry_after: retry_after.unwrap_or(Duration::from_secs(1)),
         });
     }
-    if report.tried() == 0 {
-        // Every channel was skipped by its health: answer at once, without waiting.
+    if mine.iter().all(|a| a.skip.is_some()) {
+        // Every channel was skipped by its health: answer (or move on) at once, without waiting.
         return Err(ExecError::Route(RouteError::NoAvailableChannel(
             model.to_string(),
         )));
@@ -489,11 +726,11 @@ fn translated(mut f: Failure, ch: &Channel, req: &ChatRequest) -> Failure {
 
 /// One non-streaming upstream call, bounded by the attempt timeout and classified.
 async fn within<T>(
-    limit: Duration,
+    limit: Limit,
     call: impl Future<Output = Result<T, crate::provider::UpstreamError>>,
 ) -> Result<T, Failure> {
-    match timeout_at(Instant::now() + limit, call).await {
-        Err(_) => Err(Failure::timeout("attempt timeout")),
+    match timeout_at(Instant::now() + limit.within, call).await {
+        Err(_) => Err(limit.expired("attempt timeout")),
         Ok(r) => r.map_err(classify),
     }
 }
@@ -502,6 +739,7 @@ async fn within<T>(
 pub async fn chat(
     snap: &Snapshot,
     health: &Health,
+    route: Route<'_>,
     req: &ChatRequest,
     deadline: Instant,
     report: &mut Report,
@@ -509,14 +747,17 @@ pub async fn chat(
     run(
         snap,
         health,
-        &req.model,
+        route,
         req.estimated_tokens(),
         deadline,
         report,
-        |ch, up, cred| async move {
-            within(ch.timeout, ch.upstream.chat(req, &up, cred))
-                .await
-                .map_err(|f| translated(f, ch, req))
+        |ch, up, cred, step| async move {
+            within(
+                Limit::of(ch.timeout, step.timeout),
+                ch.upstream.chat(req, &up, cred),
+            )
+            .await
+            .map_err(|f| translated(f, ch, req))
         },
     )
     .await
@@ -531,6 +772,7 @@ pub async fn chat(
 pub async fn embeddings(
     snap: &Snapshot,
     health: &Health,
+    route: Route<'_>,
     req: &EmbeddingsRequest,
     deadline: Instant,
     report: &mut Report,
@@ -538,12 +780,16 @@ pub async fn embeddings(
     run(
         snap,
         health,
-        &req.model,
+        route,
         (req.input.to_string().len() as u64).div_ceil(4),
         deadline,
         report,
-        |ch, up, cred| async move {
-            within(ch.timeout, ch.upstream.embeddings(req, &up, cred)).await
+        |ch, up, cred, step| async move {
+            within(
+                Limit::of(ch.timeout, step.timeout),
+                ch.upstream.embeddings(req, &up, cred),
+            )
+            .await
         },
     )
     .await
@@ -595,6 +841,7 @@ impl BreakReport {
 pub async fn chat_stream(
     snap: &Snapshot,
     health: &Arc<Health>,
+    route: Route<'_>,
     req: &ChatRequest,
     deadline: Instant,
     report: &mut Report,
@@ -602,11 +849,12 @@ pub async fn chat_stream(
     let (mut committed, slot) = run(
         snap,
         health,
-        &req.model,
+        route,
         req.estimated_tokens(),
         deadline,
         report,
-        |ch, up, cred| async move {
+        |ch, up, cred, step| async move {
+            let limit = Limit::of(ch.first_token_timeout, step.first_token_timeout);
             let open = async {
                 let mut rest = ch
                     .upstream
@@ -638,8 +886,8 @@ pub async fn chat_stream(
                     }
                 }
             };
-            match timeout_at(Instant::now() + ch.first_token_timeout, open).await {
-                Err(_) => Err(Failure::timeout("first token timeout")),
+            match timeout_at(Instant::now() + limit.within, open).await {
+                Err(_) => Err(limit.expired("first token timeout")),
                 Ok(r) => r.map_err(|f| translated(f, ch, req)),
             }
         },
@@ -647,11 +895,16 @@ pub async fn chat_stream(
     .await?;
     committed.slot = slot;
     // After commit a broken stream is still the channel's failure: the relay reports it.
-    let served = report.served.as_ref().map(|s| s.channel.clone());
-    if let Some(ch) = served.and_then(|n| snap.channels.iter().find(|c| c.name == n)) {
+    let served = report
+        .served
+        .as_ref()
+        .map(|s| (s.channel.clone(), s.model.clone()));
+    if let Some((ch, model)) =
+        served.and_then(|(n, m)| Some((snap.channels.iter().find(|c| c.name == n)?, m)))
+    {
         committed.on_break = Some(BreakReport {
             health: health.clone(),
-            key: health_key(ch, &req.model),
+            key: health_key(ch, &model),
             settings: snap.health,
             breaker: ch.breaker,
         });

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use crate::protocol::chain::FailOn;
 use crate::provider::UpstreamError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,6 +20,9 @@ pub enum OutcomeClass {
     /// A 400 to a request translated for another provider while it carried history only its
     /// own provider accepts (signed thinking, thought signatures): our defect, not the client's.
     TranslationError,
+    /// A gateway downstream refused the request as a routing loop (508): final, never retried
+    /// or failed over, so chained gateways cannot multiply the attempts.
+    Blocked,
 }
 
 impl OutcomeClass {
@@ -32,6 +36,22 @@ impl OutcomeClass {
             OutcomeClass::ClientError => "client_error",
             OutcomeClass::AuthError => "auth_error",
             OutcomeClass::TranslationError => "translation_error",
+            OutcomeClass::Blocked => "blocked",
+        }
+    }
+
+    /// Which of a chain's `on` classes this failure is (misroutes, refused credentials and
+    /// translation defects count as the upstream's failure); `None` never moves a chain on.
+    pub fn fail_on(self) -> Option<FailOn> {
+        match self {
+            OutcomeClass::ConnectionError => Some(FailOn::ConnectionError),
+            OutcomeClass::Timeout => Some(FailOn::Timeout),
+            OutcomeClass::RateLimit => Some(FailOn::RateLimit),
+            OutcomeClass::ServerError
+            | OutcomeClass::Misrouted
+            | OutcomeClass::AuthError
+            | OutcomeClass::TranslationError => Some(FailOn::ServerError),
+            OutcomeClass::ClientError | OutcomeClass::Blocked => None,
         }
     }
 
@@ -45,7 +65,7 @@ impl OutcomeClass {
 
     /// May another channel be tried? Only the client's own mistake stops the request.
     pub fn fail_over(self) -> bool {
-        !matches!(self, OutcomeClass::ClientError)
+        !matches!(self, OutcomeClass::ClientError | OutcomeClass::Blocked)
     }
 }
 
@@ -66,6 +86,8 @@ pub struct Failure {
     pub passthrough: Option<Passthrough>,
     /// For the operator's log only: never sent to a client (it can quote upstream text).
     pub detail: String,
+    /// Says nothing about the channel (the caller's own tighter timeout ran out).
+    pub neutral: bool,
 }
 
 impl Failure {
@@ -77,6 +99,7 @@ impl Failure {
             retry_after: None,
             passthrough: None,
             detail: "stream ended before any content".into(),
+            neutral: false,
         }
     }
 
@@ -87,6 +110,7 @@ impl Failure {
             retry_after: None,
             passthrough: None,
             detail: what.to_string(),
+            neutral: false,
         }
     }
 }
@@ -99,6 +123,7 @@ pub fn classify(err: UpstreamError) -> Failure {
         retry_after: None,
         passthrough: None,
         detail: detail.clone(),
+        neutral: false,
     };
     match err {
         UpstreamError::Connect(_) | UpstreamError::Broken(_) => {
@@ -115,6 +140,7 @@ pub fn classify(err: UpstreamError) -> Failure {
                 // Only these say the request itself is wrong: anywhere else it would be too.
                 400 | 413 | 422 => OutcomeClass::ClientError,
                 429 => OutcomeClass::RateLimit,
+                508 => OutcomeClass::Blocked,
                 401..=403 => OutcomeClass::AuthError,
                 // Wrong path or method for this upstream: the channel is misconfigured.
                 404 | 405 | 410 => OutcomeClass::Misrouted,
@@ -122,17 +148,19 @@ pub fn classify(err: UpstreamError) -> Failure {
                 // Any other status (409, 415, 451, 5xx, 529...) is this upstream's failure.
                 _ => OutcomeClass::ServerError,
             };
-            let passthrough = (class == OutcomeClass::ClientError).then_some(Passthrough {
-                status,
-                body,
-                content_type,
-            });
+            let passthrough = matches!(class, OutcomeClass::ClientError | OutcomeClass::Blocked)
+                .then_some(Passthrough {
+                    status,
+                    body,
+                    content_type,
+                });
             Failure {
                 class,
                 status: Some(status),
                 retry_after,
                 passthrough,
                 detail,
+                neutral: false,
             }
         }
     }

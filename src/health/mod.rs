@@ -6,9 +6,11 @@
 //! Locking: one `std::sync::Mutex` around the map, held only for short arithmetic, never across
 //! an await.
 
+mod budget;
 mod credentials;
 mod probe;
 
+pub use budget::{BudgetSettings, RetryBudget};
 pub use credentials::{CredVerdict, Limits, NoHeadroom, Pools, Reservation};
 pub use probe::spawn_prober;
 
@@ -326,6 +328,8 @@ pub struct Health {
     entries: Mutex<HashMap<Key, Entry>>,
     /// The channels' credentials (their own locks; never held with `entries`).
     pub pools: Pools,
+    /// Retries and failovers against requests, process-wide.
+    pub retries: RetryBudget,
     /// Smooth weighted round robin: each (group, channel)'s current weight.
     rr: Mutex<HashMap<(String, Arc<str>), f64>>,
 }
@@ -334,6 +338,7 @@ impl Health {
     pub fn new(clock: Arc<dyn Clock>) -> Health {
         Health {
             pools: Pools::new(clock.clone()),
+            retries: RetryBudget::new(clock.clone()),
             clock,
             entries: Mutex::new(HashMap::new()),
             rr: Mutex::new(HashMap::new()),

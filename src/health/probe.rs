@@ -63,6 +63,7 @@ fn probe_request(model: &str) -> ChatRequest {
         origin: crate::protocol::Protocol::OpenAiChat,
         raw: None,
         extra: Map::new(),
+        hops: 0,
     }
 }
 

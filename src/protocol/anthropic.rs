@@ -210,6 +210,7 @@ pub fn request_from_value(body: Value) -> Result<ChatRequest, InvalidRequest> {
         // Anthropic-only fields (metadata, top_k, thinking...): kept for an Anthropic upstream,
         // never sent to another protocol's upstream.
         extra: m,
+        hops: 0,
     })
 }
 

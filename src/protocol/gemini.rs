@@ -200,6 +200,7 @@ pub fn request_from_value(
         origin: Protocol::Gemini,
         raw: Some(client_body),
         extra: m,
+        hops: 0,
     })
 }
 

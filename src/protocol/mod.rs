@@ -6,6 +6,7 @@
 //! know still reaches the upstream.
 
 pub mod anthropic;
+pub mod chain;
 pub mod gemini;
 pub mod openai;
 
@@ -243,6 +244,8 @@ pub struct ChatRequest {
     pub raw: Option<Value>,
     /// Fields not modelled above, in order; passed on to same-protocol upstreams only.
     pub extra: Map<String, Value>,
+    /// Switchyards this request has passed through before this one (`x-switchyard-hops`).
+    pub hops: u32,
 }
 
 /// The items of every `list[].items[]` in a JSON body (`messages[].content[]`...).
@@ -526,4 +529,6 @@ pub struct EmbeddingsRequest {
     pub model: String,
     pub input: Value,
     pub extra: Map<String, Value>,
+    /// As [`ChatRequest::hops`].
+    pub hops: u32,
 }

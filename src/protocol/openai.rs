@@ -230,6 +230,7 @@ pub fn request_from_value(body: Value) -> Result<ChatRequest, InvalidRequest> {
         origin: super::Protocol::OpenAiChat,
         raw: None,
         extra: m,
+        hops: 0,
     })
 }
 
@@ -1007,6 +1008,7 @@ pub fn embeddings_from_value(body: Value) -> Result<EmbeddingsRequest, InvalidRe
         model,
         input,
         extra: m,
+        hops: 0,
     })
 }
 

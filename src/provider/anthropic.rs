@@ -77,6 +77,7 @@ impl Anthropic {
         &self,
         body: &Value,
         cred: Option<usize>,
+        hops: u32,
     ) -> Result<reqwest::Response, UpstreamError> {
         let bytes = serde_json::to_vec(body).map_err(|e| InvalidUpstream {
             what: "request body",
@@ -85,6 +86,7 @@ impl Anthropic {
         let rb = self
             .client
             .post(self.messages_url.clone())
+            .header(super::HOPS_HEADER, hops + 1)
             .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
             .body(bytes);
         super::openai::send(self.headers(rb, cred)?).await
@@ -98,7 +100,7 @@ impl Anthropic {
     ) -> Result<ChatResponse, UpstreamError> {
         let mut body = request_to_value(req, model);
         body.as_object_mut().map(|o| o.remove("stream"));
-        let resp = self.post(&body, cred).await?;
+        let resp = self.post(&body, cred, req.hops).await?;
         let v = super::openai::read_json(resp, "anthropic message").await?;
         // A same-protocol client gets the upstream's body itself (thinking signatures...).
         let mut out = response_from_value(&v)?;
@@ -119,7 +121,7 @@ impl Anthropic {
         if let Some(o) = body.as_object_mut() {
             o.insert("stream".into(), Value::Bool(true));
         }
-        let resp = self.post(&body, cred).await?;
+        let resp = self.post(&body, cred, req.hops).await?;
         Ok(Box::pin(Events {
             inner: resp.bytes_stream().eventsource(),
             decoder: StreamDecoder::default(),

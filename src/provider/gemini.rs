@@ -71,6 +71,7 @@ impl Gemini {
         url: Url,
         body: &Value,
         cred: Option<usize>,
+        hops: u32,
     ) -> Result<reqwest::Response, UpstreamError> {
         let bytes = serde_json::to_vec(body).map_err(|e| InvalidUpstream {
             what: "request body",
@@ -79,6 +80,7 @@ impl Gemini {
         let rb = self
             .client
             .post(url)
+            .header(super::HOPS_HEADER, hops + 1)
             .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
             .body(bytes);
         super::openai::send(self.key(rb, cred)?).await
@@ -91,7 +93,9 @@ impl Gemini {
         cred: Option<usize>,
     ) -> Result<ChatResponse, UpstreamError> {
         let url = self.url(&format!("models/{model}:generateContent"));
-        let resp = self.post(url, &request_to_value(req), cred).await?;
+        let resp = self
+            .post(url, &request_to_value(req), cred, req.hops)
+            .await?;
         let v = super::openai::read_json(resp, "gemini response").await?;
         // A same-protocol client gets the upstream's body itself (thought signatures...).
         let mut out = response_from_value(&v)?;
@@ -110,7 +114,9 @@ impl Gemini {
     ) -> Result<ChunkStream, UpstreamError> {
         let mut url = self.url(&format!("models/{model}:streamGenerateContent"));
         url.query_pairs_mut().append_pair("alt", "sse");
-        let resp = self.post(url, &request_to_value(req), cred).await?;
+        let resp = self
+            .post(url, &request_to_value(req), cred, req.hops)
+            .await?;
         Ok(Box::pin(Events {
             inner: resp.bytes_stream().eventsource(),
             decoder: StreamDecoder::default(),

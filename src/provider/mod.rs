@@ -23,6 +23,10 @@ use crate::protocol::{ChatRequest, ChatResponse, EmbeddingsRequest, InvalidUpstr
 pub use mock::MockSpec;
 
 /// What went wrong with one upstream call, before any classification.
+/// Sent on every upstream call: how many Switchyards the request has passed, this one included,
+/// so gateways chained into each other detect a loop (`server.max_hops`).
+pub const HOPS_HEADER: &str = "x-switchyard-hops";
+
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
     /// Refused, reset, DNS, TLS: no HTTP response at all.

@@ -79,11 +79,13 @@ impl OpenAi {
         body: Vec<u8>,
         stream: bool,
         cred: Option<usize>,
+        hops: u32,
     ) -> Result<reqwest::Response, UpstreamError> {
         // Built from scratch: no client header, cookie or credential ever reaches the upstream.
         let rb = self
             .client
             .post(url.clone())
+            .header(super::HOPS_HEADER, hops + 1)
             .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
             .header(
                 ACCEPT,
@@ -109,7 +111,7 @@ impl OpenAi {
             force_usage: false,
         })?;
         let url = self.url(&self.chat_url, "chat/completions", model);
-        let resp = self.post(&url, body, false, cred).await?;
+        let resp = self.post(&url, body, false, cred, req.hops).await?;
         let v = read_json(resp, "chat completion").await?;
         Ok(response_from_value(v)?)
     }
@@ -126,7 +128,7 @@ impl OpenAi {
             force_usage: self.stream_usage,
         })?;
         let url = self.url(&self.chat_url, "chat/completions", model);
-        let resp = self.post(&url, body, true, cred).await?;
+        let resp = self.post(&url, body, true, cred, req.hops).await?;
         Ok(Box::pin(SseChunks {
             inner: resp.bytes_stream().eventsource(),
             done: false,
@@ -188,7 +190,7 @@ impl OpenAi {
     ) -> Result<Value, UpstreamError> {
         let body = serialize(&EmbeddingsBody { req, model })?;
         let url = self.url(&self.embeddings_url, "embeddings", model);
-        let resp = self.post(&url, body, false, cred).await?;
+        let resp = self.post(&url, body, false, cred, req.hops).await?;
         let v = read_json(resp, "embeddings response").await?;
         if !v.get("data").is_some_and(Value::is_array) {
             return Err(InvalidUpstream {

@@ -37,6 +37,14 @@ pub enum ApiError {
     Admin(String),
     #[error("the request log is unavailable")]
     LogUnavailable,
+    #[error("header {name}: expected {expected}")]
+    BadHeader {
+        name: &'static str,
+        expected: &'static str,
+    },
+    /// Gateways chained into each other: refused so retries cannot multiply down the chain.
+    #[error("routing loop detected: the request has passed {hops} gateways (the limit is {max})")]
+    LoopDetected { hops: u32, max: u32 },
 }
 
 impl ApiError {
@@ -51,6 +59,8 @@ impl ApiError {
             ApiError::Exec { err, .. } => err.status(),
             ApiError::Admin(_) => 400,
             ApiError::LogUnavailable => 503,
+            ApiError::BadHeader { .. } => 400,
+            ApiError::LoopDetected { .. } => 508,
         };
         StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_GATEWAY)
     }
@@ -68,6 +78,8 @@ impl ApiError {
             ApiError::Exec { err, .. } => err.code(),
             ApiError::Admin(_) => "invalid_config",
             ApiError::LogUnavailable => "log_unavailable",
+            ApiError::BadHeader { .. } => "invalid_header",
+            ApiError::LoopDetected { .. } => "loop_detected",
         }
     }
 
@@ -79,7 +91,7 @@ impl ApiError {
                 400..=499 => "invalid_request_error",
                 _ => "server_error",
             },
-            ApiError::LogUnavailable => "server_error",
+            ApiError::LogUnavailable | ApiError::LoopDetected { .. } => "server_error",
             _ => "invalid_request_error",
         }
     }
@@ -137,6 +149,11 @@ impl IntoResponse for ApiError {
                 .and_then(|v| v.pointer("/error/message")?.as_str().map(str::to_string))
                 .unwrap_or_else(|| self.to_string());
             let mut resp = (status, [(header::CONTENT_TYPE, ct)], p.body.clone()).into_response();
+            // A loop found downstream is final here too.
+            if p.status == 508 {
+                resp.headers_mut()
+                    .insert("x-should-retry", HeaderValue::from_static("false"));
+            }
             resp.extensions_mut().insert(Message(message));
             return resp;
         }
@@ -176,6 +193,10 @@ impl IntoResponse for ApiError {
                     resp.headers_mut().insert(header::RETRY_AFTER, v);
                 }
             }
+        }
+        if let ApiError::LoopDetected { .. } = self {
+            resp.headers_mut()
+                .insert("x-should-retry", HeaderValue::from_static("false"));
         }
         if let ApiError::Unauthorized = self {
             resp.headers_mut()

@@ -26,7 +26,9 @@ use tokio::net::TcpListener;
 use crate::config::{GatewayKey, Live, Snapshot};
 use crate::exec::{self, Report};
 use crate::health::Health;
+use crate::protocol::chain::{self, ChainSpec};
 use crate::protocol::{Protocol, anthropic, gemini, openai};
+use crate::router::{self, Chain};
 use crate::store::{LogRow, RequestLog};
 
 /// Shared by every handler: the live config, channel health (which outlives config swaps) and
@@ -46,6 +48,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/models/{model_action}", post(generate_content))
         .route("/v1/embeddings", post(embeddings))
         .route("/v1/models", get(models))
+        .route("/v1/route/explain", post(route_explain))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/admin/requests", get(admin_requests))
@@ -143,6 +146,10 @@ struct Ctx {
     log: Arc<RequestLog>,
     endpoint: &'static str,
     key: Option<Arc<str>>,
+    /// The authenticated key's index in `snap.keys`.
+    key_idx: Option<usize>,
+    /// `x-switchyard-hops` as received.
+    hops: u32,
     requested_model: Option<String>,
     stream: bool,
     report: Report,
@@ -161,6 +168,8 @@ impl Ctx {
             log: state.log.clone(),
             endpoint,
             key: None,
+            key_idx: None,
+            hops: 0,
             requested_model: None,
             stream: false,
             report: Report::default(),
@@ -195,14 +204,18 @@ impl Ctx {
         }
     }
 
-    fn authenticate(&mut self, headers: &HeaderMap) -> Result<&GatewayKey, ApiError> {
-        let Some(key) = bearer(headers).and_then(|p| self.snap.authenticate(p)) else {
+    fn authenticate(&mut self, headers: &HeaderMap) -> Result<(), ApiError> {
+        let found = bearer(headers).and_then(|p| self.snap.authenticate(p));
+        let Some(key) = found else {
             // Unauthenticated traffic is not logged: it would let anyone fill the log.
             self.logged = true;
             return Err(ApiError::Unauthorized);
         };
         self.key = Some(key.name.clone());
-        Ok(key)
+        self.key_idx = self.snap.keys.iter().position(|k| std::ptr::eq(k, key));
+        // A loop is refused before anything is read or routed.
+        self.hops = hops(headers, self.snap.server.max_hops)?;
+        Ok(())
     }
 }
 
@@ -302,6 +315,13 @@ fn served(mut resp: Response, ctx: &Ctx) -> Response {
         set_header(&mut resp, "x-switchyard-model", &s.model);
         set_header(&mut resp, "x-switchyard-upstream-model", &s.upstream_model);
     }
+    if !ctx.report.requested_model.is_empty() {
+        set_header(
+            &mut resp,
+            "x-switchyard-requested-model",
+            &ctx.report.requested_model,
+        );
+    }
     let attempts = ctx.report.tried().to_string();
     set_header(&mut resp, "x-switchyard-attempts", &attempts);
     set_header(&mut resp, "x-request-id", &ctx.id);
@@ -353,11 +373,16 @@ async fn chat_completions(
     body: Body,
 ) -> Response {
     let mut ctx = Ctx::new(&state, "chat.completions");
-    let req = match parse_chat(&mut ctx, &headers, body).await {
-        Ok(r) => r,
-        Err(e) => return fail(ctx, e),
+    let parsed = match read_chat_json(&mut ctx, &headers, body).await {
+        Ok((v, spec)) => openai::request_from_value(v)
+            .map(|r| (r, spec))
+            .map_err(ApiError::from),
+        Err(e) => Err(e),
     };
-    serve_chat(&state, ctx, req).await
+    match parsed {
+        Ok((req, spec)) => serve_chat(&state, ctx, req, spec).await,
+        Err(e) => fail(ctx, e),
+    }
 }
 
 /// Anthropic Messages (`anthropic-version` and `anthropic-beta` headers are accepted and not
@@ -365,12 +390,14 @@ async fn chat_completions(
 async fn messages(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     let mut ctx = Ctx::new(&state, "messages");
     ctx.protocol = Protocol::AnthropicMessages;
-    let parsed = match read_json(&mut ctx, &headers, body).await {
-        Ok(v) => anthropic::request_from_value(v).map_err(ApiError::from),
+    let parsed = match read_chat_json(&mut ctx, &headers, body).await {
+        Ok((v, spec)) => anthropic::request_from_value(v)
+            .map(|r| (r, spec))
+            .map_err(ApiError::from),
         Err(e) => Err(e),
     };
     match parsed {
-        Ok(req) => serve_chat(&state, ctx, req).await,
+        Ok((req, spec)) => serve_chat(&state, ctx, req, spec).await,
         Err(e) => fail(ctx, e),
     }
 }
@@ -418,7 +445,7 @@ async fn generate_content(
     ctx.requested_model = Some(model.to_string());
     ctx.stream = stream;
     match parsed {
-        Ok(req) => serve_chat(&state, ctx, req).await,
+        Ok(req) => serve_chat(&state, ctx, req, ChainSpec::default()).await,
         Err(e) => fail(ctx, e),
     }
 }
@@ -440,13 +467,44 @@ fn translation(snap: &Snapshot, report: &Report, req: &crate::protocol::ChatRequ
     }
 }
 
+/// Resolves what may serve the request: the key's chain (redirects, defaults, groups).
+fn resolve<'s>(
+    ctx: &mut Ctx,
+    snap: &'s Snapshot,
+    spec: &ChainSpec,
+    model: &str,
+) -> Result<(&'s GatewayKey, Chain), ApiError> {
+    let key = ctx
+        .key_idx
+        .and_then(|i| snap.keys.get(i))
+        .ok_or(ApiError::Unauthorized)?;
+    let chain = router::chain(snap, key, spec, model).map_err(|e| {
+        ctx.report = Report::new(model);
+        exec_error(ctx, exec::ExecError::Route(e))
+    })?;
+    ctx.requested_model = Some(chain.requested_model.clone());
+    ctx.report = Report::for_chain(&chain);
+    Ok((key, chain))
+}
+
 /// Runs a chat request and answers in the client's protocol.
-async fn serve_chat(state: &AppState, mut ctx: Ctx, req: crate::protocol::ChatRequest) -> Response {
-    ctx.report = Report::new(&req.model);
+async fn serve_chat(
+    state: &AppState,
+    mut ctx: Ctx,
+    mut req: crate::protocol::ChatRequest,
+    spec: ChainSpec,
+) -> Response {
     let snap = ctx.snap.clone();
+    let (key, chain) = match resolve(&mut ctx, &snap, &spec, &req.model) {
+        Ok(r) => r,
+        Err(e) => return fail(ctx, e),
+    };
+    let route = exec::Route { key, chain: &chain };
+    req.hops = ctx.hops;
     let deadline = ctx.deadline();
     if req.stream {
-        return match exec::chat_stream(&snap, &state.health, &req, deadline, &mut ctx.report).await
+        return match exec::chat_stream(&snap, &state.health, route, &req, deadline, &mut ctx.report)
+            .await
         {
             Ok(committed) => {
                 let ttfb = ctx.started.elapsed();
@@ -482,7 +540,7 @@ async fn serve_chat(state: &AppState, mut ctx: Ctx, req: crate::protocol::ChatRe
             }
         };
     }
-    match exec::chat(&snap, &state.health, &req, deadline, &mut ctx.report).await {
+    match exec::chat(&snap, &state.health, route, &req, deadline, &mut ctx.report).await {
         Ok(resp) => {
             let ext = ctx.report.body_extension();
             let body = match ctx.protocol {
@@ -551,13 +609,37 @@ async fn read_json(ctx: &mut Ctx, headers: &HeaderMap, body: Body) -> Result<Val
     Ok(value)
 }
 
-async fn parse_chat(
+/// [`read_json`] for OpenAI and Anthropic chat bodies: the caller's chain fields taken out.
+async fn read_chat_json(
     ctx: &mut Ctx,
     headers: &HeaderMap,
     body: Body,
-) -> Result<crate::protocol::ChatRequest, ApiError> {
-    let value = read_json(ctx, headers, body).await?;
-    Ok(openai::request_from_value(value)?)
+) -> Result<(Value, ChainSpec), ApiError> {
+    let mut value = read_json(ctx, headers, body).await?;
+    let spec = match value.as_object_mut() {
+        Some(m) => chain::take(m)?,
+        None => ChainSpec::default(),
+    };
+    Ok((value, spec))
+}
+
+/// `x-switchyard-hops`: Switchyards the request passed before this one. More than `max` is a loop.
+fn hops(headers: &HeaderMap, max: u32) -> Result<u32, ApiError> {
+    let Some(v) = headers.get(crate::provider::HOPS_HEADER) else {
+        return Ok(0);
+    };
+    let n = v
+        .to_str()
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .ok_or(ApiError::BadHeader {
+            name: crate::provider::HOPS_HEADER,
+            expected: "a non-negative integer",
+        })?;
+    if n > max {
+        return Err(ApiError::LoopDetected { hops: n, max });
+    }
+    Ok(n)
 }
 
 async fn embeddings(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
@@ -570,10 +652,16 @@ async fn embeddings(State(state): State<AppState>, headers: HeaderMap, body: Bod
         Ok(r) => r,
         Err(e) => return fail(ctx, e),
     };
-    ctx.report = Report::new(&req.model);
     let snap = ctx.snap.clone();
+    let (key, chain) = match resolve(&mut ctx, &snap, &ChainSpec::default(), &req.model) {
+        Ok(r) => r,
+        Err(e) => return fail(ctx, e),
+    };
+    let mut req = req;
+    req.hops = ctx.hops;
+    let route = exec::Route { key, chain: &chain };
     let deadline = ctx.deadline();
-    match exec::embeddings(&snap, &state.health, &req, deadline, &mut ctx.report).await {
+    match exec::embeddings(&snap, &state.health, route, &req, deadline, &mut ctx.report).await {
         Ok(mut v) => {
             let mut row = ctx.take_row(200, "ok");
             row.ttfb_ms = Some(row.total_ms);
@@ -596,26 +684,49 @@ async fn embeddings(State(state): State<AppState>, headers: HeaderMap, body: Bod
 
 async fn models(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let snap = state.live.load();
-    if bearer(&headers)
-        .and_then(|p| snap.authenticate(p))
-        .is_none()
-    {
+    let Some(key) = bearer(&headers).and_then(|p| snap.authenticate(p)) else {
         return ApiError::Unauthorized.into_response();
-    }
-    // Only models that some enabled channel serves: the rest would answer 503.
+    };
+    // Only models that some enabled channel of the key's groups serves: the rest would answer
+    // 404 or 503.
     let data: Vec<Value> = snap
         .models
         .iter()
-        .filter(|(_, routes)| {
-            routes
-                .iter()
-                .any(|r| snap.channels.get(r.channel).is_some_and(|c| c.enabled))
-        })
+        .filter(|(m, _)| snap.reachable(key, m))
         .map(
             |(m, _)| json!({"id": &**m, "object": "model", "created": 0, "owned_by": "switchyard"}),
         )
         .collect();
     axum::Json(json!({"object": "list", "data": data})).into_response()
+}
+
+/// `POST /v1/route/explain`: the same body and headers as a chat request; answers with the
+/// plan that request would follow (redirects, chain, candidates with health), calling no one.
+async fn route_explain(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    let mut ctx = Ctx::new(&state, "route.explain");
+    // A preview is not traffic: it is not logged.
+    ctx.logged = true;
+    let (value, spec) = match read_chat_json(&mut ctx, &headers, body).await {
+        Ok(r) => r,
+        Err(e) => return fail(ctx, e),
+    };
+    let Some(model) = value
+        .get("model")
+        .and_then(Value::as_str)
+        .filter(|m| !m.is_empty())
+    else {
+        return fail(
+            ctx,
+            ApiError::Invalid(crate::protocol::InvalidRequest::new("model", "is required")),
+        );
+    };
+    let snap = ctx.snap.clone();
+    match resolve(&mut ctx, &snap, &spec, model) {
+        Ok((key, chain)) => {
+            axum::Json(exec::explain(&snap, &state.health, key, &chain)).into_response()
+        }
+        Err(e) => fail(ctx, e),
+    }
 }
 
 async fn healthz() -> Response {

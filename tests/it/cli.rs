@@ -369,3 +369,63 @@ async fn the_standalone_mock_plays_a_fault_script_from_a_spec_file() {
     let v: Value = ask().await.json().await.unwrap();
     assert_eq!(v["choices"][0]["message"]["content"], "after");
 }
+
+#[tokio::test]
+async fn explain_prints_what_the_route_explain_endpoint_answers() {
+    let up = mock(text_spec("x")).await;
+    let channels = format!(
+        "{}{}",
+        openai_channel("one", &up.base_url(), 1, "weight = 2"),
+        openai_channel("two", &up.base_url(), 2, "")
+    );
+    let gw = gateway_full(
+        "",
+        "failover_defaults = { models = [\"m\", \"e\"], timeout_ms = 5000 }\n\n\
+         [[redirects]]\nfrom = \"alias\"\nto = \"m\"\n",
+        &channels,
+    )
+    .await;
+    let http: Value = gw
+        .post_as(
+            "/v1/route/explain",
+            KEY,
+            &[],
+            json!({"model": "alias", "messages": []}),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    let out = Command::new(BIN)
+        .args(["explain", "--config"])
+        .arg(&gw.config_path)
+        .args(["--key", "team-a", "--model", "alias"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cli: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(cli, http);
+    assert_eq!(cli["chain"][0]["redirect"], "redirects[0]");
+    assert_eq!(cli["chain"][1]["model"], "e");
+    // An unknown key or model is an error naming it.
+    let out = Command::new(BIN)
+        .args(["explain", "--config"])
+        .arg(&gw.config_path)
+        .args(["--key", "nobody", "--model", "m"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nobody"));
+    let out = Command::new(BIN)
+        .args(["explain", "--config"])
+        .arg(&gw.config_path)
+        .args(["--key", "team-a", "--model", "m", "--model", "zz"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("zz"));
+}

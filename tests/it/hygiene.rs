@@ -14,8 +14,8 @@ async fn unknown_fields_reach_the_upstream_and_gateway_fields_do_not() {
         "some_future_param": {"nested": [1, 2, 3]},
         "reasoning_effort": "high",
         "logit_bias": {"50256": -100},
-        "fallback_models": ["x"],
-        "redundancy": 2
+        "fallback_models": ["m"],
+        "redundancy": {"on": ["timeout"]}
     });
     assert_eq!(gw.chat(body).await.status(), 200);
     let got = &up.received()[0].body;

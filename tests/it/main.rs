@@ -3,6 +3,7 @@
 
 mod admin;
 mod anthropic;
+mod chains;
 mod cli;
 mod credentials;
 mod errors;

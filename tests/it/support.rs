@@ -42,10 +42,30 @@ impl Gateway {
             .expect("gateway reachable")
     }
 
+    /// `POST {path}` with a JSON body as the given gateway key (and extra headers).
+    pub async fn post_as(
+        &self,
+        path: &str,
+        key: &str,
+        headers: &[(&str, &str)],
+        body: Value,
+    ) -> reqwest::Response {
+        let mut rb = self
+            .http
+            .post(format!("{}{path}", self.url))
+            .bearer_auth(key)
+            .json(&body);
+        for (k, v) in headers {
+            rb = rb.header(*k, *v);
+        }
+        rb.send().await.expect("gateway reachable")
+    }
+
     /// Rewrites the config file (the same header as at start) with new channels.
     pub fn rewrite(&self, channels: &str) {
         let dir = self.config_path.parent().expect("config dir");
-        std::fs::write(&self.config_path, config_text(dir, "", channels)).expect("write config");
+        std::fs::write(&self.config_path, config_text(dir, "", "", channels))
+            .expect("write config");
     }
 
     /// `POST /admin/reload` with the admin token.
@@ -99,21 +119,37 @@ pub fn client() -> reqwest::Client {
         .expect("test client")
 }
 
-fn config_text(dir: &std::path::Path, server_extra: &str, channels: &str) -> String {
+fn config_text(
+    dir: &std::path::Path,
+    server_extra: &str,
+    key_extra: &str,
+    channels: &str,
+) -> String {
     format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nadmin_token = \"{ADMIN}\"\n{server_extra}\n\
          [log]\nsqlite_path = \"{}\"\n\n\
-         [[keys]]\nname = \"team-a\"\nkey = \"{KEY}\"\n\n{channels}",
+         [[keys]]\nname = \"team-a\"\nkey = \"{KEY}\"\n{key_extra}\n\n{channels}",
         dir.join("log.db").display()
     )
 }
 
 /// Starts a gateway with `[server]` extras (e.g. `request_timeout_ms = 500`) and channels.
 pub async fn gateway_with(server_extra: &str, channels: &str) -> Gateway {
+    gateway_full(server_extra, "", channels).await
+}
+
+/// As [`gateway_with`], with `key_extra` lines added to the test key's table (`groups = [...]`,
+/// `failover_defaults = {...}`); they may go on with more top-level tables (`[[keys]]`,
+/// `[[redirects]]`).
+pub async fn gateway_full(server_extra: &str, key_extra: &str, channels: &str) -> Gateway {
     install_crypto_provider();
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("switchyard.toml");
-    std::fs::write(&path, config_text(dir.path(), server_extra, channels)).expect("write config");
+    std::fs::write(
+        &path,
+        config_text(dir.path(), server_extra, key_extra, channels),
+    )
+    .expect("write config");
     let clients = HttpClients::default();
     let snap = config::load_file(&path, &clients).expect("test config is valid");
     let clock = ManualClock::new();
@@ -157,6 +193,16 @@ pub fn openai_channel(name: &str, base_url: &str, priority: u32, extra: &str) ->
     format!(
         "[[channels]]\nname = \"{name}\"\nprovider = \"openai\"\nbase_url = \"{base_url}\"\n\
          api_keys = [\"{UPSTREAM_KEY}\"]\nmodels = [\"m\", \"e\"]\npriority = {priority}\n{extra}\n\n"
+    )
+}
+
+/// An `openai` channel in front of a mock server, serving the given models.
+pub fn models_channel(name: &str, base_url: &str, models: &[&str], extra: &str) -> String {
+    let list: Vec<String> = models.iter().map(|m| format!("\"{m}\"")).collect();
+    format!(
+        "[[channels]]\nname = \"{name}\"\nprovider = \"openai\"\nbase_url = \"{base_url}\"\n\
+         api_keys = [\"{UPSTREAM_KEY}\"]\nmodels = [{}]\n{extra}\n\n",
+        list.join(", ")
     )
 }
 
