@@ -17,6 +17,16 @@ use super::{
 /// Switchyard's own request fields: never sent upstream.
 pub const GATEWAY_FIELDS: [&str; 3] = ["models", "fallback_models", "redundancy"];
 
+/// Never sent upstream. The server takes them out first (`chain::take`); this is the backstop,
+/// with a scan of the few top-level keys rather than hashed lookups for fields rarely present.
+fn strip_gateway_fields(m: &mut Map<String, Value>) {
+    if m.keys().any(|k| GATEWAY_FIELDS.contains(&k.as_str())) {
+        for f in GATEWAY_FIELDS {
+            m.shift_remove(f);
+        }
+    }
+}
+
 /// A field-path error while reading JSON; the caller decides whose mistake it is.
 #[derive(Debug)]
 pub struct ReadError {
@@ -213,9 +223,7 @@ pub fn request_from_value(body: Value) -> Result<ChatRequest, InvalidRequest> {
             .collect::<Read<_>>()?,
     };
     let tool_choice = m.shift_remove("tool_choice");
-    for f in GATEWAY_FIELDS {
-        m.shift_remove(f);
-    }
+    strip_gateway_fields(&mut m);
     Ok(ChatRequest {
         model,
         messages,
@@ -1001,9 +1009,7 @@ pub fn embeddings_from_value(body: Value) -> Result<EmbeddingsRequest, InvalidRe
             ));
         }
     };
-    for f in GATEWAY_FIELDS {
-        m.shift_remove(f);
-    }
+    strip_gateway_fields(&mut m);
     Ok(EmbeddingsRequest {
         model,
         input,

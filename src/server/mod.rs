@@ -301,9 +301,22 @@ fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
     serde_json::from_slice(bytes).map_err(|e| ApiError::InvalidJson(e.to_string()))
 }
 
-fn set_header(resp: &mut Response, name: &'static str, value: &str) {
+/// Response header names, made at compile time (`from_static` at run time parses the name on
+/// every call, several times per request).
+mod hdr {
+    use axum::http::HeaderName;
+    pub const CHANNEL: HeaderName = HeaderName::from_static("x-switchyard-channel");
+    pub const MODEL: HeaderName = HeaderName::from_static("x-switchyard-model");
+    pub const UPSTREAM_MODEL: HeaderName = HeaderName::from_static("x-switchyard-upstream-model");
+    pub const REQUESTED_MODEL: HeaderName = HeaderName::from_static("x-switchyard-requested-model");
+    pub const ATTEMPTS: HeaderName = HeaderName::from_static("x-switchyard-attempts");
+    pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+    pub const TRANSLATION: HeaderName = HeaderName::from_static("x-switchyard-translation");
+}
+
+fn set_header(resp: &mut Response, name: HeaderName, value: &str) {
     if let Ok(v) = HeaderValue::from_str(value) {
-        resp.headers_mut().insert(HeaderName::from_static(name), v);
+        resp.headers_mut().insert(name, v);
     }
 }
 
@@ -311,20 +324,16 @@ fn set_header(resp: &mut Response, name: &'static str, value: &str) {
 /// the commit point, for streams) and the request id.
 fn served(mut resp: Response, ctx: &Ctx) -> Response {
     if let Some(s) = &ctx.report.served {
-        set_header(&mut resp, "x-switchyard-channel", &s.channel);
-        set_header(&mut resp, "x-switchyard-model", &s.model);
-        set_header(&mut resp, "x-switchyard-upstream-model", &s.upstream_model);
+        set_header(&mut resp, hdr::CHANNEL, &s.channel);
+        set_header(&mut resp, hdr::MODEL, &s.model);
+        set_header(&mut resp, hdr::UPSTREAM_MODEL, &s.upstream_model);
     }
     if !ctx.report.requested_model.is_empty() {
-        set_header(
-            &mut resp,
-            "x-switchyard-requested-model",
-            &ctx.report.requested_model,
-        );
+        set_header(&mut resp, hdr::REQUESTED_MODEL, &ctx.report.requested_model);
     }
     let attempts = ctx.report.tried().to_string();
-    set_header(&mut resp, "x-switchyard-attempts", &attempts);
-    set_header(&mut resp, "x-request-id", &ctx.id);
+    set_header(&mut resp, hdr::ATTEMPTS, &attempts);
+    set_header(&mut resp, hdr::REQUEST_ID, &ctx.id);
     resp
 }
 
@@ -354,9 +363,9 @@ fn fail(mut ctx: Ctx, err: ApiError) -> Response {
     let mut resp = err.render(ctx.protocol);
     if ctx.report.tried() > 0 {
         let n = ctx.report.tried().to_string();
-        set_header(&mut resp, "x-switchyard-attempts", &n);
+        set_header(&mut resp, hdr::ATTEMPTS, &n);
     }
-    set_header(&mut resp, "x-request-id", &ctx.id);
+    set_header(&mut resp, hdr::REQUEST_ID, &ctx.id);
     resp
 }
 
@@ -531,7 +540,7 @@ async fn serve_chat(
                     sse::StreamLog::new(state.log.clone(), row, ctx.started, ttfb),
                 );
                 let mut resp = served(resp, &ctx);
-                set_header(&mut resp, "x-switchyard-translation", &translated);
+                set_header(&mut resp, hdr::TRANSLATION, &translated);
                 resp
             }
             Err(err) => {
@@ -581,7 +590,7 @@ async fn serve_chat(
             }
             state.log.record(row);
             let mut out = served(json_response(body), &ctx);
-            set_header(&mut out, "x-switchyard-translation", &translated);
+            set_header(&mut out, hdr::TRANSLATION, &translated);
             out
         }
         Err(err) => {

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Instructions the gateway spends per proxied request, counted by callgrind: repeatable on a
+# noisy VM where rps and CPU time swing by 15 %. Runs N1 and N2 sequential keep-alive requests
+# through the gateway (under valgrind) in front of `switchyard mock` and divides the difference
+# in total instructions by N2 - N1, so start-up cost cancels out. Give several binaries to
+# compare builds (e.g. one built from the previous commit) in one run.
+#
+#   bench/instructions.sh                                  # this tree's release build
+#   bench/instructions.sh /tmp/base/release/switchyard target/release/switchyard
+#   STREAM=1 N1=100 N2=400 bench/instructions.sh
+#
+# Needs: valgrind, python3. Loopback only.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+N1=${N1:-100}
+N2=${N2:-600}
+STREAM=${STREAM:-0}
+GW_PORT=${GW_PORT:-18090}
+MOCK_PORT=${MOCK_PORT:-18091}
+command -v valgrind >/dev/null || { echo "valgrind not found: apt-get install valgrind" >&2; exit 1; }
+if [ "$#" -eq 0 ]; then
+  cargo build --release --quiet
+  set -- "${CARGO_TARGET_DIR:-target}/release/switchyard"
+fi
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+cat >"$work/client.py" <<'PY'
+import http.client, json, sys
+n, port, stream = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
+c = http.client.HTTPConnection("127.0.0.1", port)
+body = json.dumps({"model": "bench", "stream": stream, "messages": [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "Say something about foxes."}]})
+for _ in range(n):
+    c.request("POST", "/v1/chat/completions", body,
+              {"Content-Type": "application/json", "Authorization": "Bearer sk-bench-key-000000"})
+    r = c.getresponse()
+    data = r.read()
+    assert r.status == 200, (r.status, data)
+PY
+
+cat >"$work/gw.toml" <<TOML
+[server]
+listen = "127.0.0.1:$GW_PORT"
+[log]
+sqlite_path = "$work/log.db"
+[[keys]]
+name = "bench"
+key = "sk-bench-key-000000"
+[[channels]]
+name = "mock"
+provider = "openai"
+base_url = "http://127.0.0.1:$MOCK_PORT/v1"
+api_keys = ["sk-upstream-bench"]
+models = ["bench"]
+TOML
+
+wait_port() {
+  for _ in $(seq 1 300); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "port $1 did not open" >&2
+  exit 1
+}
+
+total() { # bin requests -> instructions of the whole gateway process
+  "$1" --log-level error mock --port "$MOCK_PORT" \
+    --text "The quick brown fox jumps over the lazy dog, twice over." --chunks 8 >/dev/null &
+  local mock=$!
+  valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" \
+    "$1" --log-level error serve --config "$work/gw.toml" >/dev/null 2>"$work/vg.log" &
+  local gw=$!
+  wait_port "$MOCK_PORT"
+  wait_port "$GW_PORT"
+  python3 "$work/client.py" 20 "$GW_PORT" "$STREAM" # warm-up: pools, caches
+  python3 "$work/client.py" "$2" "$GW_PORT" "$STREAM"
+  kill -TERM "$gw"
+  wait "$gw" || true
+  kill "$mock"
+  wait "$mock" 2>/dev/null || true
+  awk '/^(summary|totals):/ {print $2; exit}' "$work/cg.out"
+}
+
+printf '%-60s %s\n' binary "instructions/request ($([ "$STREAM" = 1 ] && echo stream || echo non-stream))"
+for bin in "$@"; do
+  a=$(total "$bin" "$N1")
+  b=$(total "$bin" "$N2")
+  printf '%-60s %d\n' "$bin" $(((b - a) / (N2 - N1)))
+done
