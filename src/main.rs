@@ -113,7 +113,7 @@ async fn run(cmd: Command) -> Result<(), Box<dyn std::error::Error>> {
             let gkey = snap
                 .key_named(&key)
                 .or_else(|| snap.authenticate(&key))
-                .ok_or_else(|| format!("no key named {key:?} in the config"))?;
+                .ok_or("no key of that name (or value) in the config")?;
             let mut spec = switchyard::protocol::chain::ChainSpec::default();
             if model.len() > 1 {
                 let entries = model
@@ -126,7 +126,7 @@ async fn run(cmd: Command) -> Result<(), Box<dyn std::error::Error>> {
                 spec.entries =
                     switchyard::protocol::chain::dedupe(entries).map_err(|e| e.message)?;
             }
-            let chain = switchyard::router::chain(&snap, gkey, &spec, &model[0])?;
+            let chain = switchyard::router::chain(&snap, gkey, &spec, &model[0], true)?;
             let health = switchyard::health::Health::new(std::sync::Arc::new(
                 switchyard::health::SystemClock,
             ));

@@ -206,6 +206,7 @@ pub struct Chain {
 }
 
 /// Resolves what the caller wrote into a chain: the caller's `models` / `fallback_models`, else
+/// (with `defaults`: chat, not embeddings, whose vectors must come from the model asked for)
 /// the key's `failover_defaults` from `model`'s position, else `model` alone. Caller-written
 /// names go through redirects (key rules first, first match wins); every model must be one the
 /// key can reach. Duplicates after redirects collapse.
@@ -214,12 +215,13 @@ pub fn chain(
     key: &GatewayKey,
     spec: &ChainSpec,
     model: &str,
+    defaults: bool,
 ) -> Result<Chain, RouteError> {
     let redirect = |name: &str| match snap.redirect(key, name) {
         Some((to, rule)) => (to, Some(rule.rule.clone())),
         None => (name.to_string(), None),
     };
-    let defaults = key.defaults.as_ref();
+    let defaults = key.defaults.as_ref().filter(|_| defaults);
     let mut written: Vec<(ChainEntry, bool)> = Vec::new();
     let source = if !spec.entries.is_empty() {
         written.extend(spec.entries.iter().cloned().map(|e| (e, true)));
@@ -391,15 +393,14 @@ pub fn explain(
             }
         })
         .collect();
+    // Channels of other groups stay invisible to the key, as they are everywhere else.
     let mut excluded: Vec<ExcludedView> = plan
         .excluded
         .iter()
-        .map(|(i, why)| ExcludedView {
+        .filter(|(_, why)| *why == Excluded::Disabled)
+        .map(|(i, _)| ExcludedView {
             channel: snap.channels[*i].name.clone(),
-            reason: match why {
-                Excluded::Disabled => "disabled",
-                Excluded::NotInKeyGroups => "not_in_key_groups",
-            },
+            reason: "disabled",
         })
         .collect();
     excluded.extend(plan.skipped.iter().map(|s| ExcludedView {
@@ -507,7 +508,8 @@ mod tests {
         model: &str,
     ) -> Result<Vec<String>, RouteError> {
         let k = s.key_named(key).unwrap();
-        chain(s, k, spec, model).map(|c| c.steps.iter().map(|st| st.model.to_string()).collect())
+        chain(s, k, spec, model, true)
+            .map(|c| c.steps.iter().map(|st| st.model.to_string()).collect())
     }
 
     fn spec(models: &[&str]) -> ChainSpec {
@@ -551,13 +553,16 @@ mod tests {
         assert_eq!(chain_of(&s, "team", &none, "x").unwrap(), ["x", "m", "n"]);
         assert_eq!(chain_of(&s, "team", &none, "n").unwrap(), ["n"]);
         assert_eq!(chain_of(&s, "cheap", &none, "m").unwrap(), ["m"]);
+        // Without defaults (embeddings): the one model.
+        let team = s.key_named("team").unwrap();
+        assert_eq!(chain(&s, team, &none, "x", false).unwrap().steps.len(), 1);
         // The caller's chain wins over the defaults.
         assert_eq!(
             chain_of(&s, "team", &spec(&["n", "x"]), "n").unwrap(),
             ["n", "x"]
         );
         // Defaults' timeouts are clamped at load; their `on` applies.
-        let c = chain(&s, s.key_named("team").unwrap(), &none, "x").unwrap();
+        let c = chain(&s, s.key_named("team").unwrap(), &none, "x", true).unwrap();
         assert_eq!(c.steps[0].timeout, Some(Duration::from_millis(300_000)));
         assert_eq!(c.on.names(), ["timeout"]);
         assert_eq!(c.source, ChainSource::KeyDefaults);
@@ -573,7 +578,7 @@ mod tests {
         let s = snap(KEYS);
         let none = ChainSpec::default();
         // The key's exact rule beats the global glob.
-        let c = chain(&s, s.key_named("team").unwrap(), &none, "gpt-4-turbo").unwrap();
+        let c = chain(&s, s.key_named("team").unwrap(), &none, "gpt-4-turbo", true).unwrap();
         assert_eq!(&*c.steps[0].model, "n");
         assert_eq!(c.requested_model, "gpt-4-turbo");
         assert_eq!(c.steps[0].redirect.as_deref(), Some("keys[0].redirects[0]"));

@@ -522,6 +522,12 @@ pub(crate) fn compile(
                     format!("at most {MAX_MODELS} distinct models"),
                 ));
             }
+            if d.on.as_ref().is_some_and(Vec::is_empty) {
+                return Err(err(
+                    format!("{at}.on"),
+                    "name at least one failure class, or leave it out for all four".into(),
+                ));
+            }
             // Out-of-range timeouts are clamped, as the caller's ranges say.
             let clamp = |v: Option<u64>, r: &std::ops::RangeInclusive<u64>| {
                 v.map(|v| v.clamp(*r.start(), *r.end()))

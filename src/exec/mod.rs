@@ -125,7 +125,8 @@ impl Report {
             "requested_model": self.requested_model,
             "served_model": &*served.model,
             "served_channel": &*served.channel,
-            "failover": {"occurred": failover, "attempts": self.attempts_json()},
+            // Anything before the served attempt (a failure, or a channel skipped) moved it.
+            "failover": {"occurred": self.attempts.len() > 1, "attempts": self.attempts_json()},
         });
         if !self.redirects.is_empty() {
             ext["redirects"] = self
@@ -154,8 +155,6 @@ pub enum ExecError {
     AllAttemptsFailed,
     #[error("every model of the chain failed")]
     AllModelsFailed,
-    #[error("the gateway's retry budget is spent: upstreams are failing and retries are paused")]
-    RetryBudget,
     #[error("the request deadline passed before any upstream answered")]
     Deadline,
     /// The upstream judged the request itself malformed (400/413/422): its answer, as is.
@@ -170,7 +169,6 @@ impl ExecError {
             ExecError::Route(RouteError::NoAvailableChannel(_)) => 503,
             ExecError::AllRateLimited { .. } => 429,
             ExecError::AllAttemptsFailed | ExecError::AllModelsFailed => 502,
-            ExecError::RetryBudget => 503,
             ExecError::Deadline => 504,
             ExecError::Rejected(p) => p.status,
         }
@@ -183,7 +181,6 @@ impl ExecError {
             ExecError::AllRateLimited { .. } => "all_rate_limited",
             ExecError::AllAttemptsFailed => "all_attempts_failed",
             ExecError::AllModelsFailed => "all_models_failed",
-            ExecError::RetryBudget => "retry_budget_exhausted",
             ExecError::Deadline => "request_timeout",
             ExecError::Rejected(_) => "upstream_rejected_request",
         }
@@ -197,7 +194,6 @@ impl ExecError {
                 | ExecError::AllRateLimited { .. }
                 | ExecError::AllAttemptsFailed
                 | ExecError::AllModelsFailed
-                | ExecError::RetryBudget
                 | ExecError::Deadline
         )
     }
@@ -375,8 +371,18 @@ where
     let mut retry_after: Option<Duration> = None;
     for step in steps {
         let before = report.attempts.len();
+        // Set when the retry budget refused a call: a deliberate block, which ends the chain.
+        let mut blocked = false;
         let err = match run_model(
-            snap, health, route.key, step, estimate, deadline, report, &mut call,
+            snap,
+            health,
+            route.key,
+            step,
+            estimate,
+            deadline,
+            report,
+            &mut call,
+            &mut blocked,
         )
         .await
         {
@@ -386,46 +392,61 @@ where
         if steps.len() == 1 {
             return Err(err);
         }
-        let moves_on = match &err {
-            ExecError::Route(RouteError::NoAvailableChannel(_)) => true,
-            ExecError::AllRateLimited { retry_after: ra } => {
-                retry_after = Some(retry_after.map_or(*ra, |r| r.min(*ra)));
-                report.attempts[before..]
-                    .iter()
-                    .filter_map(|a| a.class)
-                    .all(|c| c.fail_on().is_some_and(|f| route.chain.on.contains(f)))
-            }
-            ExecError::AllAttemptsFailed => report.attempts[before..]
+        if let ExecError::AllRateLimited { retry_after: ra } = &err {
+            retry_after = Some(retry_after.map_or(*ra, |r| r.min(*ra)));
+        }
+        let in_on = || {
+            report.attempts[before..]
                 .iter()
                 .filter_map(|a| a.class)
-                .all(|c| c.fail_on().is_some_and(|f| route.chain.on.contains(f))),
-            // The deadline, the client's own mistake, a loop, the retry budget: final.
-            _ => false,
+                .all(|c| c.fail_on().is_some_and(|f| route.chain.on.contains(f)))
         };
+        let moves_on = !blocked
+            && match &err {
+                ExecError::Route(RouteError::NoAvailableChannel(_)) => true,
+                ExecError::AllRateLimited { .. } | ExecError::AllAttemptsFailed => in_on(),
+                // The deadline, the client's own mistake, a loop: final as they are.
+                _ => false,
+            };
         let capped = report.tried() >= snap.server.max_attempts as usize;
         if !moves_on || capped {
             return Err(match err {
-                ExecError::AllAttemptsFailed => ExecError::AllModelsFailed,
-                e => e,
+                e @ (ExecError::Rejected(_)
+                | ExecError::Deadline
+                | ExecError::Route(RouteError::ModelNotFound(_))) => e,
+                _ => spent(report, retry_after, &route.chain.requested_model),
             });
         }
     }
-    let all_rate_limited = !report.attempts.is_empty()
-        && report.attempts.iter().all(|a| {
-            a.class == Some(OutcomeClass::RateLimit)
-                || matches!(a.skip, Some(Skip::RateLimited | Skip::NoCredential))
-        });
-    if all_rate_limited {
-        return Err(ExecError::AllRateLimited {
+    Err(spent(report, retry_after, &route.chain.requested_model))
+}
+
+/// What a chain of two or more models that got no answer says: 429 if every failure was a rate
+/// limit, 503 if nothing could be called, else 502 `all_models_failed`.
+fn spent(report: &Report, retry_after: Option<Duration>, requested: &str) -> ExecError {
+    if all_rate_limited(&report.attempts) {
+        return ExecError::AllRateLimited {
             retry_after: retry_after.unwrap_or(Duration::from_secs(1)),
-        });
+        };
     }
     if report.tried() == 0 {
-        return Err(ExecError::Route(RouteError::NoAvailableChannel(
-            route.chain.requested_model.clone(),
-        )));
+        return ExecError::Route(RouteError::NoAvailableChannel(requested.to_string()));
     }
-    Err(ExecError::AllModelsFailed)
+    ExecError::AllModelsFailed
+}
+
+/// Every attempt was a rate limit: now, or still cooling from an earlier 429 (a call the retry
+/// budget refused says nothing either way).
+fn all_rate_limited(attempts: &[AttemptRecord]) -> bool {
+    let mut counted = attempts
+        .iter()
+        .filter(|a| a.skip != Some(Skip::RetryBudget))
+        .peekable();
+    counted.peek().is_some()
+        && counted.all(|a| {
+            a.class == Some(OutcomeClass::RateLimit)
+                || matches!(a.skip, Some(Skip::RateLimited | Skip::NoCredential))
+        })
 }
 
 /// Runs one model's attempts in plan order until one succeeds, the client's own mistake is
@@ -441,6 +462,7 @@ async fn run_model<'s, T, F, Fut>(
     deadline: Instant,
     report: &mut Report,
     call: &mut F,
+    blocked: &mut bool,
 ) -> Result<(T, Option<Reservation>), ExecError>
 where
     F: FnMut(&'s Channel, Arc<str>, Option<usize>, CallerLimits) -> Fut,
@@ -532,13 +554,16 @@ where
                     }
                 };
             // Every call after a request's first spends from the process-wide retry budget.
+            // Refused: the request ends with the outcome of the calls it made.
             if report.tried() > 0 && !health.retries.try_retry(&snap.server.retry_budget) {
                 tracing::warn!(
                     channel = &*ch.name,
                     model,
                     "retry budget exhausted: not failing over"
                 );
-                return Err(ExecError::RetryBudget);
+                report.attempts.push(skip_record(ch, Skip::RetryBudget));
+                *blocked = true;
+                break 'channels;
             }
             let cred = reservation.as_ref().map(|r| r.index);
             let t0 = Instant::now();
@@ -682,13 +707,7 @@ where
         }
     }
     let mine = &report.attempts[first..];
-    // Every channel was rate limited: now, or still cooling from an earlier 429.
-    let all_rate_limited = !mine.is_empty()
-        && mine.iter().all(|a| {
-            a.class == Some(OutcomeClass::RateLimit)
-                || matches!(a.skip, Some(Skip::RateLimited | Skip::NoCredential))
-        });
-    if all_rate_limited {
+    if all_rate_limited(mine) {
         return Err(ExecError::AllRateLimited {
             retry_after: retry_after.unwrap_or(Duration::from_secs(1)),
         });

@@ -185,6 +185,8 @@ pub enum Skip {
     NoCredential,
     /// Every credential of the channel was refused (401).
     CredentialsRefused,
+    /// Not a health verdict: the process-wide retry budget refused the call.
+    RetryBudget,
 }
 
 impl Skip {
@@ -195,6 +197,7 @@ impl Skip {
             Skip::TrialInFlight => "circuit_half_open",
             Skip::NoCredential => "no_credential_headroom",
             Skip::CredentialsRefused => "credentials_refused",
+            Skip::RetryBudget => "retry_budget_exhausted",
         }
     }
 }

@@ -269,11 +269,14 @@ fn ranged(v: &Value, at: &str, range: &RangeInclusive<u64>) -> Result<u64, Inval
 }
 
 fn on_set(v: &Value, at: &str) -> Result<OnSet, InvalidRequest> {
-    let Value::Array(items) = v else {
-        return Err(InvalidRequest::new(
-            at,
-            "expected an array of failure classes",
-        ));
+    let items = match v {
+        Value::Array(items) if !items.is_empty() => items,
+        _ => {
+            return Err(InvalidRequest::new(
+                at,
+                "expected a non-empty array of failure classes",
+            ));
+        }
     };
     let mut set = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
@@ -345,6 +348,10 @@ mod tests {
             (
                 json!({"model": "a", "redundancy": {"on": ["timeout", "client_error"]}}),
                 "redundancy.on[1]",
+            ),
+            (
+                json!({"model": "a", "redundancy": {"on": []}}),
+                "redundancy.on",
             ),
             (
                 json!({"models": ["a", {"model": "b", "timeout_ms": 300001}]}),

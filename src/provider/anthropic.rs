@@ -86,7 +86,7 @@ impl Anthropic {
         let rb = self
             .client
             .post(self.messages_url.clone())
-            .header(super::HOPS_HEADER, hops + 1)
+            .header(super::HOPS_HEADER, hops.saturating_add(1))
             .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
             .body(bytes);
         super::openai::send(self.headers(rb, cred)?).await

@@ -80,7 +80,7 @@ impl Gemini {
         let rb = self
             .client
             .post(url)
-            .header(super::HOPS_HEADER, hops + 1)
+            .header(super::HOPS_HEADER, hops.saturating_add(1))
             .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
             .body(bytes);
         super::openai::send(self.key(rb, cred)?).await

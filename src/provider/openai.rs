@@ -85,7 +85,7 @@ impl OpenAi {
         let rb = self
             .client
             .post(url.clone())
-            .header(super::HOPS_HEADER, hops + 1)
+            .header(super::HOPS_HEADER, hops.saturating_add(1))
             .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
             .header(
                 ACCEPT,

@@ -482,12 +482,13 @@ fn resolve<'s>(
     snap: &'s Snapshot,
     spec: &ChainSpec,
     model: &str,
+    defaults: bool,
 ) -> Result<(&'s GatewayKey, Chain), ApiError> {
     let key = ctx
         .key_idx
         .and_then(|i| snap.keys.get(i))
         .ok_or(ApiError::Unauthorized)?;
-    let chain = router::chain(snap, key, spec, model).map_err(|e| {
+    let chain = router::chain(snap, key, spec, model, defaults).map_err(|e| {
         ctx.report = Report::new(model);
         exec_error(ctx, exec::ExecError::Route(e))
     })?;
@@ -504,7 +505,7 @@ async fn serve_chat(
     spec: ChainSpec,
 ) -> Response {
     let snap = ctx.snap.clone();
-    let (key, chain) = match resolve(&mut ctx, &snap, &spec, &req.model) {
+    let (key, chain) = match resolve(&mut ctx, &snap, &spec, &req.model, true) {
         Ok(r) => r,
         Err(e) => return fail(ctx, e),
     };
@@ -662,7 +663,7 @@ async fn embeddings(State(state): State<AppState>, headers: HeaderMap, body: Bod
         Err(e) => return fail(ctx, e),
     };
     let snap = ctx.snap.clone();
-    let (key, chain) = match resolve(&mut ctx, &snap, &ChainSpec::default(), &req.model) {
+    let (key, chain) = match resolve(&mut ctx, &snap, &ChainSpec::default(), &req.model, false) {
         Ok(r) => r,
         Err(e) => return fail(ctx, e),
     };
@@ -730,7 +731,7 @@ async fn route_explain(State(state): State<AppState>, headers: HeaderMap, body: 
         );
     };
     let snap = ctx.snap.clone();
-    match resolve(&mut ctx, &snap, &spec, model) {
+    match resolve(&mut ctx, &snap, &spec, model, true) {
         Ok((key, chain)) => {
             axum::Json(exec::explain(&snap, &state.health, key, &chain)).into_response()
         }

@@ -21,6 +21,31 @@ fn channels(m: &[MockServer; 3], extra: &str) -> String {
         .collect()
 }
 
+/// A gateway in front of [`three`] mocks, one channel per model.
+async fn abc(a: MockSpec, b: MockSpec, c: MockSpec) -> ([MockServer; 3], Gateway) {
+    let m = three(a, b, c).await;
+    let gw = gateway(&channels(&m, "")).await;
+    (m, gw)
+}
+
+/// Model `a` answers after 3 s, `b` at once ("from b"); `extra` goes into every channel.
+async fn slow_a(extra: &str) -> ([MockServer; 3], Gateway) {
+    let slow = MockSpec {
+        ttft_ms: 3_000,
+        ..text_spec("slow a")
+    };
+    let m = three(slow, text_spec("from b"), text_spec("c")).await;
+    let gw = gateway(&channels(&m, extra)).await;
+    (m, gw)
+}
+
+/// A chat request and how long its answer (headers, for streams) took.
+async fn timed(gw: &Gateway, fields: Value, stream: bool) -> (reqwest::Response, Duration) {
+    let t0 = Instant::now();
+    let resp = gw.chat(ask(fields, stream)).await;
+    (resp, t0.elapsed())
+}
+
 fn ask(model_fields: Value, stream: bool) -> Value {
     let mut body = json!({"stream": stream, "messages": [{"role": "user", "content": "hi"}]});
     if let (Some(b), Some(f)) = (body.as_object_mut(), model_fields.as_object()) {
@@ -42,13 +67,12 @@ fn models_of(attempts: &Value) -> Vec<String> {
 
 #[tokio::test]
 async fn models_is_the_chain_and_the_report_names_requested_and_served() {
-    let m = three(
+    let (m, gw) = abc(
         faulty("a", status(500)),
         text_spec("from b"),
         text_spec("c"),
     )
     .await;
-    let gw = gateway(&channels(&m, "")).await;
     let resp = gw
         .chat(ask(json!({"model": "c", "models": ["a", "b", "c"]}), false))
         .await;
@@ -78,13 +102,12 @@ async fn models_is_the_chain_and_the_report_names_requested_and_served() {
 
 #[tokio::test]
 async fn fallback_models_follow_model_in_order_through_every_class() {
-    let m = three(
+    let (m, gw) = abc(
         faulty("a", status(500)),
         faulty("b", status(429)),
         text_spec("from c"),
     )
     .await;
-    let gw = gateway(&channels(&m, "")).await;
     let resp = gw
         .chat(ask(
             json!({"model": "a", "fallback_models": ["b", "c"]}),
@@ -156,8 +179,7 @@ async fn a_model_not_in_the_defaults_stands_alone_and_keeps_its_single_model_cod
 
 #[tokio::test]
 async fn chain_shape_errors_are_400s_naming_the_field_in_the_clients_envelope() {
-    let m = three(text_spec("a"), text_spec("b"), text_spec("c")).await;
-    let gw = gateway(&channels(&m, "")).await;
+    let (m, gw) = abc(text_spec("a"), text_spec("b"), text_spec("c")).await;
     let cases = [
         (json!({"models": ["a", "b", "c", "d"]}), "models"),
         (
@@ -217,13 +239,12 @@ async fn chain_shape_errors_are_400s_naming_the_field_in_the_clients_envelope() 
 
 #[tokio::test]
 async fn anthropic_ingress_follows_the_chain() {
-    let m = three(
+    let (_m, gw) = abc(
         faulty("a", status(503)),
         text_spec("from b"),
         text_spec("c"),
     )
     .await;
-    let gw = gateway(&channels(&m, "")).await;
     let resp = gw
         .post_as(
             "/v1/messages",
@@ -242,8 +263,7 @@ async fn anthropic_ingress_follows_the_chain() {
 
 #[tokio::test]
 async fn a_class_not_in_on_stops_the_chain() {
-    let m = three(faulty("a", status(500)), text_spec("b"), text_spec("c")).await;
-    let gw = gateway(&channels(&m, "")).await;
+    let (m, gw) = abc(faulty("a", status(500)), text_spec("b"), text_spec("c")).await;
     let resp = gw
         .chat(ask(
             json!({"models": ["a", "b"], "redundancy": {"on": ["rate_limit", "timeout"]}}),
@@ -268,13 +288,12 @@ async fn a_class_not_in_on_stops_the_chain() {
 
 #[tokio::test]
 async fn exhausted_chains_are_429_when_all_rate_limited_else_502() {
-    let m = three(
+    let (_m, gw) = abc(
         faulty("a", status(429)),
         faulty("b", status(429)),
         faulty("c", status(500)),
     )
     .await;
-    let gw = gateway(&channels(&m, "")).await;
     let resp = gw.chat(ask(json!({"models": ["a", "b"]}), false)).await;
     assert_eq!(header(&resp, "x-should-retry"), "false");
     assert!(!header(&resp, "retry-after").is_empty());
@@ -291,22 +310,15 @@ async fn exhausted_chains_are_429_when_all_rate_limited_else_502() {
 
 #[tokio::test]
 async fn per_entry_timeouts_override_the_chain_and_do_not_hurt_health() {
-    let slow = MockSpec {
-        ttft_ms: 3_000,
-        ..text_spec("slow a")
-    };
-    let m = three(slow, text_spec("from b"), text_spec("c")).await;
-    let gw = gateway(&channels(&m, "")).await;
-    let t0 = Instant::now();
-    let resp = gw
-        .chat(ask(
-            json!({"models": [{"model": "a", "timeout_ms": 1000}, "b"],
-                   "redundancy": {"timeout_ms": 60000}}),
-            false,
-        ))
-        .await;
+    let (_m, gw) = slow_a("").await;
+    let (resp, took) = timed(
+        &gw,
+        json!({"models": [{"model": "a", "timeout_ms": 1000}, "b"],
+               "redundancy": {"timeout_ms": 60000}}),
+        false,
+    )
+    .await;
     assert_eq!(resp.status(), 200);
-    let took = t0.elapsed();
     assert!(
         took >= Duration::from_millis(1000) && took < Duration::from_millis(2500),
         "{took:?}"
@@ -336,12 +348,7 @@ async fn per_entry_timeouts_override_the_chain_and_do_not_hurt_health() {
 
 #[tokio::test]
 async fn a_channels_own_tighter_timeout_still_counts_against_it() {
-    let slow = MockSpec {
-        ttft_ms: 3_000,
-        ..text_spec("slow a")
-    };
-    let m = three(slow, text_spec("from b"), text_spec("c")).await;
-    let gw = gateway(&channels(&m, "timeout_ms = 1000")).await;
+    let (_m, gw) = slow_a("timeout_ms = 1000").await;
     let resp = gw
         .chat(ask(
             json!({"models": ["a", "b"], "redundancy": {"timeout_ms": 5000}}),
@@ -531,7 +538,13 @@ async fn explain_shows_the_plan_a_real_request_then_follows() {
     let second = mock(text_spec("second")).await;
     let b = mock(text_spec("from b")).await;
     let chans = format!(
-        "{}{}{}{}",
+        "{}{}{}{}{}",
+        models_channel(
+            "secret-team",
+            &second.base_url(),
+            &["a"],
+            "groups = [\"other\"]"
+        ),
         models_channel(
             "t1",
             &first.base_url(),
@@ -544,7 +557,8 @@ async fn explain_shows_the_plan_a_real_request_then_follows() {
     );
     let gw = gateway_full(
         "",
-        "failover_defaults = { models = [\"a\", \"b\"], timeout_ms = 20000 }\n\n\
+        "groups = [\"default\"]\n\
+         failover_defaults = { models = [\"a\", \"b\"], timeout_ms = 20000 }\n\n\
          [[redirects]]\nfrom = \"alias\"\nto = \"a\"\n",
         &chans,
     )
@@ -577,6 +591,8 @@ async fn explain_shows_the_plan_a_real_request_then_follows() {
         steps[0]["excluded"],
         json!([{"channel": "off", "reason": "disabled"}])
     );
+    // Another group's channel is not shown to this key at all.
+    assert!(!plan.to_string().contains("secret-team"), "{plan}");
     assert_eq!(steps[1]["candidates"][0]["channel"], "bee");
     // Explaining called no one.
     assert_eq!(first.requests() + second.requests() + b.requests(), 0);
@@ -719,15 +735,194 @@ async fn the_retry_budget_stops_failovers_when_most_requests_need_one() {
         resps.push(gw.chat(ask(json!({"model": "m"}), false)).await);
     }
     let statuses: Vec<u16> = resps.iter().map(|r| r.status().as_u16()).collect();
-    assert_eq!(statuses, [200, 200, 200, 503, 503]);
+    assert_eq!(statuses, [200, 200, 200, 502, 502]);
+    // A refused request ends with the outcome of the call it made, and says why it stopped.
     let refused = resps.remove(3);
     assert_eq!(header(&refused, "x-should-retry"), "false");
-    let e = error_envelope(refused, 503).await;
-    assert_eq!(e["code"], "retry_budget_exhausted");
-    // The refused requests made their first attempt only: 5 + 3 failovers reached `good`'s
-    // mock as 10 + 3 answers.
+    let e = error_envelope(refused, 502).await;
+    assert_eq!(e["code"], "all_attempts_failed");
+    assert_eq!(
+        reasons(&e["attempts"]),
+        ["server_error", "retry_budget_exhausted"]
+    );
+    // The refused requests made their first attempt only: 5 calls to `bad`, and `good` saw the
+    // 10 clean requests and 3 failovers.
     assert_eq!(bad.requests(), 5);
     assert_eq!(good.requests(), 13);
+}
+
+#[tokio::test]
+async fn the_retry_budget_is_a_deliberate_block_that_never_moves_a_chain_on() {
+    let m = three(faulty("a", status(500)), text_spec("b"), text_spec("c")).await;
+    let gw = gateway_with(
+        "retry_budget = { ratio = 0.0, min_per_second = 0, window_seconds = 60 }",
+        &channels(&m, ""),
+    )
+    .await;
+    let resp = gw.chat(ask(json!({"models": ["a", "b"]}), false)).await;
+    let e = error_envelope(resp, 502).await;
+    assert_eq!(e["code"], "all_models_failed");
+    assert_eq!(
+        reasons(&e["attempts"]),
+        ["server_error", "retry_budget_exhausted"]
+    );
+    assert_eq!(m[1].requests(), 0);
+}
+
+#[tokio::test]
+async fn a_chain_stopped_by_a_later_models_rate_limit_is_not_all_rate_limited() {
+    let (m, gw) = abc(
+        faulty("a", status(500)),
+        faulty("b", status(429)),
+        text_spec("c"),
+    )
+    .await;
+    // a's 500 moves on (server_error is in `on`); b's 429 is not in `on` and stops the chain.
+    let resp = gw
+        .chat(ask(
+            json!({"models": ["a", "b", "c"], "redundancy": {"on": ["server_error"]}}),
+            false,
+        ))
+        .await;
+    let e = error_envelope(resp, 502).await;
+    assert_eq!(e["code"], "all_models_failed");
+    assert_eq!(reasons(&e["attempts"]), ["server_error", "rate_limit"]);
+    assert_eq!(m[2].requests(), 0);
+}
+
+#[tokio::test]
+async fn the_attempt_cap_spans_the_whole_chain() {
+    let m = three(
+        faulty("a", status(500)),
+        faulty("b", status(500)),
+        text_spec("c"),
+    )
+    .await;
+    let gw = gateway_with("max_attempts = 2", &channels(&m, "")).await;
+    let resp = gw
+        .chat(ask(json!({"models": ["a", "b", "c"]}), false))
+        .await;
+    let e = error_envelope(resp, 502).await;
+    assert_eq!(e["code"], "all_models_failed");
+    assert_eq!(models_of(&e["attempts"]), ["a", "b"]);
+    assert_eq!(m[2].requests(), 0);
+}
+
+#[tokio::test]
+async fn a_per_entry_first_token_timeout_beats_the_chain_wide_one() {
+    let (_m, gw) = slow_a("").await;
+    let (resp, took) = timed(
+        &gw,
+        json!({"models": [{"model": "a", "first_token_timeout_ms": 500}, "b"],
+               "redundancy": {"first_token_timeout_ms": 60000}}),
+        true,
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+    assert!(took < Duration::from_millis(2500), "{took:?}");
+    let body = resp.text().await.unwrap();
+    assert_eq!(sse_text(&body), "from b");
+    // The first chunk carries the report: who was asked for, who served.
+    let first: Value = serde_json::from_str(&sse_data(&body)[0]).unwrap();
+    assert_eq!(first["switchyard"]["requested_model"], "a");
+    assert_eq!(first["switchyard"]["served_model"], "b");
+    assert_eq!(
+        reasons(&first["switchyard"]["failover"]["attempts"]),
+        ["timeout", "ok"]
+    );
+}
+
+#[tokio::test]
+async fn each_model_of_a_chain_is_called_in_its_own_channels_protocol() {
+    let a = mock(faulty("a", status(500))).await;
+    let b = mock(text_spec("from claude")).await;
+    let chans = format!(
+        "{}[[channels]]\nname = \"claude\"\nprovider = \"anthropic\"\nbase_url = \"{}\"\n\
+         api_keys = [\"{UPSTREAM_KEY}\"]\nmodels = [{{ name = \"b\", upstream = \"claude-b\" }}]\n\n",
+        models_channel("gpt", &a.base_url(), &["a"], ""),
+        b.base_url()
+    );
+    let gw = gateway(&chans).await;
+    let resp = gw
+        .chat(ask(
+            json!({"model": "a", "fallback_models": ["b"], "max_tokens": 50}),
+            false,
+        ))
+        .await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(header(&resp, "x-switchyard-model"), "b");
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["choices"][0]["message"]["content"], "from claude");
+    // a got an OpenAI body for `a`; b an Anthropic Messages body for its upstream name.
+    assert_eq!(a.received()[0].body["model"], "a");
+    let got = &b.received()[0];
+    assert_eq!(got.path, "/messages");
+    assert_eq!(got.body["model"], "claude-b");
+    assert_eq!(got.body["max_tokens"], 50);
+    assert!(got.body.get("fallback_models").is_none());
+    // The log charges the usage to the model that served.
+    let rows = gw.admin_requests().await;
+    assert_eq!(rows[0]["requested_model"], "a");
+    assert_eq!(rows[0]["served_model"], "b");
+    assert!(
+        rows[0]["output_tokens"].as_u64().is_some_and(|n| n > 0),
+        "{}",
+        rows[0]
+    );
+}
+
+#[tokio::test]
+async fn a_redirected_model_finds_its_place_in_the_key_defaults() {
+    let m = three(
+        faulty("a", status(500)),
+        text_spec("from b"),
+        text_spec("c"),
+    )
+    .await;
+    let gw = gateway_full(
+        "",
+        "failover_defaults = { models = [\"a\", \"b\"] }\n\n\
+         [[redirects]]\nfrom = \"alias\"\nto = \"a\"\n",
+        &channels(&m, ""),
+    )
+    .await;
+    let v: Value = gw
+        .chat(ask(json!({"model": "alias"}), false))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["switchyard"]["requested_model"], "alias");
+    assert_eq!(v["switchyard"]["served_model"], "b");
+    assert_eq!(
+        models_of(&v["switchyard"]["failover"]["attempts"]),
+        ["a", "b"]
+    );
+}
+
+#[tokio::test]
+async fn embeddings_never_take_the_key_defaults_chain() {
+    let m = three(faulty("a", status(500)), text_spec("b"), text_spec("c")).await;
+    let gw = gateway_full(
+        "",
+        "failover_defaults = { models = [\"a\", \"b\"] }",
+        &channels(&m, ""),
+    )
+    .await;
+    // Vectors from another model would live in another space: one model only.
+    let resp = gw
+        .post_as(
+            "/v1/embeddings",
+            KEY,
+            &[],
+            json!({"model": "a", "input": "hi"}),
+        )
+        .await;
+    assert_eq!(
+        error_envelope(resp, 502).await["code"],
+        "all_attempts_failed"
+    );
+    assert_eq!(m[1].requests(), 0);
 }
 
 #[tokio::test]

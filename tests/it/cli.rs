@@ -419,7 +419,11 @@ async fn explain_prints_what_the_route_explain_endpoint_answers() {
         .output()
         .unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("nobody"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("no key") && !stderr.contains("nobody"),
+        "{stderr}"
+    );
     let out = Command::new(BIN)
         .args(["explain", "--config"])
         .arg(&gw.config_path)
