@@ -67,8 +67,11 @@ pub async fn start_with_clock(
         .map_err(|source| StartError::Bind { addr, source })?;
     let state = AppState {
         live: Arc::new(Live::new(snapshot, clients)),
-        health: Arc::new(Health::new(clock)),
+        health: Arc::new(Health::new(clock.clone())),
         log: Arc::new(log),
+        state: Arc::new(crate::state::State::Memory(crate::state::Memory::new(
+            clock,
+        ))),
     };
     let prober = spawn_prober(state.live.clone(), state.health.clone());
     let mut running =

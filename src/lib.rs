@@ -12,6 +12,7 @@ pub mod protocol;
 pub mod provider;
 pub mod router;
 pub mod server;
+pub mod state;
 pub mod store;
 
 pub mod app;

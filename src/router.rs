@@ -160,6 +160,30 @@ pub fn plan(
     })
 }
 
+/// Where a session's bound channel stands in a plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BoundPlace {
+    /// Moved to the front, ahead of every tier.
+    First,
+    /// Its health says skip (circuit open, cooling): the plan goes on without it.
+    Skipped,
+    /// It does not serve this model for this key, is disabled or opted out.
+    Absent,
+}
+
+/// Puts a session's bound channel first, bypassing the normal order, if it is a candidate.
+pub fn bind_first(plan: &mut Plan, bound: usize) -> BoundPlace {
+    if let Some(i) = plan.candidates.iter().position(|c| c.channel == bound) {
+        let c = plan.candidates.remove(i);
+        plan.candidates.insert(0, c);
+        return BoundPlace::First;
+    }
+    if plan.skipped.iter().any(|s| s.channel == bound) {
+        return BoundPlace::Skipped;
+    }
+    BoundPlace::Absent
+}
+
 /// One model of a resolved chain.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Step {

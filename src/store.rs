@@ -47,6 +47,10 @@ pub struct LogRow {
     pub tokens_per_s: Option<f64>,
     /// `lossless`, or `lossy (<what>)` when the request crossed protocols.
     pub translation: Option<String>,
+    /// A short hash of the request's session id (never the id).
+    pub session: Option<String>,
+    /// What the request did to its session's binding: `new`, `kept`, `moved`.
+    pub affinity: Option<&'static str>,
 }
 
 const SCHEMA: &str = "
@@ -72,10 +76,14 @@ CREATE INDEX IF NOT EXISTS requests_ts ON requests (ts_ms);
 ";
 
 /// Columns added after the first schema, for databases created before them.
-const MIGRATIONS: [(&str, &str); 1] = [(
-    "translation",
-    "ALTER TABLE requests ADD COLUMN translation TEXT",
-)];
+const MIGRATIONS: [(&str, &str); 3] = [
+    (
+        "translation",
+        "ALTER TABLE requests ADD COLUMN translation TEXT",
+    ),
+    ("session", "ALTER TABLE requests ADD COLUMN session TEXT"),
+    ("affinity", "ALTER TABLE requests ADD COLUMN affinity TEXT"),
+];
 
 enum LogMsg {
     Row(Box<LogRow>),
@@ -180,7 +188,7 @@ impl RequestLog {
             .prepare(
                 "SELECT id, ts_ms, key_name, endpoint, requested_model, served_model, channel, status,
                         outcome, attempts, stream, total_ms, ttfb_ms, input_tokens, output_tokens, tokens_per_s,
-                        translation
+                        translation, session, affinity
                  FROM requests ORDER BY ts_ms DESC, rowid DESC LIMIT ?1",
             )
             .map_err(sqlite)?;
@@ -205,6 +213,8 @@ impl RequestLog {
                     "output_tokens": r.get::<_, Option<i64>>(14)?,
                     "tokens_per_s": r.get::<_, Option<f64>>(15)?,
                     "translation": r.get::<_, Option<String>>(16)?,
+                    "session": r.get::<_, Option<String>>(17)?,
+                    "affinity": r.get::<_, Option<String>>(18)?,
                 }))
             })
             .map_err(sqlite)?;
@@ -263,8 +273,8 @@ fn write_batch(conn: &mut Connection, rows: &[LogRow]) -> rusqlite::Result<()> {
         let mut stmt = tx.prepare_cached(
             "INSERT OR REPLACE INTO requests (id, ts_ms, key_name, endpoint, requested_model, served_model,
                 channel, status, outcome, attempts, stream, total_ms, ttfb_ms, input_tokens, output_tokens, tokens_per_s,
-                translation)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+                translation, session, affinity)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
         )?;
         for r in rows {
             stmt.execute(params![
@@ -285,6 +295,8 @@ fn write_batch(conn: &mut Connection, rows: &[LogRow]) -> rusqlite::Result<()> {
                 r.output_tokens.map(|v| v as i64),
                 r.tokens_per_s,
                 r.translation,
+                r.session,
+                r.affinity,
             ])?;
         }
     }

@@ -46,6 +46,43 @@ pub struct FileConfig {
     /// Global model-name rewrites, after each key's own.
     #[serde(default)]
     pub redirects: Vec<RedirectConfig>,
+    #[serde(default)]
+    pub affinity: AffinitySection,
+    #[serde(default)]
+    pub state: StateSection,
+}
+
+/// `[affinity]`: keeping a conversation on the channel that served its first turn.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AffinitySection {
+    /// A binding lives this long after its last use.
+    pub ttl_seconds: u64,
+    /// Consecutive failures of the bound channel that clear the binding.
+    pub max_failures: u32,
+    /// Bind requests without a session id by a hash of system prompt + tools + first user
+    /// message.
+    pub implicit: bool,
+}
+
+impl Default for AffinitySection {
+    fn default() -> Self {
+        AffinitySection {
+            ttl_seconds: 86_400,
+            max_failures: 3,
+            implicit: false,
+        }
+    }
+}
+
+/// `[state]`: where shared runtime state lives (absent: in this process).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StateSection {
+    /// `redis://host:port[/db]`: shared by every replica that names it.
+    pub url: Option<String>,
+    /// Prefix of every Redis key (replicas sharing state share it).
+    pub prefix: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -356,6 +393,9 @@ pub struct ChannelConfig {
     /// Groups this channel belongs to (none = `["default"]`); keys see channels by group.
     #[serde(default)]
     pub groups: Vec<String>,
+    /// `false`: sessions are never bound to this channel.
+    #[serde(default = "default_true")]
+    pub affinity: bool,
     pub mock: Option<MockSpec>,
 }
 

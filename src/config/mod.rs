@@ -7,8 +7,8 @@ mod snapshot;
 
 pub use file::{Balance, ChannelConfig, FileConfig, KeyConfig, ModelEntry, ProviderKind};
 pub use snapshot::{
-    Channel, DEFAULT_GROUP, FailoverDefaults, GatewayKey, ModelRoute, Redirect, Secret,
-    ServerSettings, Snapshot,
+    AffinitySettings, Channel, DEFAULT_GROUP, FailoverDefaults, GatewayKey, ModelRoute, Redirect,
+    Secret, ServerSettings, Snapshot, StateSettings,
 };
 
 use std::path::{Path, PathBuf};

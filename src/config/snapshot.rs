@@ -135,6 +135,8 @@ pub struct Channel {
     pub credential_cooldown: Duration,
     /// Never empty: a channel configured without groups is in `default`.
     pub groups: Vec<Arc<str>>,
+    /// Sessions may be bound to this channel.
+    pub affinity: bool,
     pub upstream: Upstream,
 }
 
@@ -157,7 +159,23 @@ pub struct Snapshot {
     pub models: BTreeMap<Arc<str>, Vec<ModelRoute>>,
     /// Global redirects, tried after the key's own.
     pub redirects: Vec<Redirect>,
+    pub affinity: AffinitySettings,
+    pub state: StateSettings,
     pub source: Source,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct AffinitySettings {
+    pub ttl: Duration,
+    pub max_failures: u32,
+    pub implicit: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct StateSettings {
+    /// Redis URL (credentials inside it are never printed); `None` = in memory.
+    pub url: Option<Secret>,
+    pub prefix: Arc<str>,
 }
 
 impl Snapshot {
@@ -471,6 +489,7 @@ pub(crate) fn compile(
             } else {
                 c.groups.iter().map(|g| g.as_str().into()).collect()
             },
+            affinity: c.affinity,
             upstream,
         });
     }
@@ -540,6 +559,20 @@ pub(crate) fn compile(
             });
         }
     }
+    if cfg.affinity.ttl_seconds == 0 || cfg.affinity.max_failures == 0 {
+        return Err(err(
+            "affinity".into(),
+            "ttl_seconds and max_failures must be > 0".into(),
+        ));
+    }
+    if let Some(u) = &cfg.state.url
+        && !(u.starts_with("redis://") || u.starts_with("rediss://"))
+    {
+        return Err(err(
+            "state.url".into(),
+            "expected a redis:// or rediss:// URL".into(),
+        ));
+    }
     let rb = &s.retry_budget;
     if !(0.0..=10.0).contains(&rb.ratio) || rb.window_seconds == 0 {
         return Err(err(
@@ -580,6 +613,15 @@ pub(crate) fn compile(
         channels,
         models,
         redirects,
+        affinity: AffinitySettings {
+            ttl: Duration::from_secs(cfg.affinity.ttl_seconds),
+            max_failures: cfg.affinity.max_failures,
+            implicit: cfg.affinity.implicit,
+        },
+        state: StateSettings {
+            url: cfg.state.url.as_deref().map(Secret::new),
+            prefix: cfg.state.prefix.as_deref().unwrap_or("switchyard").into(),
+        },
         source,
     })
 }

@@ -310,6 +310,8 @@ impl Drop for Trial<'_> {
 pub struct Route<'a> {
     pub key: &'a GatewayKey,
     pub chain: &'a Chain,
+    /// The channel the request's session is bound to: tried first where it serves the model.
+    pub bound: Option<&'a str>,
 }
 
 /// The caller's attempt timeouts for the model being tried (none: the channel's own).
@@ -377,6 +379,7 @@ where
             snap,
             health,
             route.key,
+            route.bound,
             step,
             estimate,
             deadline,
@@ -457,6 +460,7 @@ async fn run_model<'s, T, F, Fut>(
     snap: &'s Snapshot,
     health: &Health,
     gkey: &GatewayKey,
+    bound: Option<&str>,
     step: &Step,
     estimate: u64,
     deadline: Instant,
@@ -487,7 +491,14 @@ where
         crate::config::Balance::Random => router::Pick::Random(&mut rng),
         crate::config::Balance::RoundRobin => router::Pick::RoundRobin(&rotate),
     };
-    let plan = router::plan(snap, gkey, model, &standing, pick)?;
+    let mut plan = router::plan(snap, gkey, model, &standing, pick)?;
+    if let Some(i) = bound.and_then(|b| {
+        snap.channels
+            .iter()
+            .position(|c| &*c.name == b && c.affinity)
+    }) {
+        router::bind_first(&mut plan, i);
+    }
     let model_name: Arc<str> = step.model.clone();
     let skip_record = |ch: &Channel, reason: Skip| AttemptRecord {
         channel: ch.name.clone(),

@@ -1,6 +1,7 @@
 //! HTTP (axum): routes, authentication, body limits, the failover report headers, admin API.
 //! Handlers parse, call `exec`, and render; they hold no lock across an await.
 
+mod affinity;
 mod error;
 mod sse;
 
@@ -38,6 +39,8 @@ pub struct AppState {
     pub live: Arc<Live>,
     pub health: Arc<Health>,
     pub log: Arc<RequestLog>,
+    /// Session bindings (in memory, or Redis shared by replicas).
+    pub state: Arc<crate::state::State>,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -153,6 +156,9 @@ struct Ctx {
     requested_model: Option<String>,
     stream: bool,
     report: Report,
+    /// The session's short hash, and what the request did to its binding.
+    session: Option<String>,
+    affinity: Option<&'static str>,
     logged: bool,
     /// The client's protocol: errors and answers are written in it.
     protocol: Protocol,
@@ -173,6 +179,8 @@ impl Ctx {
             requested_model: None,
             stream: false,
             report: Report::default(),
+            session: None,
+            affinity: None,
             logged: false,
             protocol: Protocol::OpenAiChat,
         }
@@ -200,6 +208,8 @@ impl Ctx {
             attempts: self.report.attempts_text(),
             stream: self.stream,
             total_ms: self.started.elapsed().as_millis() as u64,
+            session: self.session.clone(),
+            affinity: self.affinity,
             ..LogRow::default()
         }
     }
@@ -312,6 +322,7 @@ mod hdr {
     pub const ATTEMPTS: HeaderName = HeaderName::from_static("x-switchyard-attempts");
     pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
     pub const TRANSLATION: HeaderName = HeaderName::from_static("x-switchyard-translation");
+    pub const AFFINITY: HeaderName = HeaderName::from_static("x-switchyard-affinity");
 }
 
 fn set_header(resp: &mut Response, name: HeaderName, value: &str) {
@@ -330,6 +341,9 @@ fn served(mut resp: Response, ctx: &Ctx) -> Response {
     }
     if !ctx.report.requested_model.is_empty() {
         set_header(&mut resp, hdr::REQUESTED_MODEL, &ctx.report.requested_model);
+    }
+    if let Some(a) = ctx.affinity {
+        set_header(&mut resp, hdr::AFFINITY, a);
     }
     let attempts = ctx.report.tried().to_string();
     set_header(&mut resp, hdr::ATTEMPTS, &attempts);
@@ -389,7 +403,7 @@ async fn chat_completions(
         Err(e) => Err(e),
     };
     match parsed {
-        Ok((req, spec)) => serve_chat(&state, ctx, req, spec).await,
+        Ok((req, spec)) => serve_chat(&state, &headers, ctx, req, spec).await,
         Err(e) => fail(ctx, e),
     }
 }
@@ -406,7 +420,7 @@ async fn messages(State(state): State<AppState>, headers: HeaderMap, body: Body)
         Err(e) => Err(e),
     };
     match parsed {
-        Ok((req, spec)) => serve_chat(&state, ctx, req, spec).await,
+        Ok((req, spec)) => serve_chat(&state, &headers, ctx, req, spec).await,
         Err(e) => fail(ctx, e),
     }
 }
@@ -454,7 +468,7 @@ async fn generate_content(
     ctx.requested_model = Some(model.to_string());
     ctx.stream = stream;
     match parsed {
-        Ok(req) => serve_chat(&state, ctx, req, ChainSpec::default()).await,
+        Ok(req) => serve_chat(&state, &headers, ctx, req, ChainSpec::default()).await,
         Err(e) => fail(ctx, e),
     }
 }
@@ -500,6 +514,7 @@ fn resolve<'s>(
 /// Runs a chat request and answers in the client's protocol.
 async fn serve_chat(
     state: &AppState,
+    headers: &HeaderMap,
     mut ctx: Ctx,
     mut req: crate::protocol::ChatRequest,
     spec: ChainSpec,
@@ -509,13 +524,34 @@ async fn serve_chat(
         Ok(r) => r,
         Err(e) => return fail(ctx, e),
     };
-    let route = exec::Route { key, chain: &chain };
+    let session = affinity::session(headers, &req, &key.name, snap.affinity.implicit);
+    let before = match &session {
+        Some(s) => state.state.binding(&s.key).await,
+        None => None,
+    };
+    ctx.session = session.as_ref().map(|s| s.tag.clone());
+    let route = exec::Route {
+        key,
+        chain: &chain,
+        bound: before.as_deref(),
+    };
     req.hops = ctx.hops;
     let deadline = ctx.deadline();
     if req.stream {
-        return match exec::chat_stream(&snap, &state.health, route, &req, deadline, &mut ctx.report)
-            .await
-        {
+        let result =
+            exec::chat_stream(&snap, &state.health, route, &req, deadline, &mut ctx.report).await;
+        if let Some(s) = &session {
+            ctx.affinity = affinity::settle(
+                &state.state,
+                &snap.affinity,
+                &snap,
+                s,
+                before.as_ref(),
+                &ctx.report,
+            )
+            .await;
+        }
+        return match result {
             Ok(committed) => {
                 let ttfb = ctx.started.elapsed();
                 let translated = translation(&snap, &ctx.report, &req);
@@ -550,7 +586,19 @@ async fn serve_chat(
             }
         };
     }
-    match exec::chat(&snap, &state.health, route, &req, deadline, &mut ctx.report).await {
+    let result = exec::chat(&snap, &state.health, route, &req, deadline, &mut ctx.report).await;
+    if let Some(s) = &session {
+        ctx.affinity = affinity::settle(
+            &state.state,
+            &snap.affinity,
+            &snap,
+            s,
+            before.as_ref(),
+            &ctx.report,
+        )
+        .await;
+    }
+    match result {
         Ok(resp) => {
             let ext = ctx.report.body_extension();
             let body = match ctx.protocol {
@@ -669,7 +717,11 @@ async fn embeddings(State(state): State<AppState>, headers: HeaderMap, body: Bod
     };
     let mut req = req;
     req.hops = ctx.hops;
-    let route = exec::Route { key, chain: &chain };
+    let route = exec::Route {
+        key,
+        chain: &chain,
+        bound: None,
+    };
     let deadline = ctx.deadline();
     match exec::embeddings(&snap, &state.health, route, &req, deadline, &mut ctx.report).await {
         Ok(mut v) => {

@@ -2,6 +2,7 @@
 //! upstream servers started by each test.
 
 mod admin;
+mod affinity;
 mod anthropic;
 mod chains;
 mod cli;

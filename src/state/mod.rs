@@ -1,0 +1,55 @@
+//! Shared runtime state: session bindings and the consecutive failures of a bound channel.
+//! One trait, [`StateStore`], with an in-memory implementation (the default: one process) and,
+//! with `[state] url`, a Redis one that several replicas share.
+
+mod memory;
+
+pub use memory::Memory;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What state a session's binding lives in. Keys are already hashed: no raw session id is
+/// stored or logged.
+pub trait StateStore: Send + Sync {
+    /// The channel the session is bound to, if the binding has not expired.
+    fn binding(&self, session: &str) -> impl Future<Output = Option<Arc<str>>> + Send;
+    /// Binds (or re-binds, refreshing the TTL) the session to a channel; clears its failures.
+    fn bind(&self, session: &str, channel: &str, ttl: Duration) -> impl Future<Output = ()> + Send;
+    /// Forgets the session's binding and failures.
+    fn unbind(&self, session: &str) -> impl Future<Output = ()> + Send;
+    /// Counts one more consecutive failure of the bound channel; returns the count.
+    fn bound_failed(&self, session: &str, ttl: Duration) -> impl Future<Output = u32> + Send;
+}
+
+/// The store the gateway runs on.
+pub enum State {
+    Memory(Memory),
+}
+
+impl State {
+    pub async fn binding(&self, session: &str) -> Option<Arc<str>> {
+        match self {
+            State::Memory(m) => m.binding(session).await,
+        }
+    }
+
+    pub async fn bind(&self, session: &str, channel: &str, ttl: Duration) {
+        match self {
+            State::Memory(m) => m.bind(session, channel, ttl).await,
+        }
+    }
+
+    pub async fn unbind(&self, session: &str) {
+        match self {
+            State::Memory(m) => m.unbind(session).await,
+        }
+    }
+
+    pub async fn bound_failed(&self, session: &str, ttl: Duration) -> u32 {
+        match self {
+            State::Memory(m) => m.bound_failed(session, ttl).await,
+        }
+    }
+}

@@ -1,0 +1,226 @@
+//! Session affinity (in-memory store): bind, keep, TTL expiry, unbind after consecutive failures,
+//! a bound channel whose circuit is open, opt-out channels, `prompt_cache_key`, implicit keys.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use switchyard::provider::mock::{MockServer, MockSpec};
+
+use crate::support::*;
+
+/// Three equal channels in one tier serving `m`; `extra[i]` goes into channel i.
+async fn three_equal(extra: [&str; 3]) -> ([MockServer; 3], Gateway) {
+    three_equal_with("", "", extra).await
+}
+
+/// As [`three_equal`], with lines for the test key's table and top-level tables (`[affinity]`)
+/// before the channels.
+async fn three_equal_with(
+    key_extra: &str,
+    top: &str,
+    extra: [&str; 3],
+) -> ([MockServer; 3], Gateway) {
+    let m = [
+        mock(text_spec("x")).await,
+        mock(text_spec("y")).await,
+        mock(text_spec("z")).await,
+    ];
+    let chans: String = ["x", "y", "z"]
+        .iter()
+        .zip(&m)
+        .zip(extra)
+        .map(|((n, up), e)| models_channel(n, &up.base_url(), &["m"], e))
+        .collect();
+    let gw = gateway_full("", key_extra, &format!("{top}\n{chans}")).await;
+    (m, gw)
+}
+
+/// A chat request in session `id`: (status, serving channel, affinity header).
+async fn turn(gw: &Gateway, id: &str) -> (u16, String, String) {
+    let resp = gw
+        .post_as(
+            "/v1/chat/completions",
+            KEY,
+            &[("x-session-id", id)],
+            chat_body(false),
+        )
+        .await;
+    let out = (
+        resp.status().as_u16(),
+        header(&resp, "x-switchyard-channel").to_string(),
+        header(&resp, "x-switchyard-affinity").to_string(),
+    );
+    let _ = resp.bytes().await;
+    out
+}
+
+fn index(name: &str) -> usize {
+    ["x", "y", "z"].iter().position(|n| *n == name).unwrap()
+}
+
+fn failing(text: &str) -> MockSpec {
+    faulty(text, status(500))
+}
+
+#[tokio::test]
+async fn a_session_stays_on_the_channel_that_served_its_first_turn() {
+    let (_m, gw) = three_equal(["", "", ""]).await;
+    let (st, first, aff) = turn(&gw, "conv-1").await;
+    assert_eq!((st, aff.as_str()), (200, "new"));
+    for _ in 0..12 {
+        let (_, ch, aff) = turn(&gw, "conv-1").await;
+        assert_eq!(ch, first);
+        assert_eq!(aff, "kept");
+    }
+    // Without a session id the normal weighted order spreads the load.
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..30 {
+        let resp = gw.chat(chat_body(false)).await;
+        assert_eq!(header(&resp, "x-switchyard-affinity"), "");
+        seen.insert(header(&resp, "x-switchyard-channel").to_string());
+    }
+    assert!(seen.len() > 1, "{seen:?}");
+    // The log has the session's short hash, never the id, and what happened.
+    let rows = gw.admin_requests().await;
+    let row = rows.iter().find(|r| r["affinity"] == "new").unwrap();
+    let tag = row["session"].as_str().unwrap();
+    assert_eq!(tag.len(), 12);
+    assert!(!rows.iter().any(|r| r.to_string().contains("conv-1")));
+}
+
+#[tokio::test]
+async fn the_binding_expires_after_its_ttl_without_use_and_is_refreshed_by_use() {
+    let (_m, gw) = three_equal(["", "", ""]).await;
+    assert_eq!(turn(&gw, "s").await.2, "new");
+    // Used every 20 h: a 24 h TTL never runs out.
+    for _ in 0..3 {
+        gw.clock.advance(Duration::from_secs(20 * 3600));
+        assert_eq!(turn(&gw, "s").await.2, "kept");
+    }
+    gw.clock.advance(Duration::from_secs(24 * 3600 + 1));
+    assert_eq!(turn(&gw, "s").await.2, "new");
+}
+
+#[tokio::test]
+async fn three_consecutive_failures_of_the_bound_channel_move_the_binding() {
+    let no_breaker = "circuit_breaker = { enabled = false }";
+    let (m, gw) = three_equal([no_breaker, no_breaker, no_breaker]).await;
+    let (_, bound, _) = turn(&gw, "s").await;
+    let b = index(&bound);
+    m[b].set_spec(failing("down"));
+    // Two failures: served elsewhere, the binding stays (the bound channel is still tried first).
+    for _ in 0..2 {
+        let (st, ch, aff) = turn(&gw, "s").await;
+        assert_eq!(st, 200);
+        assert_ne!(ch, bound);
+        assert_eq!(aff, "kept");
+    }
+    // The third clears it; the channel that served becomes the binding.
+    let (_, moved_to, aff) = turn(&gw, "s").await;
+    assert_eq!(aff, "moved");
+    assert_ne!(moved_to, bound);
+    let calls = m[b].requests();
+    for _ in 0..5 {
+        let (_, ch, aff) = turn(&gw, "s").await;
+        assert_eq!((ch.as_str(), aff.as_str()), (moved_to.as_str(), "kept"));
+    }
+    // The old channel is no longer tried for this session.
+    assert_eq!(m[b].requests(), calls);
+}
+
+#[tokio::test]
+async fn a_bound_channel_whose_circuit_is_open_is_skipped_at_once() {
+    let breaker = "[channels.circuit_breaker]\nfailure_threshold = 1\ncooldown_seconds = 600";
+    let (m, gw) = three_equal([breaker, breaker, breaker]).await;
+    let (_, bound, _) = turn(&gw, "s").await;
+    let b = index(&bound);
+    m[b].set_spec(failing("down"));
+    // One failure opens its circuit; the request fails over (binding kept: one failure of three).
+    assert_eq!(turn(&gw, "s").await.2, "kept");
+    let calls = m[b].requests();
+    // Next turn: the open channel is not called, the binding moves.
+    let (st, ch, aff) = turn(&gw, "s").await;
+    assert_eq!((st, aff.as_str()), (200, "moved"));
+    assert_ne!(ch, bound);
+    assert_eq!(m[b].requests(), calls);
+}
+
+#[tokio::test]
+async fn an_opted_out_channel_is_never_bound() {
+    let (_m, gw) = {
+        let only = mock(text_spec("only")).await;
+        let gw = gateway(&models_channel(
+            "shared-pool",
+            &only.base_url(),
+            &["m"],
+            "affinity = false",
+        ))
+        .await;
+        (only, gw)
+    };
+    for _ in 0..3 {
+        let (st, ch, aff) = turn(&gw, "s").await;
+        assert_eq!((st, ch.as_str(), aff.as_str()), (200, "shared-pool", ""));
+    }
+}
+
+#[tokio::test]
+async fn prompt_cache_key_binds_and_implicit_affinity_is_opt_in() {
+    let (_m, gw) = three_equal(["", "", ""]).await;
+    let body = |extra: Value| {
+        let mut b = json!({"model": "m", "messages": [
+            {"role": "system", "content": "You are a coder."},
+            {"role": "user", "content": "fix the bug"}]});
+        if let (Some(o), Some(e)) = (b.as_object_mut(), extra.as_object()) {
+            o.extend(e.clone());
+        }
+        b
+    };
+    let resp = gw.chat(body(json!({"prompt_cache_key": "pck-1"}))).await;
+    assert_eq!(header(&resp, "x-switchyard-affinity"), "new");
+    let first = header(&resp, "x-switchyard-channel").to_string();
+    for _ in 0..8 {
+        let resp = gw.chat(body(json!({"prompt_cache_key": "pck-1"}))).await;
+        assert_eq!(header(&resp, "x-switchyard-channel"), first);
+        assert_eq!(header(&resp, "x-switchyard-affinity"), "kept");
+    }
+    // Off by default: the same conversation without a key is not bound.
+    let resp = gw.chat(body(json!({}))).await;
+    assert_eq!(header(&resp, "x-switchyard-affinity"), "");
+
+    // On: the conversation's start is the key, so later turns (more messages) stay put.
+    let (_m2, gw2) = three_equal_with("", "[affinity]\nimplicit = true\n", ["", "", ""]).await;
+    let resp = gw2.chat(body(json!({}))).await;
+    assert_eq!(header(&resp, "x-switchyard-affinity"), "new");
+    let first = header(&resp, "x-switchyard-channel").to_string();
+    for i in 0..8 {
+        let mut b = body(json!({}));
+        b["messages"].as_array_mut().unwrap().extend([
+            json!({"role": "assistant", "content": format!("step {i}")}),
+            json!({"role": "user", "content": "go on"}),
+        ]);
+        let resp = gw2.chat(b).await;
+        assert_eq!(header(&resp, "x-switchyard-channel"), first);
+        assert_eq!(header(&resp, "x-switchyard-affinity"), "kept");
+    }
+}
+
+#[tokio::test]
+async fn sessions_of_different_keys_never_share_a_binding() {
+    let (_m, gw) = three_equal_with(
+        "\n[[keys]]\nname = \"other\"\nkey = \"sk-other-key-0001\"\n",
+        "",
+        ["", "", ""],
+    )
+    .await;
+    assert_eq!(turn(&gw, "same-id").await.2, "new");
+    let resp = gw
+        .post_as(
+            "/v1/chat/completions",
+            "sk-other-key-0001",
+            &[("x-session-id", "same-id")],
+            chat_body(false),
+        )
+        .await;
+    assert_eq!(header(&resp, "x-switchyard-affinity"), "new");
+}
