@@ -11,6 +11,7 @@ use crate::config::{self, ConfigError, Live, Snapshot};
 use crate::health::{Clock, Health, SystemClock, spawn_prober};
 use crate::provider::HttpClients;
 use crate::server::{self, AppState, Running};
+use crate::state::{Memory, Redis, State};
 use crate::store::{RequestLog, StoreError};
 
 #[derive(Debug, thiserror::Error)]
@@ -28,6 +29,8 @@ pub enum StartError {
         "demo mode only listens on loopback (127.0.0.1 or ::1), not {0}; write a config file to listen elsewhere"
     )]
     DemoNotLoopback(SocketAddr),
+    #[error(transparent)]
+    State(#[from] crate::state::RedisConfigError),
 }
 
 /// Loads the config from a file, or the embedded demo when `path` is `None`.
@@ -62,6 +65,15 @@ pub async fn start_with_clock(
         Path::new(&snapshot.log.sqlite_path),
         snapshot.log.queue_capacity,
     )?;
+    // Where bindings live is fixed at start (a reload does not move them).
+    let redis = match &snapshot.state.url {
+        Some(url) => Some(Arc::new(Redis::new(
+            url.expose(),
+            &snapshot.state.prefix,
+            clock.clone(),
+        )?)),
+        None => None,
+    };
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|source| StartError::Bind { addr, source })?;
@@ -69,14 +81,23 @@ pub async fn start_with_clock(
         live: Arc::new(Live::new(snapshot, clients)),
         health: Arc::new(Health::new(clock.clone())),
         log: Arc::new(log),
-        state: Arc::new(crate::state::State::Memory(crate::state::Memory::new(
-            clock,
-        ))),
+        state: Arc::new(match &redis {
+            Some(r) => State::Redis(r.clone()),
+            None => State::Memory(Memory::new(clock)),
+        }),
     };
     let prober = spawn_prober(state.live.clone(), state.health.clone());
+    let mut background = vec![prober];
+    if let Some(r) = redis {
+        background.push(tokio::spawn(r.clone().supervise()));
+        background.push(tokio::spawn(r.clone().publish(state.health.share())));
+        background.push(tokio::spawn(
+            r.subscribe(state.health.clone(), state.live.clone()),
+        ));
+    }
     let mut running =
         server::spawn(listener, state).map_err(|source| StartError::Bind { addr, source })?;
-    running.background.push(prober);
+    running.background.extend(background);
     Ok(running)
 }
 

@@ -326,8 +326,17 @@ fn latency_score(l: Duration, s: &HealthSettings) -> f64 {
     1.0 - (l - s.latency_good).as_secs_f64() / span
 }
 
+/// A change in this process that other replicas should honour (published through shared state).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Shared {
+    /// A circuit opened here: skip the channel for `cooldown`.
+    CircuitOpened { key: Key, cooldown: Duration },
+}
+
 pub struct Health {
     clock: Arc<dyn Clock>,
+    /// Where changes to share go (set when shared state runs); never waited on.
+    shared: std::sync::OnceLock<tokio::sync::mpsc::Sender<Shared>>,
     entries: Mutex<HashMap<Key, Entry>>,
     /// The channels' credentials (their own locks; never held with `entries`).
     pub pools: Pools,
@@ -342,9 +351,55 @@ impl Health {
         Health {
             pools: Pools::new(clock.clone()),
             retries: RetryBudget::new(clock.clone()),
+            shared: std::sync::OnceLock::new(),
             clock,
             entries: Mutex::new(HashMap::new()),
             rr: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The changes this process makes that replicas should honour. Call once; later calls get a
+    /// receiver that never yields.
+    pub fn share(&self) -> tokio::sync::mpsc::Receiver<Shared> {
+        let (tx, rx) = tokio::sync::mpsc::channel(1024);
+        let _ = self.shared.set(tx);
+        rx
+    }
+
+    fn emit(&self, ev: Shared) {
+        if let Some(tx) = self.shared.get()
+            && tx.try_send(ev).is_err()
+        {
+            tracing::warn!("shared-state queue full: a circuit change was not published");
+        }
+    }
+
+    /// Honours another replica's change: the circuit opens here too, for the same cooldown
+    /// (unless it is already open for longer). Not published again.
+    pub fn apply(&self, ev: &Shared, b: &BreakerSettings) {
+        if !b.enabled {
+            return;
+        }
+        let now = self.clock.now();
+        match ev {
+            Shared::CircuitOpened { key, cooldown } => {
+                let mut map = self.lock();
+                let e = map.entry(key.clone()).or_insert_with(|| Entry::new(b));
+                let until = now + *cooldown;
+                let later = match e.circuit {
+                    Circuit::Open { until: u } => until > u,
+                    _ => true,
+                };
+                if later {
+                    e.circuit = Circuit::Open { until };
+                    tracing::info!(
+                        channel = &*key.channel,
+                        model = key.model.as_deref(),
+                        cooldown_s = cooldown.as_secs(),
+                        "circuit opened by another replica"
+                    );
+                }
+            }
         }
     }
 
@@ -559,6 +614,7 @@ impl Health {
             return;
         }
         let now = self.clock.now();
+        let mut opened = None;
         let mut map = self.lock();
         let e = map.entry(key.clone()).or_insert_with(|| Entry::new(b));
         e.prune(now, s, b);
@@ -594,11 +650,13 @@ impl Health {
                         e.circuit = Circuit::Open {
                             until: now + e.cooldown,
                         };
+                        opened = Some(e.cooldown);
                     }
                     Circuit::Closed if e.failures.len() >= b.failure_threshold as usize => {
                         e.circuit = Circuit::Open {
                             until: now + e.cooldown,
                         };
+                        opened = Some(e.cooldown);
                         tracing::warn!(
                             channel = &*key.channel,
                             model = key.model.as_deref(),
@@ -622,6 +680,13 @@ impl Health {
         }
         while e.samples.len() > s.window_size {
             e.samples.pop_front();
+        }
+        drop(map);
+        if let Some(cooldown) = opened {
+            self.emit(Shared::CircuitOpened {
+                key: key.clone(),
+                cooldown,
+            });
         }
     }
 

@@ -802,6 +802,8 @@ async fn readyz(State(state): State<AppState>) -> Response {
         "status": if alive { "ready" } else { "not_ready" },
         "config": {"channels": snap.channels.len(), "models": snap.models.len()},
         "request_log": {"writer_alive": alive, "dropped_rows": state.log.dropped()},
+        // Redis being down does not make the gateway unready: it serves on local state.
+        "state": state.state.describe(),
     });
     let status = if alive {
         axum::http::StatusCode::OK
@@ -929,7 +931,8 @@ async fn admin_health(State(state): State<AppState>, headers: HeaderMap, uri: Ur
         }
         r["credentials"] = creds;
     }
-    axum::Json(json!({"object": "list", "data": rows})).into_response()
+    axum::Json(json!({"object": "list", "data": rows, "state": state.state.describe()}))
+        .into_response()
 }
 
 async fn not_found(uri: Uri) -> Response {

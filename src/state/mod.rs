@@ -3,8 +3,10 @@
 //! with `[state] url`, a Redis one that several replicas share.
 
 mod memory;
+mod redis;
 
 pub use memory::Memory;
+pub use redis::{Redis, RedisConfigError};
 
 use std::future::Future;
 use std::sync::Arc;
@@ -26,30 +28,43 @@ pub trait StateStore: Send + Sync {
 /// The store the gateway runs on.
 pub enum State {
     Memory(Memory),
+    Redis(Arc<Redis>),
 }
 
 impl State {
+    /// For `/readyz` and the health view: the kind of store, and whether Redis answers.
+    pub fn describe(&self) -> serde_json::Value {
+        match self {
+            State::Memory(_) => serde_json::json!({"kind": "memory"}),
+            State::Redis(r) => serde_json::json!({"kind": "redis", "connected": r.connected()}),
+        }
+    }
+
     pub async fn binding(&self, session: &str) -> Option<Arc<str>> {
         match self {
             State::Memory(m) => m.binding(session).await,
+            State::Redis(r) => r.binding(session).await,
         }
     }
 
     pub async fn bind(&self, session: &str, channel: &str, ttl: Duration) {
         match self {
             State::Memory(m) => m.bind(session, channel, ttl).await,
+            State::Redis(r) => r.bind(session, channel, ttl).await,
         }
     }
 
     pub async fn unbind(&self, session: &str) {
         match self {
             State::Memory(m) => m.unbind(session).await,
+            State::Redis(r) => r.unbind(session).await,
         }
     }
 
     pub async fn bound_failed(&self, session: &str, ttl: Duration) -> u32 {
         match self {
             State::Memory(m) => m.bound_failed(session, ttl).await,
+            State::Redis(r) => r.bound_failed(session, ttl).await,
         }
     }
 }

@@ -103,8 +103,44 @@ async fn the_binding_expires_after_its_ttl_without_use_and_is_refreshed_by_use()
 
 #[tokio::test]
 async fn three_consecutive_failures_of_the_bound_channel_move_the_binding() {
+    failures_move_the_binding("").await;
+}
+
+#[tokio::test]
+async fn three_consecutive_failures_move_the_binding_in_redis() {
+    failures_move_the_binding(&redis_state("fail3")).await;
+}
+
+#[tokio::test]
+async fn a_bound_channel_whose_circuit_is_open_is_skipped_at_once() {
+    open_circuit_moves_the_binding("").await;
+}
+
+#[tokio::test]
+async fn a_bound_channel_whose_circuit_is_open_is_skipped_at_once_in_redis() {
+    open_circuit_moves_the_binding(&redis_state("open")).await;
+}
+
+#[tokio::test]
+async fn a_session_stays_on_its_channel_in_redis() {
+    let (_m, gw) = three_equal_with("", &redis_state("keep"), ["", "", ""]).await;
+    wait_connected(&gw, true).await;
+    let (_, first, aff) = turn(&gw, "conv-r").await;
+    assert_eq!(aff, "new");
+    for _ in 0..6 {
+        assert_eq!(
+            turn(&gw, "conv-r").await,
+            (200, first.clone(), "kept".into())
+        );
+    }
+}
+
+async fn failures_move_the_binding(top: &str) {
     let no_breaker = "circuit_breaker = { enabled = false }";
-    let (m, gw) = three_equal([no_breaker, no_breaker, no_breaker]).await;
+    let (m, gw) = three_equal_with("", top, [no_breaker, no_breaker, no_breaker]).await;
+    if !top.is_empty() {
+        wait_connected(&gw, true).await;
+    }
     let (_, bound, _) = turn(&gw, "s").await;
     let b = index(&bound);
     m[b].set_spec(failing("down"));
@@ -128,10 +164,12 @@ async fn three_consecutive_failures_of_the_bound_channel_move_the_binding() {
     assert_eq!(m[b].requests(), calls);
 }
 
-#[tokio::test]
-async fn a_bound_channel_whose_circuit_is_open_is_skipped_at_once() {
+async fn open_circuit_moves_the_binding(top: &str) {
     let breaker = "[channels.circuit_breaker]\nfailure_threshold = 1\ncooldown_seconds = 600";
-    let (m, gw) = three_equal([breaker, breaker, breaker]).await;
+    let (m, gw) = three_equal_with("", top, [breaker, breaker, breaker]).await;
+    if !top.is_empty() {
+        wait_connected(&gw, true).await;
+    }
     let (_, bound, _) = turn(&gw, "s").await;
     let b = index(&bound);
     m[b].set_spec(failing("down"));

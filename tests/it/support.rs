@@ -347,3 +347,43 @@ pub async fn error_envelope(resp: reqwest::Response, status: u16) -> Value {
     assert!(e.get("param").is_some(), "{v}");
     e
 }
+
+/// The Redis every Redis test shares (`.ci/run` starts it); each test keeps to its own prefix.
+pub const REDIS_URL: &str = "redis://127.0.0.1:6379";
+
+/// A unique key prefix for one test, so tests share one Redis in parallel.
+pub fn redis_prefix(test: &str) -> String {
+    format!("sy-test-{test}-{:08x}", fastrand::u32(..))
+}
+
+/// A `[state]` table for the shared Redis under a fresh prefix.
+pub fn redis_state(test: &str) -> String {
+    format!(
+        "[state]\nurl = \"{REDIS_URL}\"\nprefix = \"{}\"\n",
+        redis_prefix(test)
+    )
+}
+
+/// Waits (10 s at most) until the gateway's `/readyz` says Redis is (or is not) connected.
+pub async fn wait_connected(gw: &Gateway, connected: bool) {
+    let url = format!("{}/readyz", gw.url);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let v: Value = client()
+            .get(&url)
+            .send()
+            .await
+            .expect("readyz")
+            .json()
+            .await
+            .expect("json");
+        if v["state"]["connected"] == connected {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "Redis connected never became {connected}: {v}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}

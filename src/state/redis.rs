@@ -1,0 +1,284 @@
+//! Shared state in Redis, for several replicas behind one load balancer: session bindings and
+//! their failure counters (single atomic commands and MULTI pipelines), and circuit openings
+//! published to every replica. Every operation is async on a pooled connection manager, bounded
+//! by [`OP_TIMEOUT`]; when Redis is unreachable the replica serves on its own in-memory state,
+//! says so, and goes back to Redis when it answers again.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use arc_swap::ArcSwapOption;
+use futures_util::StreamExt;
+use redis::AsyncCommands;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use serde_json::{Value, json};
+
+use super::{Memory, StateStore};
+use crate::config::Live;
+use crate::health::{Clock, Health, Key, Shared};
+
+/// The longest a request waits on Redis before it goes on with local state.
+const OP_TIMEOUT: Duration = Duration::from_millis(250);
+/// How often the supervisor checks Redis (and retries it while it is down).
+const CHECK_EVERY: Duration = Duration::from_millis(500);
+
+#[derive(Debug, thiserror::Error)]
+#[error("state.url: {0}")]
+pub struct RedisConfigError(String);
+
+pub struct Redis {
+    client: redis::Client,
+    conn: ArcSwapOption<ConnectionManager>,
+    up: AtomicBool,
+    prefix: Arc<str>,
+    /// Serves while Redis cannot.
+    local: Memory,
+    /// This process's id on the events channel: its own messages are not applied twice.
+    replica: String,
+}
+
+impl Redis {
+    /// Parses the URL; connecting is the supervisor's job, so a gateway starts (on local
+    /// state) even while Redis is down.
+    pub fn new(url: &str, prefix: &str, clock: Arc<dyn Clock>) -> Result<Redis, RedisConfigError> {
+        let client = redis::Client::open(url).map_err(|e| RedisConfigError(e.to_string()))?;
+        Ok(Redis {
+            client,
+            conn: ArcSwapOption::empty(),
+            up: AtomicBool::new(false),
+            prefix: prefix.into(),
+            local: Memory::new(clock),
+            replica: format!("{:016x}", fastrand::u64(..)),
+        })
+    }
+
+    pub fn connected(&self) -> bool {
+        self.up.load(Ordering::Relaxed)
+    }
+
+    fn key(&self, kind: &str, session: &str) -> String {
+        format!("{}:{kind}:{session}", self.prefix)
+    }
+
+    fn events(&self) -> String {
+        format!("{}:events", self.prefix)
+    }
+
+    /// Runs one operation on Redis, or says it could not (the caller uses local state).
+    async fn run<T, F, Fut>(&self, op: F) -> Option<T>
+    where
+        F: FnOnce(ConnectionManager) -> Fut,
+        Fut: std::future::Future<Output = redis::RedisResult<T>>,
+    {
+        if !self.connected() {
+            return None;
+        }
+        let conn = self.conn.load_full()?;
+        match tokio::time::timeout(OP_TIMEOUT, op((*conn).clone())).await {
+            Ok(Ok(v)) => Some(v),
+            Ok(Err(e)) => {
+                self.lost(&e.to_string());
+                None
+            }
+            Err(_) => {
+                self.lost("timed out");
+                None
+            }
+        }
+    }
+
+    fn lost(&self, why: &str) {
+        if self.up.swap(false, Ordering::Relaxed) {
+            tracing::error!(
+                error = why,
+                "Redis unavailable: serving on this replica's own state until it returns"
+            );
+        }
+    }
+
+    /// Connects, and keeps checking: marks Redis down when it stops answering and up again
+    /// when it does. Runs for the life of the gateway.
+    pub async fn supervise(self: Arc<Self>) {
+        loop {
+            let ok = match self.conn.load_full() {
+                Some(c) => {
+                    let mut c = (*c).clone();
+                    matches!(
+                        tokio::time::timeout(
+                            OP_TIMEOUT * 2,
+                            redis::cmd("PING").query_async::<String>(&mut c)
+                        )
+                        .await,
+                        Ok(Ok(_))
+                    )
+                }
+                None => {
+                    let cfg = ConnectionManagerConfig::new()
+                        .set_connection_timeout(Some(OP_TIMEOUT * 2))
+                        .set_response_timeout(Some(OP_TIMEOUT))
+                        .set_number_of_retries(1)
+                        .set_max_delay(CHECK_EVERY);
+                    match tokio::time::timeout(
+                        OP_TIMEOUT * 4,
+                        ConnectionManager::new_with_config(self.client.clone(), cfg),
+                    )
+                    .await
+                    {
+                        Ok(Ok(c)) => {
+                            self.conn.store(Some(Arc::new(c)));
+                            true
+                        }
+                        _ => false,
+                    }
+                }
+            };
+            if ok {
+                if !self.up.swap(true, Ordering::Relaxed) {
+                    tracing::info!("Redis connected: state is shared with the other replicas");
+                }
+            } else {
+                self.lost("no answer to PING");
+            }
+            tokio::time::sleep(CHECK_EVERY).await;
+        }
+    }
+
+    /// Publishes this replica's circuit openings to the others.
+    pub async fn publish(self: Arc<Self>, mut rx: tokio::sync::mpsc::Receiver<Shared>) {
+        while let Some(ev) = rx.recv().await {
+            let Shared::CircuitOpened { key, cooldown } = &ev;
+            let msg = json!({
+                "replica": self.replica,
+                "kind": "circuit_opened",
+                "channel": &*key.channel,
+                "model": key.model.as_deref(),
+                "cooldown_ms": cooldown.as_millis() as u64,
+            })
+            .to_string();
+            let channel = self.events();
+            if self
+                .run(|mut c| async move { c.publish::<_, _, i64>(channel, msg).await })
+                .await
+                .is_none()
+            {
+                tracing::warn!(
+                    channel = &*key.channel,
+                    "circuit opening not shared: Redis is unavailable"
+                );
+            }
+        }
+    }
+
+    /// Applies the other replicas' circuit openings to this one's health, resubscribing
+    /// whenever the connection drops.
+    pub async fn subscribe(self: Arc<Self>, health: Arc<Health>, live: Arc<Live>) {
+        loop {
+            let pubsub = tokio::time::timeout(OP_TIMEOUT * 4, self.client.get_async_pubsub()).await;
+            if let Ok(Ok(mut ps)) = pubsub
+                && ps.subscribe(self.events()).await.is_ok()
+            {
+                let mut stream = ps.on_message();
+                while let Some(msg) = stream.next().await {
+                    let Ok(text) = msg.get_payload::<String>() else {
+                        continue;
+                    };
+                    self.apply(&text, &health, &live);
+                }
+            }
+            tokio::time::sleep(CHECK_EVERY).await;
+        }
+    }
+
+    fn apply(&self, text: &str, health: &Health, live: &Live) {
+        let Ok(v) = serde_json::from_str::<Value>(text) else {
+            return;
+        };
+        if v["replica"] == *self.replica || v["kind"] != "circuit_opened" {
+            return;
+        }
+        let (Some(channel), Some(ms)) = (v["channel"].as_str(), v["cooldown_ms"].as_u64()) else {
+            return;
+        };
+        let snap = live.load();
+        let Some(ch) = snap.channels.iter().find(|c| &*c.name == channel) else {
+            return;
+        };
+        let key = Key {
+            channel: ch.name.clone(),
+            model: v["model"].as_str().map(Into::into),
+        };
+        health.apply(
+            &Shared::CircuitOpened {
+                key,
+                cooldown: Duration::from_millis(ms),
+            },
+            &ch.breaker,
+        );
+    }
+}
+
+impl StateStore for Redis {
+    async fn binding(&self, session: &str) -> Option<Arc<str>> {
+        let key = self.key("bind", session);
+        match self
+            .run(|mut c| async move { c.get::<_, Option<String>>(key).await })
+            .await
+        {
+            Some(v) => v.map(Into::into),
+            None => self.local.binding(session).await,
+        }
+    }
+
+    async fn bind(&self, session: &str, channel: &str, ttl: Duration) {
+        let (bind, fail) = (self.key("bind", session), self.key("fail", session));
+        let secs = ttl.as_secs().max(1);
+        let ch = channel.to_string();
+        let done = self
+            .run(|mut c| async move {
+                redis::pipe()
+                    .atomic()
+                    .set_ex(bind, ch, secs)
+                    .ignore()
+                    .del(fail)
+                    .ignore()
+                    .query_async::<()>(&mut c)
+                    .await
+            })
+            .await;
+        if done.is_none() {
+            self.local.bind(session, channel, ttl).await;
+        }
+    }
+
+    async fn unbind(&self, session: &str) {
+        let keys = [self.key("bind", session), self.key("fail", session)];
+        if self
+            .run(|mut c| async move { c.del::<_, ()>(&keys).await })
+            .await
+            .is_none()
+        {
+            self.local.unbind(session).await;
+        }
+    }
+
+    async fn bound_failed(&self, session: &str, ttl: Duration) -> u32 {
+        let fail = self.key("fail", session);
+        let secs = ttl.as_secs().max(1) as i64;
+        let counted = self
+            .run(|mut c| async move {
+                redis::pipe()
+                    .atomic()
+                    .incr(&fail, 1)
+                    .expire(&fail, secs)
+                    .ignore()
+                    .query_async::<(u32,)>(&mut c)
+                    .await
+            })
+            .await;
+        match counted {
+            Some((n,)) => n,
+            None => self.local.bound_failed(session, ttl).await,
+        }
+    }
+}

@@ -1,0 +1,277 @@
+//! Shared state across replicas through a real Redis: bindings kept across replicas and
+//! restarts, TTLs set and refreshed in Redis, circuit openings honoured by the other replica,
+//! and a Redis that goes away and comes back.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use redis::AsyncCommands;
+use serde_json::Value;
+use switchyard::provider::mock::MockServer;
+
+use crate::support::*;
+
+/// Two tiers serving `m`: `first` (priority 1, breaker opens on one failure) and `second`.
+fn tiers(first: &MockServer, second: &MockServer) -> String {
+    format!(
+        "{}{}",
+        models_channel(
+            "first",
+            &first.base_url(),
+            &["m"],
+            "priority = 1\n[channels.circuit_breaker]\nfailure_threshold = 1\ncooldown_seconds = 600"
+        ),
+        models_channel("second", &second.base_url(), &["m"], "priority = 2"),
+    )
+}
+
+/// A replica: a gateway on the shared Redis under `prefix`, in front of `channels`.
+async fn replica(url: &str, prefix: &str, channels: &str) -> Gateway {
+    let gw = gateway_full(
+        "",
+        "",
+        &format!("[state]\nurl = \"{url}\"\nprefix = \"{prefix}\"\n\n{channels}"),
+    )
+    .await;
+    wait_connected(&gw, true).await;
+    gw
+}
+
+async fn turn(gw: &Gateway, id: &str) -> (u16, String, String) {
+    let resp = gw
+        .post_as(
+            "/v1/chat/completions",
+            KEY,
+            &[("x-session-id", id)],
+            chat_body(false),
+        )
+        .await;
+    let out = (
+        resp.status().as_u16(),
+        header(&resp, "x-switchyard-channel").to_string(),
+        header(&resp, "x-switchyard-affinity").to_string(),
+    );
+    let _ = resp.bytes().await;
+    out
+}
+
+async fn redis_conn(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("test Redis reachable")
+}
+
+async fn binding_keys(url: &str, prefix: &str) -> Vec<String> {
+    let mut c = redis_conn(url).await;
+    c.keys(format!("{prefix}:bind:*")).await.unwrap()
+}
+
+#[tokio::test]
+async fn bindings_live_in_redis_with_their_ttl_refreshed_on_use() {
+    let (a, b) = (mock(text_spec("a")).await, mock(text_spec("b")).await);
+    let prefix = redis_prefix("ttl");
+    let gw = replica(
+        REDIS_URL,
+        &prefix,
+        &format!("[affinity]\nttl_seconds = 90\n\n{}", tiers(&a, &b)),
+    )
+    .await;
+    assert_eq!(turn(&gw, "s").await.2, "new");
+    let keys = binding_keys(REDIS_URL, &prefix).await;
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    // The key is a hash: the session id appears nowhere.
+    assert!(!keys[0].contains(":s") || keys[0].len() > prefix.len() + 10);
+    let mut c = redis_conn(REDIS_URL).await;
+    let channel: String = c.get(&keys[0]).await.unwrap();
+    assert_eq!(channel, "first");
+    let ttl: i64 = c.pttl(&keys[0]).await.unwrap();
+    assert!((88_000..=90_000).contains(&ttl), "{ttl}");
+    // Shorten it by hand; a use sets it back to the full TTL.
+    let _: () = c.pexpire(&keys[0], 5_000).await.unwrap();
+    assert_eq!(turn(&gw, "s").await.2, "kept");
+    let ttl: i64 = c.pttl(&keys[0]).await.unwrap();
+    assert!(ttl > 80_000, "{ttl}");
+}
+
+#[tokio::test]
+async fn two_replicas_share_bindings_and_circuits_and_a_restart_keeps_bindings() {
+    let x = mock(text_spec("x")).await;
+    let y = mock(text_spec("y")).await;
+    let z = mock(text_spec("z")).await;
+    // Three equal channels: without the shared binding, B would pick at random.
+    let equal: String = [("x", &x), ("y", &y), ("z", &z)]
+        .iter()
+        .map(|(n, m)| {
+            models_channel(
+                n,
+                &m.base_url(),
+                &["m"],
+                "[channels.circuit_breaker]\nfailure_threshold = 1\ncooldown_seconds = 600",
+            )
+        })
+        .collect();
+    let prefix = redis_prefix("replicas");
+    let ra = replica(REDIS_URL, &prefix, &equal).await;
+    let rb = replica(REDIS_URL, &prefix, &equal).await;
+    let (_, bound, aff) = turn(&ra, "agent-1").await;
+    assert_eq!(aff, "new");
+    for _ in 0..6 {
+        assert_eq!(
+            turn(&rb, "agent-1").await,
+            (200, bound.clone(), "kept".into())
+        );
+    }
+
+    // A circuit opened by failures through A is skipped by B without B calling it.
+    let mocks = [("x", &x), ("y", &y), ("z", &z)];
+    let (_, bad) = mocks.iter().find(|(n, _)| *n == bound).unwrap();
+    bad.set_spec(faulty("down", status(500)));
+    let (st, ch, _) = turn(&ra, "agent-1").await;
+    assert_eq!(st, 200);
+    assert_ne!(ch, bound);
+    let t0 = Instant::now();
+    loop {
+        let health = rb.admin_health().await;
+        let open = health
+            .iter()
+            .any(|r| r["channel"] == *bound && r["circuit"] == "open");
+        if open {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(1),
+            "B never saw the circuit open"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let honoured_after = t0.elapsed();
+    let calls = bad.requests();
+    let (st, ch, aff) = turn(&rb, "agent-1").await;
+    assert_eq!(st, 200);
+    assert_ne!(ch, bound);
+    assert_eq!(aff, "moved");
+    assert_eq!(
+        bad.requests(),
+        calls,
+        "B called a channel whose circuit A opened"
+    );
+    assert!(
+        honoured_after < Duration::from_secs(1),
+        "{honoured_after:?}"
+    );
+
+    // Both replicas restart: the binding (now on `ch`) is still there.
+    drop(ra);
+    drop(rb);
+    let ra2 = replica(REDIS_URL, &prefix, &equal).await;
+    let rb2 = replica(REDIS_URL, &prefix, &equal).await;
+    assert_eq!(
+        turn(&ra2, "agent-1").await,
+        (200, ch.clone(), "kept".into())
+    );
+    assert_eq!(turn(&rb2, "agent-1").await, (200, ch, "kept".into()));
+}
+
+/// A redis-server of this test's own on a free port, killed on drop.
+struct OwnRedis {
+    child: Child,
+    port: u16,
+}
+
+impl OwnRedis {
+    fn start(port: u16) -> OwnRedis {
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server is installed");
+        OwnRedis { child, port }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    async fn wait_ready(&self) {
+        let t0 = Instant::now();
+        while tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+            .await
+            .is_err()
+        {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "redis-server did not start"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test]
+async fn redis_lost_mid_test_requests_still_succeed_and_sharing_resumes() {
+    let port = free_port();
+    let own = OwnRedis::start(port);
+    own.wait_ready().await;
+    let url = own.url();
+    let (a, b) = (mock(text_spec("a")).await, mock(text_spec("b")).await);
+    let prefix = redis_prefix("lost");
+    let gw = replica(&url, &prefix, &tiers(&a, &b)).await;
+    assert_eq!(turn(&gw, "before").await.2, "new");
+    assert_eq!(binding_keys(&url, &prefix).await.len(), 1);
+
+    drop(own);
+    // Every request still succeeds, on local state, and the loss is reported.
+    for i in 0..5 {
+        let (st, _, _) = turn(&gw, &format!("during-{i}")).await;
+        assert_eq!(st, 200);
+    }
+    wait_connected(&gw, false).await;
+    let v: Value = client()
+        .get(format!("{}/readyz", gw.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["status"], "ready", "{v}");
+    assert_eq!(v["state"]["kind"], "redis");
+    let health: Value = client()
+        .get(format!("{}/admin/health", gw.url))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(health["state"]["connected"], false);
+    // A binding made meanwhile holds on this replica.
+    assert_eq!(turn(&gw, "during-0").await.2, "kept");
+
+    // Redis back (empty, on the same port): the replica uses it again.
+    let again = OwnRedis::start(port);
+    again.wait_ready().await;
+    wait_connected(&gw, true).await;
+    assert_eq!(turn(&gw, "after").await.2, "new");
+    assert_eq!(binding_keys(&url, &prefix).await.len(), 1);
+}
