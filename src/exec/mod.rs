@@ -637,7 +637,7 @@ where
             };
             let per_key = match (&reservation, cred_verdict) {
                 (Some(r), Some(v)) => {
-                    health.pools.judge(r, model, v, ch.credential_cooldown);
+                    health.judge_credential(r, model, v, ch.credential_cooldown);
                     spent.push(r.index);
                     true
                 }

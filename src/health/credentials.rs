@@ -63,6 +63,13 @@ pub struct Pools {
     state: Arc<Mutex<PoolState>>,
 }
 
+impl Reservation {
+    /// The channel and the credential's label.
+    pub fn key(&self) -> (&Arc<str>, &Arc<str>) {
+        (&self.key.0, &self.key.1)
+    }
+}
+
 /// A reserved credential: its index in the channel's list. Dropping it releases the slot and
 /// settles the tpm charge against the real usage, when one was reported.
 pub struct Reservation {
@@ -218,18 +225,26 @@ impl Pools {
     }
 
     /// Cools or disables the credential an attempt used.
-    pub fn judge(&self, r: &Reservation, model: &str, v: CredVerdict, default_cooldown: Duration) {
+    /// Applies a verdict on a credential; returns the cooldown it started (for other replicas:
+    /// the model it is for, when only that model is cooled, and how long).
+    pub fn judge(
+        &self,
+        r: &Reservation,
+        model: &str,
+        v: CredVerdict,
+        default_cooldown: Duration,
+    ) -> Option<(Option<Arc<str>>, Duration)> {
         let now = self.clock.now();
         let mut st = self.lock();
-        let Some(c) = st.creds.get_mut(&r.key) else {
-            return;
-        };
+        let c = st.creds.get_mut(&r.key)?;
         match v {
             CredVerdict::RateLimited { retry_after } => {
                 // The longer of an earlier cooldown and this one: a short Retry-After does not
                 // cut a longer wait short.
-                let until = now + retry_after.unwrap_or(default_cooldown);
+                let d = retry_after.unwrap_or(default_cooldown);
+                let until = now + d;
                 c.cooling_until = Some(c.cooling_until.map_or(until, |t| t.max(until)));
+                Some((None, d))
             }
             CredVerdict::Refused => {
                 c.disabled = true;
@@ -238,6 +253,7 @@ impl Pools {
                     credential = &*r.key.1,
                     "upstream refused the credential (401): disabled until the config changes"
                 );
+                None
             }
             CredVerdict::ForbiddenForModel => {
                 c.model_cooling.insert(model.into(), now + default_cooldown);
@@ -247,7 +263,31 @@ impl Pools {
                     model,
                     "upstream forbade the credential for this model (403): cooled for it"
                 );
+                Some((Some(model.into()), default_cooldown))
             }
+        }
+    }
+
+    /// Honours another replica's cooldown of a credential (for one model, or all).
+    pub fn apply_cooled(
+        &self,
+        channel: &Arc<str>,
+        label: &Arc<str>,
+        model: Option<&Arc<str>>,
+        cooldown: Duration,
+    ) {
+        let until = self.clock.now() + cooldown;
+        let mut st = self.lock();
+        let c = st
+            .creds
+            .entry((channel.clone(), label.clone()))
+            .or_default();
+        match model {
+            Some(m) => {
+                let t = c.model_cooling.entry(m.clone()).or_insert(until);
+                *t = (*t).max(until);
+            }
+            None => c.cooling_until = Some(c.cooling_until.map_or(until, |t| t.max(until))),
         }
     }
 

@@ -331,6 +331,15 @@ fn latency_score(l: Duration, s: &HealthSettings) -> f64 {
 pub enum Shared {
     /// A circuit opened here: skip the channel for `cooldown`.
     CircuitOpened { key: Key, cooldown: Duration },
+    /// A keyless channel answered 429 here: cool it for `cooldown`.
+    ChannelCooled { key: Key, cooldown: Duration },
+    /// A credential answered 429 (all models) or 403 (`model` only) here.
+    CredentialCooled {
+        channel: Arc<str>,
+        label: Arc<str>,
+        model: Option<Arc<str>>,
+        cooldown: Duration,
+    },
 }
 
 pub struct Health {
@@ -374,14 +383,52 @@ impl Health {
         }
     }
 
-    /// Honours another replica's change: the circuit opens here too, for the same cooldown
-    /// (unless it is already open for longer). Not published again.
+    /// Judges a credential (see [`Pools::judge`]) and shares the cooldown it starts.
+    pub fn judge_credential(
+        &self,
+        r: &Reservation,
+        model: &str,
+        v: CredVerdict,
+        default_cooldown: Duration,
+    ) {
+        if let Some((model, cooldown)) = self.pools.judge(r, model, v, default_cooldown) {
+            let (channel, label) = r.key();
+            self.emit(Shared::CredentialCooled {
+                channel: channel.clone(),
+                label: label.clone(),
+                model,
+                cooldown,
+            });
+        }
+    }
+
+    /// Honours another replica's change: the circuit opens (or the channel or credential
+    /// cools) here too, for the same time (unless it already is, for longer). Not published
+    /// again.
     pub fn apply(&self, ev: &Shared, b: &BreakerSettings) {
+        if let Shared::CredentialCooled {
+            channel,
+            label,
+            model,
+            cooldown,
+        } = ev
+        {
+            self.pools
+                .apply_cooled(channel, label, model.as_ref(), *cooldown);
+            return;
+        }
         if !b.enabled {
             return;
         }
         let now = self.clock.now();
         match ev {
+            Shared::CredentialCooled { .. } => {}
+            Shared::ChannelCooled { key, cooldown } => {
+                let mut map = self.lock();
+                let e = map.entry(key.clone()).or_insert_with(|| Entry::new(b));
+                let until = now + *cooldown;
+                e.cooling_until = Some(e.cooling_until.map_or(until, |t| t.max(until)));
+            }
             Shared::CircuitOpened { key, cooldown } => {
                 let mut map = self.lock();
                 let e = map.entry(key.clone()).or_insert_with(|| Entry::new(b));
@@ -615,6 +662,7 @@ impl Health {
         }
         let now = self.clock.now();
         let mut opened = None;
+        let mut cooled = None;
         let mut map = self.lock();
         let e = map.entry(key.clone()).or_insert_with(|| Entry::new(b));
         e.prune(now, s, b);
@@ -668,7 +716,9 @@ impl Health {
                 }
             }
             Verdict::RateLimited { retry_after } => {
-                let until = now + retry_after.unwrap_or(b.rate_limit_cooldown);
+                let d = retry_after.unwrap_or(b.rate_limit_cooldown);
+                cooled = Some(d);
+                let until = now + d;
                 e.cooling_until = Some(e.cooling_until.map_or(until, |t| t.max(until)));
                 // A rate limit is not a broken channel: a half-open trial that met one ends
                 // without a verdict.
@@ -684,6 +734,12 @@ impl Health {
         drop(map);
         if let Some(cooldown) = opened {
             self.emit(Shared::CircuitOpened {
+                key: key.clone(),
+                cooldown,
+            });
+        }
+        if let Some(cooldown) = cooled {
+            self.emit(Shared::ChannelCooled {
                 key: key.clone(),
                 cooldown,
             });

@@ -173,7 +173,7 @@ async fn probe(snap: &Snapshot, health: &Health, idx: usize, key: Key, reason: P
                     403 => CredVerdict::ForbiddenForModel,
                     _ => CredVerdict::RateLimited { retry_after },
                 };
-                health.pools.judge(r, &model, v, ch.credential_cooldown);
+                health.judge_credential(r, &model, v, ch.credential_cooldown);
             }
             return;
         }

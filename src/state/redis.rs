@@ -1,6 +1,6 @@
 //! Shared state in Redis, for several replicas behind one load balancer: session bindings and
-//! their failure counters (single atomic commands and MULTI pipelines), and circuit openings
-//! published to every replica. Every operation is async on a pooled connection manager, bounded
+//! their failure counters (single atomic commands and MULTI pipelines), and circuit openings,
+//! channel and credential cooldowns published to every replica. Every operation is async on a pooled connection manager, bounded
 //! by [`OP_TIMEOUT`]; when Redis is unreachable the replica serves on its own in-memory state,
 //! says so, and goes back to Redis when it answers again.
 
@@ -144,18 +144,47 @@ impl Redis {
         }
     }
 
-    /// Publishes this replica's circuit openings to the others.
+    /// Publishes this replica's circuit openings and cooldowns to the others.
     pub async fn publish(self: Arc<Self>, mut rx: tokio::sync::mpsc::Receiver<Shared>) {
         while let Some(ev) = rx.recv().await {
-            let Shared::CircuitOpened { key, cooldown } = &ev;
+            let (kind, channel_name, label, model, cooldown) = match &ev {
+                Shared::CircuitOpened { key, cooldown } => (
+                    "circuit_opened",
+                    &key.channel,
+                    None,
+                    key.model.as_ref(),
+                    cooldown,
+                ),
+                Shared::ChannelCooled { key, cooldown } => (
+                    "channel_cooled",
+                    &key.channel,
+                    None,
+                    key.model.as_ref(),
+                    cooldown,
+                ),
+                Shared::CredentialCooled {
+                    channel,
+                    label,
+                    model,
+                    cooldown,
+                } => (
+                    "credential_cooled",
+                    channel,
+                    Some(label),
+                    model.as_ref(),
+                    cooldown,
+                ),
+            };
             let msg = json!({
                 "replica": self.replica,
-                "kind": "circuit_opened",
-                "channel": &*key.channel,
-                "model": key.model.as_deref(),
+                "kind": kind,
+                "channel": &**channel_name,
+                "label": label.map(|l| &**l),
+                "model": model.map(|m| &**m),
                 "cooldown_ms": cooldown.as_millis() as u64,
             })
             .to_string();
+            let shown = channel_name.clone();
             let channel = self.events();
             if self
                 .run(|mut c| async move { c.publish::<_, _, i64>(channel, msg).await })
@@ -163,14 +192,15 @@ impl Redis {
                 .is_none()
             {
                 tracing::warn!(
-                    channel = &*key.channel,
-                    "circuit opening not shared: Redis is unavailable"
+                    channel = &*shown,
+                    kind,
+                    "change not shared: Redis is unavailable"
                 );
             }
         }
     }
 
-    /// Applies the other replicas' circuit openings to this one's health, resubscribing
+    /// Applies the other replicas' circuit openings and cooldowns to this one's health, resubscribing
     /// whenever the connection drops.
     pub async fn subscribe(self: Arc<Self>, health: Arc<Health>, live: Arc<Live>) {
         loop {
@@ -194,27 +224,49 @@ impl Redis {
         let Ok(v) = serde_json::from_str::<Value>(text) else {
             return;
         };
-        if v["replica"] == *self.replica || v["kind"] != "circuit_opened" {
+        if v["replica"] == *self.replica {
             return;
         }
         let (Some(channel), Some(ms)) = (v["channel"].as_str(), v["cooldown_ms"].as_u64()) else {
             return;
         };
+        // Only what this replica's own config knows: names are matched, never created.
         let snap = live.load();
         let Some(ch) = snap.channels.iter().find(|c| &*c.name == channel) else {
             return;
         };
-        let key = Key {
+        let cooldown = Duration::from_millis(ms);
+        let model: Option<Arc<str>> = v["model"].as_str().map(Into::into);
+        let key = || Key {
             channel: ch.name.clone(),
-            model: v["model"].as_str().map(Into::into),
+            model: model.clone(),
         };
-        health.apply(
-            &Shared::CircuitOpened {
-                key,
-                cooldown: Duration::from_millis(ms),
+        let ev = match v["kind"].as_str() {
+            Some("circuit_opened") => Shared::CircuitOpened {
+                key: key(),
+                cooldown,
             },
-            &ch.breaker,
-        );
+            Some("channel_cooled") => Shared::ChannelCooled {
+                key: key(),
+                cooldown,
+            },
+            Some("credential_cooled") => {
+                let Some((label, _)) = v["label"]
+                    .as_str()
+                    .and_then(|l| ch.credentials.iter().find(|(x, _)| &**x == l))
+                else {
+                    return;
+                };
+                Shared::CredentialCooled {
+                    channel: ch.name.clone(),
+                    label: label.clone(),
+                    model,
+                    cooldown,
+                }
+            }
+            _ => return,
+        };
+        health.apply(&ev, &ch.breaker);
     }
 }
 

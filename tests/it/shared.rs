@@ -275,3 +275,58 @@ async fn redis_lost_mid_test_requests_still_succeed_and_sharing_resumes() {
     assert_eq!(turn(&gw, "after").await.2, "new");
     assert_eq!(binding_keys(&url, &prefix).await.len(), 1);
 }
+
+#[tokio::test]
+async fn a_credential_cooled_through_one_replica_is_skipped_by_the_other() {
+    let limited = mock(faulty(
+        "limited",
+        switchyard::provider::mock::Fault {
+            status: Some(429),
+            retry_after_seconds: Some(600),
+            ..Default::default()
+        },
+    ))
+    .await;
+    let spare = mock(text_spec("spare")).await;
+    let chans = format!(
+        "[[channels]]\nname = \"keyed\"\nprovider = \"openai\"\nbase_url = \"{}\"\n\
+         credentials = [{{ key = \"{UPSTREAM_KEY}\", label = \"k1\" }}]\nmodels = [\"m\"]\npriority = 1\n\n{}",
+        limited.base_url(),
+        models_channel("spare", &spare.base_url(), &["m"], "priority = 2"),
+    );
+    let prefix = redis_prefix("cred");
+    let ra = replica(REDIS_URL, &prefix, &chans).await;
+    let rb = replica(REDIS_URL, &prefix, &chans).await;
+    // Through A: the key answers 429 for 10 minutes; A cools it and publishes that.
+    let resp = ra.chat(chat_body(false)).await;
+    assert_eq!(header(&resp, "x-switchyard-channel"), "spare");
+    assert_eq!(limited.requests(), 1);
+    let t0 = Instant::now();
+    loop {
+        let health = rb.admin_health().await;
+        let cooling = health.iter().any(|r| {
+            r["channel"] == "keyed"
+                && r["credentials"].as_array().is_some_and(|cs| {
+                    cs.iter().any(|c| {
+                        c["label"] == "k1"
+                            && c["cooling_seconds_left"]
+                                .as_f64()
+                                .is_some_and(|s| s > 500.0)
+                    })
+                })
+        });
+        if cooling {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(1),
+            "B never saw the key cool: {health:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Through B: the cooled key is not tried at all; the spare is B's only call.
+    let resp = rb.chat(chat_body(false)).await;
+    assert_eq!(header(&resp, "x-switchyard-channel"), "spare");
+    assert_eq!(header(&resp, "x-switchyard-attempts"), "1");
+    assert_eq!(limited.requests(), 1, "B called a key A had cooled");
+}
