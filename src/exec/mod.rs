@@ -312,6 +312,8 @@ pub struct Route<'a> {
     pub chain: &'a Chain,
     /// The channel the request's session is bound to: tried first where it serves the model.
     pub bound: Option<&'a str>,
+    /// State shared with other replicas (credentials' `rpm` buckets).
+    pub shared: Option<&'a crate::state::State>,
 }
 
 /// The caller's attempt timeouts for the model being tried (none: the channel's own).
@@ -380,6 +382,7 @@ where
             health,
             route.key,
             route.bound,
+            route.shared,
             step,
             estimate,
             deadline,
@@ -461,6 +464,7 @@ async fn run_model<'s, T, F, Fut>(
     health: &Health,
     gkey: &GatewayKey,
     bound: Option<&str>,
+    shared: Option<&crate::state::State>,
     step: &Step,
     estimate: u64,
     deadline: Instant,
@@ -565,6 +569,19 @@ where
                     }
                 };
             // Every call after a request's first spends from the process-wide retry budget.
+            // A key with an rpm limit also takes from the bucket every replica shares.
+            if let (Some(st), Some(r)) = (shared, &reservation)
+                && let Some((label, limits)) = ch.credentials.get(r.index)
+                && let Some(rpm) = limits.rpm
+                && let Err(wait) = st.take_rate(&ch.name, label, rpm).await
+            {
+                spent.push(r.index);
+                retry_after = Some(retry_after.map_or(wait, |x| x.min(wait)));
+                if spent.len() >= ch.credentials.len() {
+                    report.attempts.push(skip_record(ch, Skip::NoCredential));
+                }
+                continue;
+            }
             // Refused: the request ends with the outcome of the calls it made.
             if report.tried() > 0 && !health.retries.try_retry(&snap.server.retry_budget) {
                 tracing::warn!(

@@ -534,6 +534,7 @@ async fn serve_chat(
         key,
         chain: &chain,
         bound: before.as_deref(),
+        shared: Some(&state.state),
     };
     req.hops = ctx.hops;
     let deadline = ctx.deadline();
@@ -721,6 +722,7 @@ async fn embeddings(State(state): State<AppState>, headers: HeaderMap, body: Bod
         key,
         chain: &chain,
         bound: None,
+        shared: Some(&state.state),
     };
     let deadline = ctx.deadline();
     match exec::embeddings(&snap, &state.health, route, &req, deadline, &mut ctx.report).await {

@@ -32,6 +32,16 @@ pub enum State {
 }
 
 impl State {
+    /// Takes one request from a credential's `rpm` bucket shared by every replica: `Err` with
+    /// the time until a token is back when it is empty. In memory (or while Redis is down) the
+    /// replica's own bucket, already checked, is the only one.
+    pub async fn take_rate(&self, channel: &str, label: &str, rpm: u32) -> Result<(), Duration> {
+        match self {
+            State::Memory(_) => Ok(()),
+            State::Redis(r) => r.take_rate(channel, label, rpm).await.unwrap_or(Ok(())),
+        }
+    }
+
     /// For `/readyz` and the health view: the kind of store, and whether Redis answers.
     pub fn describe(&self) -> serde_json::Value {
         match self {

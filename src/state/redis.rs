@@ -1,5 +1,6 @@
 //! Shared state in Redis, for several replicas behind one load balancer: session bindings and
-//! their failure counters (single atomic commands and MULTI pipelines), and circuit openings,
+//! their failure counters (single atomic commands and MULTI pipelines), credentials' `rpm`
+//! buckets (a Lua script on Redis's clock), and circuit openings,
 //! channel and credential cooldowns published to every replica. Every operation is async on a pooled connection manager, bounded
 //! by [`OP_TIMEOUT`]; when Redis is unreachable the replica serves on its own in-memory state,
 //! says so, and goes back to Redis when it answers again.
@@ -267,6 +268,56 @@ impl Redis {
             _ => return,
         };
         health.apply(&ev, &ch.breaker);
+    }
+}
+
+/// One token from a shared per-minute bucket: refilled continuously at `rpm`/60 s, capped at
+/// `rpm`, on Redis's own clock (replicas' clocks never matter). Returns {taken, ms to wait}.
+const TAKE_TOKEN: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local cap = tonumber(ARGV[1])
+local rate = cap / 60000
+local b = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
+local tokens = tonumber(b[1]) or cap
+local ts = tonumber(b[2]) or now
+tokens = math.min(cap, tokens + math.max(0, now - ts) * rate)
+local taken, wait = 0, 0
+if tokens >= 1 then
+  tokens = tokens - 1
+  taken = 1
+else
+  wait = math.ceil((1 - tokens) / rate)
+end
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', now)
+redis.call('PEXPIRE', KEYS[1], 120000)
+return {taken, wait}
+"#;
+
+impl Redis {
+    /// Takes one request from a credential's shared `rpm` bucket. `None`: Redis could not say
+    /// (the replica's own bucket, already passed, decides).
+    pub async fn take_rate(
+        &self,
+        channel: &str,
+        label: &str,
+        rpm: u32,
+    ) -> Option<Result<(), Duration>> {
+        let key = format!("{}:rpm:{channel}:{label}", self.prefix);
+        let (taken, wait): (i64, i64) = self
+            .run(|mut c| async move {
+                redis::Script::new(TAKE_TOKEN)
+                    .key(key)
+                    .arg(rpm)
+                    .invoke_async(&mut c)
+                    .await
+            })
+            .await?;
+        Some(if taken == 1 {
+            Ok(())
+        } else {
+            Err(Duration::from_millis(wait.max(1) as u64))
+        })
     }
 }
 

@@ -330,3 +330,35 @@ async fn a_credential_cooled_through_one_replica_is_skipped_by_the_other() {
     assert_eq!(header(&resp, "x-switchyard-attempts"), "1");
     assert_eq!(limited.requests(), 1, "B called a key A had cooled");
 }
+
+#[tokio::test]
+async fn a_keys_rpm_is_counted_across_replicas() {
+    let keyed = mock(text_spec("keyed")).await;
+    let spare = mock(text_spec("spare")).await;
+    let chans = format!(
+        "[[channels]]\nname = \"keyed\"\nprovider = \"openai\"\nbase_url = \"{}\"\n\
+         credentials = [{{ key = \"{UPSTREAM_KEY}\", label = \"k1\", rpm = 2 }}]\nmodels = [\"m\"]\npriority = 1\n\n{}",
+        keyed.base_url(),
+        models_channel("spare", &spare.base_url(), &["m"], "priority = 2"),
+    );
+    let prefix = redis_prefix("rpm");
+    let ra = replica(REDIS_URL, &prefix, &chans).await;
+    let rb = replica(REDIS_URL, &prefix, &chans).await;
+    // Two requests a minute for the key, in all: one through each replica...
+    for gw in [&ra, &rb] {
+        let resp = gw.chat(chat_body(false)).await;
+        assert_eq!(header(&resp, "x-switchyard-channel"), "keyed");
+    }
+    // ...and the third, through A (whose own bucket still holds a token), goes elsewhere.
+    let resp = ra.chat(chat_body(false)).await;
+    assert_eq!(header(&resp, "x-switchyard-channel"), "spare");
+    let _ = resp.bytes().await;
+    let rows = ra.admin_requests().await;
+    assert_eq!(
+        reasons(&rows[0]["attempts"]),
+        ["no_credential_headroom", "ok"],
+        "{}",
+        rows[0]
+    );
+    assert_eq!(keyed.requests(), 2);
+}
