@@ -185,17 +185,28 @@ async fn open_circuit_moves_the_binding(top: &str) {
 
 #[tokio::test]
 async fn an_opted_out_channel_is_never_bound() {
-    let (_m, gw) = {
-        let only = mock(text_spec("only")).await;
-        let gw = gateway(&models_channel(
-            "shared-pool",
-            &only.base_url(),
-            &["m"],
-            "affinity = false",
-        ))
-        .await;
-        (only, gw)
-    };
+    opted_out_is_never_bound("").await;
+}
+
+#[tokio::test]
+async fn an_opted_out_channel_is_never_bound_in_redis() {
+    opted_out_is_never_bound(&redis_state("optout")).await;
+}
+
+async fn opted_out_is_never_bound(top: &str) {
+    let only = mock(text_spec("only")).await;
+    let gw = gateway_full(
+        "",
+        "",
+        &format!(
+            "{top}\n{}",
+            models_channel("shared-pool", &only.base_url(), &["m"], "affinity = false")
+        ),
+    )
+    .await;
+    if !top.is_empty() {
+        wait_connected(&gw, true).await;
+    }
     for _ in 0..3 {
         let (st, ch, aff) = turn(&gw, "s").await;
         assert_eq!((st, ch.as_str(), aff.as_str()), (200, "shared-pool", ""));

@@ -433,3 +433,82 @@ async fn explain_prints_what_the_route_explain_endpoint_answers() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("zz"));
 }
+
+#[tokio::test]
+async fn two_switchyard_processes_share_a_binding_through_redis_across_restarts() {
+    let m = [
+        mock(text_spec("x")).await,
+        mock(text_spec("y")).await,
+        mock(text_spec("z")).await,
+    ];
+    let channels: String = ["x", "y", "z"]
+        .iter()
+        .zip(&m)
+        .map(|(n, up)| models_channel(n, &up.base_url(), &["m"], ""))
+        .collect();
+    let prefix = redis_prefix("procs");
+    let config = |dir: &std::path::Path| {
+        let path = dir.join("switchyard.toml");
+        std::fs::write(
+            &path,
+            format!(
+                "[server]\nlisten = \"127.0.0.1:0\"\n[log]\nsqlite_path = \"{}\"\n\
+                 [state]\nurl = \"{REDIS_URL}\"\nprefix = \"{prefix}\"\n\
+                 [[keys]]\nname = \"k\"\nkey = \"{KEY}\"\n\n{channels}",
+                dir.join("log.db").display()
+            ),
+        )
+        .unwrap();
+        path
+    };
+    let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (ca, cb) = (config(da.path()), config(db.path()));
+    let start = |path: std::path::PathBuf, dir: std::path::PathBuf| async move {
+        let args = ["serve", "--config", path.to_str().unwrap()];
+        let (proc, url) = spawn_listening(&args, &dir, "listening on").await;
+        // Wait until it has reached Redis.
+        for _ in 0..200 {
+            let v: Value = client()
+                .get(format!("{url}/readyz"))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            if v["state"]["connected"] == true {
+                return (proc, url);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        panic!("{url} never connected to Redis");
+    };
+    let turn = |url: String| async move {
+        let resp = client()
+            .post(format!("{url}/v1/chat/completions"))
+            .bearer_auth(KEY)
+            .header("x-session-id", "agent-7")
+            .json(&chat_body(false))
+            .send()
+            .await
+            .unwrap();
+        (
+            header(&resp, "x-switchyard-channel").to_string(),
+            header(&resp, "x-switchyard-affinity").to_string(),
+        )
+    };
+    let (pa, ua) = start(ca.clone(), da.path().to_path_buf()).await;
+    let (pb, ub) = start(cb.clone(), db.path().to_path_buf()).await;
+    let (bound, aff) = turn(ua.clone()).await;
+    assert_eq!(aff, "new");
+    for _ in 0..5 {
+        assert_eq!(turn(ub.clone()).await, (bound.clone(), "kept".to_string()));
+    }
+    // Both processes restart: the binding is still there, for either.
+    drop(pa);
+    drop(pb);
+    let (_pa, ua) = start(ca, da.path().to_path_buf()).await;
+    let (_pb, ub) = start(cb, db.path().to_path_buf()).await;
+    assert_eq!(turn(ub).await, (bound.clone(), "kept".to_string()));
+    assert_eq!(turn(ua).await, (bound, "kept".to_string()));
+}
