@@ -8,6 +8,7 @@
 #   bench/instructions.sh                                  # this tree's release build
 #   bench/instructions.sh /tmp/base/release/switchyard target/release/switchyard
 #   STREAM=1 N1=100 N2=400 bench/instructions.sh
+#   SESSION=1 bench/instructions.sh     # every request in one session (affinity, in memory)
 #
 # Needs: valgrind, python3. Loopback only.
 set -euo pipefail
@@ -16,6 +17,7 @@ cd "$(dirname "$0")/.."
 N1=${N1:-100}
 N2=${N2:-600}
 STREAM=${STREAM:-0}
+SESSION=${SESSION:-0}
 GW_PORT=${GW_PORT:-18090}
 MOCK_PORT=${MOCK_PORT:-18091}
 command -v valgrind >/dev/null || { echo "valgrind not found: apt-get install valgrind" >&2; exit 1; }
@@ -29,14 +31,16 @@ trap 'rm -rf "$work"' EXIT
 
 cat >"$work/client.py" <<'PY'
 import http.client, json, sys
-n, port, stream = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
+n, port, stream, session = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4] == "1"
+headers = {"Content-Type": "application/json", "Authorization": "Bearer sk-bench-key-000000"}
+if session:
+    headers["x-session-id"] = "bench-session"
 c = http.client.HTTPConnection("127.0.0.1", port)
 body = json.dumps({"model": "bench", "stream": stream, "messages": [
     {"role": "system", "content": "You are terse."},
     {"role": "user", "content": "Say something about foxes."}]})
 for _ in range(n):
-    c.request("POST", "/v1/chat/completions", body,
-              {"Content-Type": "application/json", "Authorization": "Bearer sk-bench-key-000000"})
+    c.request("POST", "/v1/chat/completions", body, headers)
     r = c.getresponse()
     data = r.read()
     assert r.status == 200, (r.status, data)
@@ -76,8 +80,8 @@ total() { # bin requests -> instructions of the whole gateway process
   local gw=$!
   wait_port "$MOCK_PORT"
   wait_port "$GW_PORT"
-  python3 "$work/client.py" 20 "$GW_PORT" "$STREAM" # warm-up: pools, caches
-  python3 "$work/client.py" "$2" "$GW_PORT" "$STREAM"
+  python3 "$work/client.py" 20 "$GW_PORT" "$STREAM" "$SESSION" # warm-up: pools, caches
+  python3 "$work/client.py" "$2" "$GW_PORT" "$STREAM" "$SESSION"
   kill -TERM "$gw"
   wait "$gw" || true
   kill "$mock"

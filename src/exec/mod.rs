@@ -573,7 +573,8 @@ where
             if let (Some(st), Some(r)) = (shared, &reservation)
                 && let Some((label, limits)) = ch.credentials.get(r.index)
                 && let Some(rpm) = limits.rpm
-                && let Err(wait) = st.take_rate(&ch.name, label, rpm).await
+                // Boxed: the Redis future is large and would sit inline in every attempt's.
+                && let Err(wait) = Box::pin(st.take_rate(&ch.name, label, rpm)).await
             {
                 spent.push(r.index);
                 retry_after = Some(retry_after.map_or(wait, |x| x.min(wait)));

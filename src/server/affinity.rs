@@ -103,13 +103,12 @@ fn hashed(key_name: &str, kind: &str, pieces: &[&[u8]]) -> Session {
         ctx.update(&(p.len() as u64).to_le_bytes());
         ctx.update(p);
     }
-    let hex: String = ctx
-        .finish()
-        .as_ref()
-        .iter()
-        .take(16)
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut hex = String::with_capacity(32);
+    for b in ctx.finish().as_ref().iter().take(16) {
+        hex.push(char::from(HEX[usize::from(b >> 4)]));
+        hex.push(char::from(HEX[usize::from(b & 15)]));
+    }
     Session {
         tag: hex[..12].to_string(),
         key: hex,

@@ -403,7 +403,7 @@ async fn chat_completions(
         Err(e) => Err(e),
     };
     match parsed {
-        Ok((req, spec)) => serve_chat(&state, &headers, ctx, req, spec).await,
+        Ok((req, spec)) => Box::pin(serve_chat(&state, &headers, ctx, req, spec)).await,
         Err(e) => fail(ctx, e),
     }
 }
@@ -420,7 +420,7 @@ async fn messages(State(state): State<AppState>, headers: HeaderMap, body: Body)
         Err(e) => Err(e),
     };
     match parsed {
-        Ok((req, spec)) => serve_chat(&state, &headers, ctx, req, spec).await,
+        Ok((req, spec)) => Box::pin(serve_chat(&state, &headers, ctx, req, spec)).await,
         Err(e) => fail(ctx, e),
     }
 }
@@ -468,7 +468,7 @@ async fn generate_content(
     ctx.requested_model = Some(model.to_string());
     ctx.stream = stream;
     match parsed {
-        Ok(req) => serve_chat(&state, &headers, ctx, req, ChainSpec::default()).await,
+        Ok(req) => Box::pin(serve_chat(&state, &headers, ctx, req, ChainSpec::default())).await,
         Err(e) => fail(ctx, e),
     }
 }
@@ -511,7 +511,9 @@ fn resolve<'s>(
     Ok((key, chain))
 }
 
-/// Runs a chat request and answers in the client's protocol.
+/// Runs a chat request and answers in the client's protocol. Handlers await it boxed: its
+/// future is ~11 KB, and inline in theirs it was copied whole as axum moved them (measured
+/// ~8k instructions a request, `bench/instructions.sh`).
 async fn serve_chat(
     state: &AppState,
     headers: &HeaderMap,
@@ -525,8 +527,10 @@ async fn serve_chat(
         Err(e) => return fail(ctx, e),
     };
     let session = affinity::session(headers, &req, &key.name, snap.affinity.implicit);
+    // Boxed: the store's futures (Redis's are large) would otherwise sit inline in every
+    // request's future, sessions or not, and be copied with it.
     let before = match &session {
-        Some(s) => state.state.binding(&s.key).await,
+        Some(s) => Box::pin(state.state.binding(&s.key)).await,
         None => None,
     };
     ctx.session = session.as_ref().map(|s| s.tag.clone());
@@ -542,14 +546,14 @@ async fn serve_chat(
         let result =
             exec::chat_stream(&snap, &state.health, route, &req, deadline, &mut ctx.report).await;
         if let Some(s) = &session {
-            ctx.affinity = affinity::settle(
+            ctx.affinity = Box::pin(affinity::settle(
                 &state.state,
                 &snap.affinity,
                 &snap,
                 s,
                 before.as_ref(),
                 &ctx.report,
-            )
+            ))
             .await;
         }
         return match result {
@@ -589,14 +593,14 @@ async fn serve_chat(
     }
     let result = exec::chat(&snap, &state.health, route, &req, deadline, &mut ctx.report).await;
     if let Some(s) = &session {
-        ctx.affinity = affinity::settle(
+        ctx.affinity = Box::pin(affinity::settle(
             &state.state,
             &snap.affinity,
             &snap,
             s,
             before.as_ref(),
             &ctx.report,
-        )
+        ))
         .await;
     }
     match result {

@@ -61,6 +61,14 @@ impl StateStore for Memory {
     async fn bind(&self, session: &str, channel: &str, ttl: Duration) {
         let now = self.clock.now();
         let mut map = self.lock();
+        // The common case, a kept binding: refreshed in place, no allocation.
+        if let Some(e) = map.get_mut(session)
+            && e.channel.as_deref() == Some(channel)
+        {
+            e.failures = 0;
+            e.expires = now + ttl;
+            return;
+        }
         if !map.contains_key(session) && !Self::room(&mut map, now) {
             tracing::warn!("in-memory session bindings are full; this session is not bound");
             return;
