@@ -565,12 +565,13 @@ pub(crate) fn compile(
             "ttl_seconds and max_failures must be > 0".into(),
         ));
     }
+    // TLS to Redis is not built in (it would add a second TLS stack): say so at load.
     if let Some(u) = &cfg.state.url
-        && !(u.starts_with("redis://") || u.starts_with("rediss://"))
+        && !u.starts_with("redis://")
     {
         return Err(err(
             "state.url".into(),
-            "expected a redis:// or rediss:// URL".into(),
+            "expected a redis:// URL (rediss:// is not supported: reach Redis over a private network or a TLS tunnel)".into(),
         ));
     }
     let rb = &s.retry_budget;

@@ -8,6 +8,7 @@ use axum::http::HeaderMap;
 
 use crate::config::{AffinitySettings, Snapshot};
 use crate::exec::{OutcomeClass, Report};
+use crate::health::Skip;
 use crate::protocol::{ChatRequest, Content, Part, Role, Tool};
 use crate::state::State;
 
@@ -141,18 +142,25 @@ pub async fn settle(
     let ttl = settings.ttl;
     let Some(bound) = before else {
         let s = served?;
-        state.bind(&session.key, &s, ttl).await;
-        return Some("new");
+        return state
+            .bind(&session.key, None, &s, ttl)
+            .await
+            .then_some("new");
     };
     if served.as_ref() == Some(bound) {
         // Served where it is bound: the TTL starts again and the failures are forgotten.
-        state.bind(&session.key, bound, ttl).await;
+        state.bind(&session.key, Some(bound), bound, ttl).await;
         return Some("kept");
     }
     let failed = report
         .attempts
         .iter()
         .any(|a| a.channel == *bound && a.class.is_some_and(counts));
+    let skipped = report
+        .attempts
+        .iter()
+        .find(|a| a.channel == *bound)
+        .and_then(|a| a.skip);
     if failed {
         let n = state.bound_failed(&session.key, ttl).await;
         if n < settings.max_failures {
@@ -164,11 +172,21 @@ pub async fn settle(
             failures = n,
             "bound channel kept failing: binding cleared"
         );
-        state.unbind(&session.key).await;
+    } else if skipped.is_some_and(|s| !matches!(s, Skip::CircuitOpen | Skip::CredentialsRefused)) {
+        // Only briefly unavailable (at its concurrency cap, cooling from a 429, its trial in
+        // flight elsewhere): the conversation keeps its channel for the next turn.
+        return Some("kept");
     }
-    // Failed too often, or skipped (circuit open, cooling), or no longer a candidate: the
-    // channel that served takes over.
-    let s = served?;
-    state.bind(&session.key, &s, ttl).await;
-    Some("moved")
+    // Failed too often, circuit open, every key refused, or no longer a candidate: the channel
+    // that served takes over, unless another request moved the binding meanwhile.
+    let Some(s) = served else {
+        if failed {
+            state.unbind(&session.key).await;
+        }
+        return None;
+    };
+    state
+        .bind(&session.key, Some(bound), &s, ttl)
+        .await
+        .then_some("moved")
 }

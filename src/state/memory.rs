@@ -17,63 +17,68 @@ struct Entry {
     expires: Instant,
 }
 
+#[derive(Default)]
+struct Sessions {
+    entries: HashMap<String, Entry>,
+    swept: Option<Instant>,
+}
+
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
+
 pub struct Memory {
     clock: Arc<dyn Clock>,
-    map: Mutex<HashMap<String, Entry>>,
+    map: Mutex<Sessions>,
 }
 
 impl Memory {
     pub fn new(clock: Arc<dyn Clock>) -> Memory {
         Memory {
             clock,
-            map: Mutex::new(HashMap::new()),
+            map: Mutex::new(Sessions::default()),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Sessions> {
         self.map.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Room for one more session: expired entries swept when the map is full.
-    fn room(map: &mut HashMap<String, Entry>, now: Instant) -> bool {
-        if map.len() < MAX_SESSIONS {
+    /// Room for one more session: when the map is full, expired entries are swept (at most
+    /// once a minute, so a flood of new sessions cannot make every request sweep a million).
+    fn room(map: &mut Sessions, now: Instant) -> bool {
+        if map.entries.len() < MAX_SESSIONS {
             return true;
         }
-        map.retain(|_, e| e.expires > now);
-        map.len() < MAX_SESSIONS
-    }
-}
-
-impl StateStore for Memory {
-    async fn binding(&self, session: &str) -> Option<Arc<str>> {
-        let now = self.clock.now();
-        let mut map = self.lock();
-        match map.get(session) {
-            Some(e) if e.expires > now => e.channel.clone(),
-            Some(_) => {
-                map.remove(session);
-                None
-            }
-            None => None,
-        }
-    }
-
-    async fn bind(&self, session: &str, channel: &str, ttl: Duration) {
-        let now = self.clock.now();
-        let mut map = self.lock();
-        // The common case, a kept binding: refreshed in place, no allocation.
-        if let Some(e) = map.get_mut(session)
-            && e.channel.as_deref() == Some(channel)
+        if map
+            .swept
+            .is_none_or(|t| now.duration_since(t) >= SWEEP_EVERY)
         {
+            map.swept = Some(now);
+            map.entries.retain(|_, e| e.expires > now);
+        }
+        map.entries.len() < MAX_SESSIONS
+    }
+
+    /// Binds unconditionally (the Redis store mirrors its writes here, for outages).
+    pub(super) fn set(&self, session: &str, channel: &str, ttl: Duration) {
+        let now = self.clock.now();
+        Self::put(&mut self.lock(), session, channel, ttl, now);
+    }
+
+    fn put(map: &mut Sessions, session: &str, channel: &str, ttl: Duration, now: Instant) -> bool {
+        // A kept binding is refreshed in place, without an allocation.
+        if let Some(e) = map.entries.get_mut(session) {
+            if e.channel.as_deref() != Some(channel) {
+                e.channel = Some(channel.into());
+            }
             e.failures = 0;
             e.expires = now + ttl;
-            return;
+            return true;
         }
-        if !map.contains_key(session) && !Self::room(&mut map, now) {
+        if !Self::room(map, now) {
             tracing::warn!("in-memory session bindings are full; this session is not bound");
-            return;
+            return false;
         }
-        map.insert(
+        map.entries.insert(
             session.to_string(),
             Entry {
                 channel: Some(channel.into()),
@@ -81,16 +86,52 @@ impl StateStore for Memory {
                 expires: now + ttl,
             },
         );
+        true
+    }
+}
+
+impl StateStore for Memory {
+    async fn binding(&self, session: &str) -> Option<Arc<str>> {
+        let now = self.clock.now();
+        let mut map = self.lock();
+        match map.entries.get(session) {
+            Some(e) if e.expires > now => e.channel.clone(),
+            Some(_) => {
+                map.entries.remove(session);
+                None
+            }
+            None => None,
+        }
+    }
+
+    async fn bind(
+        &self,
+        session: &str,
+        expected: Option<&str>,
+        channel: &str,
+        ttl: Duration,
+    ) -> bool {
+        let now = self.clock.now();
+        let mut map = self.lock();
+        let current = map
+            .entries
+            .get(session)
+            .filter(|e| e.expires > now)
+            .and_then(|e| e.channel.as_deref());
+        if current != expected {
+            return false;
+        }
+        Self::put(&mut map, session, channel, ttl, now)
     }
 
     async fn unbind(&self, session: &str) {
-        self.lock().remove(session);
+        self.lock().entries.remove(session);
     }
 
     async fn bound_failed(&self, session: &str, ttl: Duration) -> u32 {
         let now = self.clock.now();
         let mut map = self.lock();
-        match map.get_mut(session) {
+        match map.entries.get_mut(session) {
             Some(e) if e.expires > now => {
                 e.failures += 1;
                 e.failures
@@ -99,7 +140,7 @@ impl StateStore for Memory {
                 if !Self::room(&mut map, now) {
                     return 1;
                 }
-                map.insert(
+                map.entries.insert(
                     session.to_string(),
                     Entry {
                         channel: None,
@@ -124,19 +165,23 @@ mod tests {
         let m = Memory::new(clock.clone());
         let ttl = Duration::from_secs(60);
         assert_eq!(m.binding("s").await, None);
-        m.bind("s", "a", ttl).await;
+        assert!(m.bind("s", None, "a", ttl).await);
+        assert_eq!(m.binding("s").await.as_deref(), Some("a"));
+        // A request that read an older binding does not overwrite this one.
+        assert!(!m.bind("s", None, "b", ttl).await);
+        assert!(!m.bind("s", Some("b"), "c", ttl).await);
         assert_eq!(m.binding("s").await.as_deref(), Some("a"));
         assert_eq!(m.bound_failed("s", ttl).await, 1);
         assert_eq!(m.bound_failed("s", ttl).await, 2);
         // Re-binding refreshes the TTL and clears the failures.
         clock.advance(Duration::from_secs(50));
-        m.bind("s", "a", ttl).await;
+        assert!(m.bind("s", Some("a"), "a", ttl).await);
         clock.advance(Duration::from_secs(50));
         assert_eq!(m.binding("s").await.as_deref(), Some("a"));
         assert_eq!(m.bound_failed("s", ttl).await, 1);
         clock.advance(Duration::from_secs(61));
         assert_eq!(m.binding("s").await, None);
-        m.bind("s", "b", ttl).await;
+        assert!(m.bind("s", None, "b", ttl).await);
         m.unbind("s").await;
         assert_eq!(m.binding("s").await, None);
     }

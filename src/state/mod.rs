@@ -17,8 +17,16 @@ use std::time::Duration;
 pub trait StateStore: Send + Sync {
     /// The channel the session is bound to, if the binding has not expired.
     fn binding(&self, session: &str) -> impl Future<Output = Option<Arc<str>>> + Send;
-    /// Binds (or re-binds, refreshing the TTL) the session to a channel; clears its failures.
-    fn bind(&self, session: &str, channel: &str, ttl: Duration) -> impl Future<Output = ()> + Send;
+    /// Binds the session to `channel` (refreshing the TTL, clearing its failures) only if it is
+    /// still bound to `expected` (`None`: not bound): a request that read an older binding never
+    /// overwrites a newer one. Returns whether it did.
+    fn bind(
+        &self,
+        session: &str,
+        expected: Option<&str>,
+        channel: &str,
+        ttl: Duration,
+    ) -> impl Future<Output = bool> + Send;
     /// Forgets the session's binding and failures.
     fn unbind(&self, session: &str) -> impl Future<Output = ()> + Send;
     /// Counts one more consecutive failure of the bound channel; returns the count.
@@ -46,7 +54,11 @@ impl State {
     pub fn describe(&self) -> serde_json::Value {
         match self {
             State::Memory(_) => serde_json::json!({"kind": "memory"}),
-            State::Redis(r) => serde_json::json!({"kind": "redis", "connected": r.connected()}),
+            State::Redis(r) => serde_json::json!({
+                "kind": "redis",
+                "connected": r.connected(),
+                "events_subscribed": r.subscribed(),
+            }),
         }
     }
 
@@ -57,10 +69,16 @@ impl State {
         }
     }
 
-    pub async fn bind(&self, session: &str, channel: &str, ttl: Duration) {
+    pub async fn bind(
+        &self,
+        session: &str,
+        expected: Option<&str>,
+        channel: &str,
+        ttl: Duration,
+    ) -> bool {
         match self {
-            State::Memory(m) => m.bind(session, channel, ttl).await,
-            State::Redis(r) => r.bind(session, channel, ttl).await,
+            State::Memory(m) => m.bind(session, expected, channel, ttl).await,
+            State::Redis(r) => r.bind(session, expected, channel, ttl).await,
         }
     }
 

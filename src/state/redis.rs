@@ -21,8 +21,14 @@ use crate::health::{Clock, Health, Key, Shared};
 
 /// The longest a request waits on Redis before it goes on with local state.
 const OP_TIMEOUT: Duration = Duration::from_millis(250);
-/// How often the supervisor checks Redis (and retries it while it is down).
+/// How often the supervisor checks Redis (and retries it while it is down), and publishes the
+/// heartbeat every subscriber hears.
 const CHECK_EVERY: Duration = Duration::from_millis(500);
+/// A subscription that heard nothing, not even a heartbeat, for this long is presumed dead
+/// (a half-open connection) and made again.
+const SILENT_AFTER: Duration = Duration::from_secs(3);
+/// The longest cooldown taken from another replica's message.
+const MAX_REMOTE_COOLDOWN: Duration = Duration::from_secs(24 * 3600);
 
 #[derive(Debug, thiserror::Error)]
 #[error("state.url: {0}")]
@@ -32,6 +38,8 @@ pub struct Redis {
     client: redis::Client,
     conn: ArcSwapOption<ConnectionManager>,
     up: AtomicBool,
+    /// The events subscription is live (and heard something within [`SILENT_AFTER`]).
+    subscribed: AtomicBool,
     prefix: Arc<str>,
     /// Serves while Redis cannot.
     local: Memory,
@@ -48,6 +56,7 @@ impl Redis {
             client,
             conn: ArcSwapOption::empty(),
             up: AtomicBool::new(false),
+            subscribed: AtomicBool::new(false),
             prefix: prefix.into(),
             local: Memory::new(clock),
             replica: format!("{:016x}", fastrand::u64(..)),
@@ -56,6 +65,10 @@ impl Redis {
 
     pub fn connected(&self) -> bool {
         self.up.load(Ordering::Relaxed)
+    }
+
+    pub fn subscribed(&self) -> bool {
+        self.subscribed.load(Ordering::Relaxed)
     }
 
     fn key(&self, kind: &str, session: &str) -> String {
@@ -138,6 +151,11 @@ impl Redis {
                 if !self.up.swap(true, Ordering::Relaxed) {
                     tracing::info!("Redis connected: state is shared with the other replicas");
                 }
+                // The heartbeat that tells every subscriber (this one too) its subscription lives.
+                let (channel, msg) = (self.events(), json!({"kind": "ping"}).to_string());
+                let _ = self
+                    .run(|mut c| async move { c.publish::<_, _, i64>(channel, msg).await })
+                    .await;
             } else {
                 self.lost("no answer to PING");
             }
@@ -187,8 +205,29 @@ impl Redis {
             .to_string();
             let shown = channel_name.clone();
             let channel = self.events();
+            // Kept as a key for as long as it holds, so a replica that (re)subscribes later
+            // still honours it; published for those listening now.
+            let kept = format!(
+                "{}:shared:{kind}:{}:{}:{}",
+                self.prefix,
+                channel_name,
+                label.map_or("", |l| &**l),
+                model.map_or("", |m| &**m)
+            );
+            let ms = (cooldown.as_millis() as u64).max(1);
             if self
-                .run(|mut c| async move { c.publish::<_, _, i64>(channel, msg).await })
+                .run(|mut c| async move {
+                    redis::pipe()
+                        .atomic()
+                        .set(&kept, &msg)
+                        .arg("PX")
+                        .arg(ms)
+                        .ignore()
+                        .publish(channel, &msg)
+                        .ignore()
+                        .query_async::<()>(&mut c)
+                        .await
+                })
                 .await
                 .is_none()
             {
@@ -205,27 +244,85 @@ impl Redis {
     /// whenever the connection drops.
     pub async fn subscribe(self: Arc<Self>, health: Arc<Health>, live: Arc<Live>) {
         loop {
+            // After the supervisor has a connection: loading what is shared needs it.
+            if !self.connected() {
+                tokio::time::sleep(CHECK_EVERY / 5).await;
+                continue;
+            }
             let pubsub = tokio::time::timeout(OP_TIMEOUT * 4, self.client.get_async_pubsub()).await;
             if let Ok(Ok(mut ps)) = pubsub
-                && ps.subscribe(self.events()).await.is_ok()
+                && matches!(
+                    tokio::time::timeout(OP_TIMEOUT * 4, ps.subscribe(self.events())).await,
+                    Ok(Ok(()))
+                )
             {
+                // What was shared before this subscription, and still holds.
+                self.load_shared(&health, &live).await;
+                self.subscribed.store(true, Ordering::Relaxed);
                 let mut stream = ps.on_message();
-                while let Some(msg) = stream.next().await {
+                while let Ok(Some(msg)) = tokio::time::timeout(SILENT_AFTER, stream.next()).await {
                     let Ok(text) = msg.get_payload::<String>() else {
                         continue;
                     };
-                    self.apply(&text, &health, &live);
+                    self.apply(&text, None, &health, &live);
                 }
+                self.subscribed.store(false, Ordering::Relaxed);
+                tracing::warn!("Redis events subscription lost: resubscribing");
             }
             tokio::time::sleep(CHECK_EVERY).await;
         }
     }
 
-    fn apply(&self, text: &str, health: &Health, live: &Live) {
+    /// Applies every shared change still in force, with the time it has left.
+    async fn load_shared(&self, health: &Health, live: &Live) {
+        let pattern = format!("{}:shared:*", self.prefix);
+        let Some(keys) = self
+            .run(|mut c| async move {
+                let mut it = c.scan_match::<_, String>(pattern).await?;
+                let mut keys = Vec::new();
+                while let Some(k) = it.next_item().await {
+                    keys.push(k?);
+                    if keys.len() >= 10_000 {
+                        break;
+                    }
+                }
+                Ok(keys)
+            })
+            .await
+        else {
+            return;
+        };
+        for k in keys {
+            let key = k.clone();
+            let got = self
+                .run(|mut c| async move {
+                    redis::pipe()
+                        .get(&key)
+                        .pttl(&key)
+                        .query_async::<(Option<String>, i64)>(&mut c)
+                        .await
+                })
+                .await;
+            if let Some((Some(text), left)) = got
+                && left > 0
+            {
+                self.apply(
+                    &text,
+                    Some(Duration::from_millis(left as u64)),
+                    health,
+                    live,
+                );
+            }
+        }
+    }
+
+    /// Applies one shared change (`left`: the time it still holds, for one loaded from its key;
+    /// else its full cooldown). This replica's own messages and heartbeats change nothing.
+    fn apply(&self, text: &str, left: Option<Duration>, health: &Health, live: &Live) {
         let Ok(v) = serde_json::from_str::<Value>(text) else {
             return;
         };
-        if v["replica"] == *self.replica {
+        if v["replica"] == *self.replica || v["kind"] == "ping" {
             return;
         }
         let (Some(channel), Some(ms)) = (v["channel"].as_str(), v["cooldown_ms"].as_u64()) else {
@@ -236,7 +333,9 @@ impl Redis {
         let Some(ch) = snap.channels.iter().find(|c| &*c.name == channel) else {
             return;
         };
-        let cooldown = Duration::from_millis(ms);
+        let cooldown = left
+            .unwrap_or(Duration::from_millis(ms))
+            .min(MAX_REMOTE_COOLDOWN);
         let model: Option<Arc<str>> = v["model"].as_str().map(Into::into);
         let key = || Key {
             channel: ch.name.clone(),
@@ -270,6 +369,18 @@ impl Redis {
         health.apply(&ev, &ch.breaker);
     }
 }
+
+/// Binds KEYS[1] to ARGV[2] for ARGV[3] seconds (and clears the failure count KEYS[2]) only if
+/// it is bound to ARGV[1] now ('' = not bound): one atomic compare-and-set.
+const BIND_IF: &str = r#"
+local cur = redis.call('GET', KEYS[1])
+if (cur == false and ARGV[1] == '') or cur == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'EX', tonumber(ARGV[3]))
+  redis.call('DEL', KEYS[2])
+  return 1
+end
+return 0
+"#;
 
 /// One token from a shared per-minute bucket: refilled continuously at `rpm`/60 s, capped at
 /// `rpm`, on Redis's own clock (replicas' clocks never matter). Returns {taken, ms to wait}.
@@ -333,36 +444,45 @@ impl StateStore for Redis {
         }
     }
 
-    async fn bind(&self, session: &str, channel: &str, ttl: Duration) {
+    async fn bind(
+        &self,
+        session: &str,
+        expected: Option<&str>,
+        channel: &str,
+        ttl: Duration,
+    ) -> bool {
         let (bind, fail) = (self.key("bind", session), self.key("fail", session));
         let secs = ttl.as_secs().max(1);
-        let ch = channel.to_string();
+        let (ch, exp) = (channel.to_string(), expected.unwrap_or("").to_string());
         let done = self
             .run(|mut c| async move {
-                redis::pipe()
-                    .atomic()
-                    .set_ex(bind, ch, secs)
-                    .ignore()
-                    .del(fail)
-                    .ignore()
-                    .query_async::<()>(&mut c)
+                redis::Script::new(BIND_IF)
+                    .key(bind)
+                    .key(fail)
+                    .arg(exp)
+                    .arg(ch)
+                    .arg(secs)
+                    .invoke_async::<i64>(&mut c)
                     .await
             })
             .await;
-        if done.is_none() {
-            self.local.bind(session, channel, ttl).await;
+        match done {
+            Some(1) => {
+                // Mirrored, so that an outage keeps what this replica knew.
+                self.local.set(session, channel, ttl);
+                true
+            }
+            Some(_) => false,
+            None => self.local.bind(session, expected, channel, ttl).await,
         }
     }
 
     async fn unbind(&self, session: &str) {
         let keys = [self.key("bind", session), self.key("fail", session)];
-        if self
+        let _ = self
             .run(|mut c| async move { c.del::<_, ()>(&keys).await })
-            .await
-            .is_none()
-        {
-            self.local.unbind(session).await;
-        }
+            .await;
+        self.local.unbind(session).await;
     }
 
     async fn bound_failed(&self, session: &str, ttl: Duration) -> u32 {
@@ -379,9 +499,7 @@ impl StateStore for Redis {
                     .await
             })
             .await;
-        match counted {
-            Some((n,)) => n,
-            None => self.local.bound_failed(session, ttl).await,
-        }
+        let local = self.local.bound_failed(session, ttl).await;
+        counted.map_or(local, |(n,)| n)
     }
 }

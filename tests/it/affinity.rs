@@ -273,3 +273,34 @@ async fn sessions_of_different_keys_never_share_a_binding() {
         .await;
     assert_eq!(header(&resp, "x-switchyard-affinity"), "new");
 }
+
+#[tokio::test]
+async fn a_briefly_unavailable_bound_channel_keeps_the_binding() {
+    let (m, gw) = three_equal(["", "", ""]).await;
+    let (_, bound, _) = turn(&gw, "s").await;
+    let b = index(&bound);
+    // A 429 for ten minutes: the keyless channel cools (one failure of three: kept).
+    m[b].set_spec(faulty(
+        "busy",
+        switchyard::provider::mock::Fault {
+            status: Some(429),
+            retry_after_seconds: Some(600),
+            ..Default::default()
+        },
+    ));
+    let (st, ch, aff) = turn(&gw, "s").await;
+    assert_eq!((st, aff.as_str()), (200, "kept"));
+    assert_ne!(ch, bound);
+    // While it cools it is skipped, not called, and the conversation keeps its channel.
+    let calls = m[b].requests();
+    for _ in 0..3 {
+        let (st, ch, aff) = turn(&gw, "s").await;
+        assert_eq!((st, aff.as_str()), (200, "kept"));
+        assert_ne!(ch, bound);
+    }
+    assert_eq!(m[b].requests(), calls);
+    // Back after the cooldown: the session is on its channel again.
+    m[b].set_spec(text_spec("back"));
+    gw.clock.advance(Duration::from_secs(601));
+    assert_eq!(turn(&gw, "s").await, (200, bound, "kept".into()));
+}

@@ -444,7 +444,14 @@ async fn two_switchyard_processes_share_a_binding_through_redis_across_restarts(
     let channels: String = ["x", "y", "z"]
         .iter()
         .zip(&m)
-        .map(|(n, up)| models_channel(n, &up.base_url(), &["m"], ""))
+        .map(|(n, up)| {
+            models_channel(
+                n,
+                &up.base_url(),
+                &["m"],
+                "[channels.circuit_breaker]\nfailure_threshold = 1\ncooldown_seconds = 600",
+            )
+        })
         .collect();
     let prefix = redis_prefix("procs");
     let config = |dir: &std::path::Path| {
@@ -452,7 +459,7 @@ async fn two_switchyard_processes_share_a_binding_through_redis_across_restarts(
         std::fs::write(
             &path,
             format!(
-                "[server]\nlisten = \"127.0.0.1:0\"\n[log]\nsqlite_path = \"{}\"\n\
+                "[server]\nlisten = \"127.0.0.1:0\"\nadmin_token = \"{ADMIN}\"\n[log]\nsqlite_path = \"{}\"\n\
                  [state]\nurl = \"{REDIS_URL}\"\nprefix = \"{prefix}\"\n\
                  [[keys]]\nname = \"k\"\nkey = \"{KEY}\"\n\n{channels}",
                 dir.join("log.db").display()
@@ -476,7 +483,7 @@ async fn two_switchyard_processes_share_a_binding_through_redis_across_restarts(
                 .json()
                 .await
                 .unwrap();
-            if v["state"]["connected"] == true {
+            if v["state"]["connected"] == true && v["state"]["events_subscribed"] == true {
                 return (proc, url);
             }
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
@@ -504,11 +511,45 @@ async fn two_switchyard_processes_share_a_binding_through_redis_across_restarts(
     for _ in 0..5 {
         assert_eq!(turn(ub.clone()).await, (bound.clone(), "kept".to_string()));
     }
+    // The bound channel fails through A: its circuit opens there (the binding holds: one
+    // failure of three)...
+    let i = ["x", "y", "z"].iter().position(|n| *n == bound).unwrap();
+    m[i].set_spec(faulty("down", status(500)));
+    let (elsewhere, aff) = turn(ua.clone()).await;
+    assert_ne!(elsewhere, bound);
+    assert_eq!(aff, "kept");
+    // ...and process B honours it within the stated bound, without calling the channel.
+    let t0 = std::time::Instant::now();
+    loop {
+        let v: Value = client()
+            .get(format!("{ub}/admin/health"))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let open = v["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["channel"] == *bound && r["circuit"] == "open");
+        if open {
+            break;
+        }
+        assert!(t0.elapsed() < std::time::Duration::from_secs(1), "{v}");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let calls = m[i].requests();
+    let (moved_to, aff) = turn(ub.clone()).await;
+    assert_eq!(aff, "moved");
+    assert_eq!(m[i].requests(), calls);
     // Both processes restart: the binding is still there, for either.
     drop(pa);
     drop(pb);
     let (_pa, ua) = start(ca, da.path().to_path_buf()).await;
     let (_pb, ub) = start(cb, db.path().to_path_buf()).await;
-    assert_eq!(turn(ub).await, (bound.clone(), "kept".to_string()));
-    assert_eq!(turn(ua).await, (bound, "kept".to_string()));
+    assert_eq!(turn(ub).await, (moved_to.clone(), "kept".to_string()));
+    assert_eq!(turn(ua).await, (moved_to, "kept".to_string()));
 }

@@ -93,6 +93,14 @@ async fn bindings_live_in_redis_with_their_ttl_refreshed_on_use() {
     assert_eq!(turn(&gw, "s").await.2, "kept");
     let ttl: i64 = c.pttl(&keys[0]).await.unwrap();
     assert!(ttl > 80_000, "{ttl}");
+    // Let it run out: Redis drops the key, and the next turn starts a new binding.
+    let _: () = c.pexpire(&keys[0], 1).await.unwrap();
+    let t0 = Instant::now();
+    while c.exists::<_, bool>(&keys[0]).await.unwrap() {
+        assert!(t0.elapsed() < Duration::from_secs(5));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(turn(&gw, "s").await.2, "new");
 }
 
 #[tokio::test]
@@ -161,6 +169,16 @@ async fn two_replicas_share_bindings_and_circuits_and_a_restart_keeps_bindings()
         honoured_after < Duration::from_secs(1),
         "{honoured_after:?}"
     );
+    // A replica that starts now (after the message went out) honours the opening too.
+    let rc = replica(REDIS_URL, &prefix, &equal).await;
+    let health = rc.admin_health().await;
+    assert!(
+        health
+            .iter()
+            .any(|r| r["channel"] == *bound && r["circuit"] == "open"),
+        "{health:?}"
+    );
+    drop(rc);
 
     // Both replicas restart: the binding (now on `ch`) is still there.
     drop(ra);
@@ -235,6 +253,7 @@ async fn redis_lost_mid_test_requests_still_succeed_and_sharing_resumes() {
     let (a, b) = (mock(text_spec("a")).await, mock(text_spec("b")).await);
     let prefix = redis_prefix("lost");
     let gw = replica(&url, &prefix, &tiers(&a, &b)).await;
+    let other = replica(&url, &prefix, &tiers(&a, &b)).await;
     assert_eq!(turn(&gw, "before").await.2, "new");
     assert_eq!(binding_keys(&url, &prefix).await.len(), 1);
 
@@ -274,6 +293,22 @@ async fn redis_lost_mid_test_requests_still_succeed_and_sharing_resumes() {
     wait_connected(&gw, true).await;
     assert_eq!(turn(&gw, "after").await.2, "new");
     assert_eq!(binding_keys(&url, &prefix).await.len(), 1);
+    // Changes flow between replicas again: a circuit opened through one reaches the other.
+    wait_connected(&other, true).await;
+    a.set_spec(faulty("down", status(500)));
+    assert_eq!(gw.chat(chat_body(false)).await.status(), 200);
+    let t0 = Instant::now();
+    loop {
+        let health = other.admin_health().await;
+        if health
+            .iter()
+            .any(|r| r["channel"] == "first" && r["circuit"] == "open")
+        {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(1), "{health:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 #[tokio::test]

@@ -377,7 +377,9 @@ pub async fn wait_connected(gw: &Gateway, connected: bool) {
             .json()
             .await
             .expect("json");
-        if v["state"]["connected"] == connected {
+        // Connected means subscribed to the other replicas' changes too.
+        let subscribed = v["state"]["events_subscribed"] == true;
+        if v["state"]["connected"] == connected && (!connected || subscribed) {
             return;
         }
         assert!(
