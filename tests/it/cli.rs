@@ -475,14 +475,7 @@ async fn two_switchyard_processes_share_a_binding_through_redis_across_restarts(
         let (proc, url) = spawn_listening(&args, &dir, "listening on").await;
         // Wait until it has reached Redis.
         for _ in 0..200 {
-            let v: Value = client()
-                .get(format!("{url}/readyz"))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            let v = get_json(&format!("{url}/readyz"), None).await;
             if v["state"]["connected"] == true && v["state"]["events_subscribed"] == true {
                 return (proc, url);
             }
@@ -519,28 +512,7 @@ async fn two_switchyard_processes_share_a_binding_through_redis_across_restarts(
     assert_ne!(elsewhere, bound);
     assert_eq!(aff, "kept");
     // ...and process B honours it within the stated bound, without calling the channel.
-    let t0 = std::time::Instant::now();
-    loop {
-        let v: Value = client()
-            .get(format!("{ub}/admin/health"))
-            .bearer_auth(ADMIN)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let open = v["data"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|r| r["channel"] == *bound && r["circuit"] == "open");
-        if open {
-            break;
-        }
-        assert!(t0.elapsed() < std::time::Duration::from_secs(1), "{v}");
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    wait_circuit_open(&ub, &bound, std::time::Duration::from_secs(1)).await;
     let calls = m[i].requests();
     let (moved_to, aff) = turn(ub.clone()).await;
     assert_eq!(aff, "moved");

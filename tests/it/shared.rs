@@ -6,7 +6,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
-use serde_json::Value;
 use switchyard::provider::mock::MockServer;
 
 use crate::support::*;
@@ -139,22 +138,7 @@ async fn two_replicas_share_bindings_and_circuits_and_a_restart_keeps_bindings()
     let (st, ch, _) = turn(&ra, "agent-1").await;
     assert_eq!(st, 200);
     assert_ne!(ch, bound);
-    let t0 = Instant::now();
-    loop {
-        let health = rb.admin_health().await;
-        let open = health
-            .iter()
-            .any(|r| r["channel"] == *bound && r["circuit"] == "open");
-        if open {
-            break;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(1),
-            "B never saw the circuit open"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let honoured_after = t0.elapsed();
+    let honoured_after = wait_circuit_open(&rb.url, &bound, Duration::from_secs(1)).await;
     let calls = bad.requests();
     let (st, ch, aff) = turn(&rb, "agent-1").await;
     assert_eq!(st, 200);
@@ -264,25 +248,10 @@ async fn redis_lost_mid_test_requests_still_succeed_and_sharing_resumes() {
         assert_eq!(st, 200);
     }
     wait_connected(&gw, false).await;
-    let v: Value = client()
-        .get(format!("{}/readyz", gw.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v = get_json(&format!("{}/readyz", gw.url), None).await;
     assert_eq!(v["status"], "ready", "{v}");
     assert_eq!(v["state"]["kind"], "redis");
-    let health: Value = client()
-        .get(format!("{}/admin/health", gw.url))
-        .bearer_auth(ADMIN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let health = get_json(&format!("{}/admin/health", gw.url), Some(ADMIN)).await;
     assert_eq!(health["state"]["connected"], false);
     // A binding made meanwhile holds on this replica.
     assert_eq!(turn(&gw, "during-0").await.2, "kept");
@@ -297,18 +266,7 @@ async fn redis_lost_mid_test_requests_still_succeed_and_sharing_resumes() {
     wait_connected(&other, true).await;
     a.set_spec(faulty("down", status(500)));
     assert_eq!(gw.chat(chat_body(false)).await.status(), 200);
-    let t0 = Instant::now();
-    loop {
-        let health = other.admin_health().await;
-        if health
-            .iter()
-            .any(|r| r["channel"] == "first" && r["circuit"] == "open")
-        {
-            break;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(1), "{health:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_circuit_open(&other.url, "first", Duration::from_secs(1)).await;
 }
 
 #[tokio::test]

@@ -369,14 +369,7 @@ pub async fn wait_connected(gw: &Gateway, connected: bool) {
     let url = format!("{}/readyz", gw.url);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
-        let v: Value = client()
-            .get(&url)
-            .send()
-            .await
-            .expect("readyz")
-            .json()
-            .await
-            .expect("json");
+        let v = get_json(&url, None).await;
         // Connected means subscribed to the other replicas' changes too.
         let subscribed = v["state"]["events_subscribed"] == true;
         if v["state"]["connected"] == connected && (!connected || subscribed) {
@@ -387,5 +380,41 @@ pub async fn wait_connected(gw: &Gateway, connected: bool) {
             "Redis connected never became {connected}: {v}"
         );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// `GET url` (with a bearer token, if given) as JSON.
+pub async fn get_json(url: &str, token: Option<&str>) -> Value {
+    let mut rb = client().get(url);
+    if let Some(t) = token {
+        rb = rb.bearer_auth(t);
+    }
+    rb.send()
+        .await
+        .expect("reachable")
+        .json()
+        .await
+        .expect("JSON body")
+}
+
+/// Waits until the gateway at `base` shows `channel`'s circuit open in `/admin/health`, failing
+/// the test past `within`; returns how long it took. A bound checked by waiting on the change.
+pub async fn wait_circuit_open(
+    base: &str,
+    channel: &str,
+    within: std::time::Duration,
+) -> std::time::Duration {
+    let t0 = std::time::Instant::now();
+    loop {
+        let v = get_json(&format!("{base}/admin/health"), Some(ADMIN)).await;
+        let open = v["data"].as_array().is_some_and(|rows| {
+            rows.iter()
+                .any(|r| r["channel"] == channel && r["circuit"] == "open")
+        });
+        if open {
+            return t0.elapsed();
+        }
+        assert!(t0.elapsed() < within, "{channel} never showed open: {v}");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
 }
