@@ -72,6 +72,18 @@ async fn a_session_stays_on_the_channel_that_served_its_first_turn() {
         assert_eq!(ch, first);
         assert_eq!(aff, "kept");
     }
+    // Streams too: the headers at the commit point say so.
+    let resp = gw
+        .post_as(
+            "/v1/chat/completions",
+            KEY,
+            &[("x-session-id", "conv-1")],
+            chat_body(true),
+        )
+        .await;
+    assert_eq!(header(&resp, "x-switchyard-channel"), first);
+    assert_eq!(header(&resp, "x-switchyard-affinity"), "kept");
+    assert!(!sse_text(&resp.text().await.unwrap()).is_empty());
     // Without a session id the normal weighted order spreads the load.
     let mut seen = std::collections::HashSet::new();
     for _ in 0..30 {
