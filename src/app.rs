@@ -85,6 +85,7 @@ pub async fn start_with_clock(
             Some(r) => State::Redis(r.clone()),
             None => State::Memory(Memory::new(clock)),
         }),
+        semantic: Arc::new(crate::semantic::Semantic::default()),
     };
     let prober = spawn_prober(state.live.clone(), state.health.clone());
     let mut background = vec![prober];

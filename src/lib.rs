@@ -11,6 +11,7 @@ pub mod health;
 pub mod protocol;
 pub mod provider;
 pub mod router;
+pub mod semantic;
 pub mod server;
 pub mod state;
 pub mod store;

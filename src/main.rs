@@ -126,11 +126,11 @@ async fn run(cmd: Command) -> Result<(), Box<dyn std::error::Error>> {
                 spec.entries =
                     switchyard::protocol::chain::dedupe(entries).map_err(|e| e.message)?;
             }
-            let chain = switchyard::router::chain(&snap, gkey, &spec, &model[0], true)?;
+            let chain = switchyard::router::chain(&snap, gkey, &spec, &model[0], true, &[])?;
             let health = switchyard::health::Health::new(std::sync::Arc::new(
                 switchyard::health::SystemClock,
             ));
-            let plan = switchyard::exec::explain(&snap, &health, gkey, &chain);
+            let plan = switchyard::exec::explain(&snap, &health, gkey, &chain, &[]);
             println!("{}", serde_json::to_string_pretty(&plan)?);
             Ok(())
         }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::config::{GatewayKey, Snapshot};
 use crate::health::{Skip, Standing};
 use crate::protocol::chain::{ChainEntry, ChainSpec, OnSet};
+use crate::semantic::Decision;
 
 /// One place to try: a channel (index into the snapshot) and the upstream's name for the model.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -240,6 +241,7 @@ pub fn chain(
     spec: &ChainSpec,
     model: &str,
     defaults: bool,
+    decisions: &[Decision],
 ) -> Result<Chain, RouteError> {
     let redirect = |name: &str| match snap.redirect(key, name) {
         Some((to, rule)) => (to, Some(rule.rule.clone())),
@@ -298,6 +300,33 @@ pub fn chain(
         } else {
             (e.model.clone(), None)
         };
+        let timeout = ms(e
+            .timeout_ms
+            .or(spec.timeout_ms)
+            .or(defaults.and_then(|d| d.timeout_ms)));
+        let first_token_timeout = ms(e
+            .first_token_timeout_ms
+            .or(spec.first_token_timeout_ms)
+            .or(defaults.and_then(|d| d.first_token_timeout_ms)));
+        // A semantic router stands for its decision: the models it ranked, in order.
+        if let Some(d) = decisions.iter().find(|d| *d.router == *routed) {
+            let before = steps.len();
+            for m in d.models.iter().filter(|m| visible(snap, key, m)) {
+                if !steps.iter().any(|s| s.model == *m) {
+                    steps.push(Step {
+                        model: m.clone(),
+                        written: e.model.clone(),
+                        redirect: rule.clone(),
+                        timeout,
+                        first_token_timeout,
+                    });
+                }
+            }
+            if steps.len() == before && !steps.iter().any(|s| d.models.contains(&s.model)) {
+                return Err(RouteError::ModelNotFound(routed));
+            }
+            continue;
+        }
         if !visible(snap, key, &routed) {
             return Err(RouteError::ModelNotFound(routed));
         }
@@ -308,14 +337,8 @@ pub fn chain(
             model: routed.into(),
             written: e.model,
             redirect: rule,
-            timeout: ms(e
-                .timeout_ms
-                .or(spec.timeout_ms)
-                .or(defaults.and_then(|d| d.timeout_ms))),
-            first_token_timeout: ms(e
-                .first_token_timeout_ms
-                .or(spec.first_token_timeout_ms)
-                .or(defaults.and_then(|d| d.first_token_timeout_ms))),
+            timeout,
+            first_token_timeout,
         });
     }
     Ok(Chain {
@@ -532,7 +555,7 @@ mod tests {
         model: &str,
     ) -> Result<Vec<String>, RouteError> {
         let k = s.key_named(key).unwrap();
-        chain(s, k, spec, model, true)
+        chain(s, k, spec, model, true, &[])
             .map(|c| c.steps.iter().map(|st| st.model.to_string()).collect())
     }
 
@@ -579,14 +602,17 @@ mod tests {
         assert_eq!(chain_of(&s, "cheap", &none, "m").unwrap(), ["m"]);
         // Without defaults (embeddings): the one model.
         let team = s.key_named("team").unwrap();
-        assert_eq!(chain(&s, team, &none, "x", false).unwrap().steps.len(), 1);
+        assert_eq!(
+            chain(&s, team, &none, "x", false, &[]).unwrap().steps.len(),
+            1
+        );
         // The caller's chain wins over the defaults.
         assert_eq!(
             chain_of(&s, "team", &spec(&["n", "x"]), "n").unwrap(),
             ["n", "x"]
         );
         // Defaults' timeouts are clamped at load; their `on` applies.
-        let c = chain(&s, s.key_named("team").unwrap(), &none, "x", true).unwrap();
+        let c = chain(&s, s.key_named("team").unwrap(), &none, "x", true, &[]).unwrap();
         assert_eq!(c.steps[0].timeout, Some(Duration::from_millis(300_000)));
         assert_eq!(c.on.names(), ["timeout"]);
         assert_eq!(c.source, ChainSource::KeyDefaults);
@@ -602,7 +628,15 @@ mod tests {
         let s = snap(KEYS);
         let none = ChainSpec::default();
         // The key's exact rule beats the global glob.
-        let c = chain(&s, s.key_named("team").unwrap(), &none, "gpt-4-turbo", true).unwrap();
+        let c = chain(
+            &s,
+            s.key_named("team").unwrap(),
+            &none,
+            "gpt-4-turbo",
+            true,
+            &[],
+        )
+        .unwrap();
         assert_eq!(&*c.steps[0].model, "n");
         assert_eq!(c.requested_model, "gpt-4-turbo");
         assert_eq!(c.steps[0].redirect.as_deref(), Some("keys[0].redirects[0]"));

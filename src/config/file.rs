@@ -50,6 +50,65 @@ pub struct FileConfig {
     pub affinity: AffinitySection,
     #[serde(default)]
     pub state: StateSection,
+    /// Virtual models (`model: "auto"`) routed by what the prompt means.
+    #[serde(default)]
+    pub routers: Vec<RouterConfig>,
+}
+
+/// `[[routers]]`: a virtual model whose instances describe, by examples, the prompts they serve.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouterConfig {
+    pub model: String,
+    /// Cosine similarity the best instance must reach (its own `threshold` wins).
+    #[serde(default = "default_router_threshold")]
+    pub threshold: f64,
+    #[serde(default)]
+    pub expose_scores: bool,
+    #[serde(default)]
+    pub failover: RouterFailover,
+    pub embedder: Option<EmbedderConfig>,
+    #[serde(default)]
+    pub instances: Vec<InstanceConfig>,
+}
+
+fn default_router_threshold() -> f64 {
+    0.5
+}
+
+/// What a semantic decision becomes: `ranked` = the winner, the other instances that cleared
+/// their thresholds by score, then the catchall; `catchall` = the winner then the catchall;
+/// `none` = the winner alone.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RouterFailover {
+    #[default]
+    Ranked,
+    Catchall,
+    None,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, tag = "kind", rename_all = "lowercase")]
+pub enum EmbedderConfig {
+    /// A sentence-embedding model run in-process (not in this build yet: routes fail open).
+    Local { model_dir: String },
+    /// Any channel that serves OpenAI `/v1/embeddings`.
+    Channel { channel: String, model: String },
+    /// Hashed character n-grams: deterministic and weak; the fallback when nothing is set.
+    Hashed,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InstanceConfig {
+    pub name: String,
+    pub model: String,
+    #[serde(default)]
+    pub examples: Vec<String>,
+    pub threshold: Option<f64>,
+    #[serde(default)]
+    pub catchall: bool,
 }
 
 /// `[affinity]`: keeping a conversation on the channel that served its first turn.

@@ -5,10 +5,12 @@
 mod file;
 mod snapshot;
 
-pub use file::{Balance, ChannelConfig, FileConfig, KeyConfig, ModelEntry, ProviderKind};
+pub use file::{
+    Balance, ChannelConfig, FileConfig, KeyConfig, ModelEntry, ProviderKind, RouterFailover,
+};
 pub use snapshot::{
-    AffinitySettings, Channel, DEFAULT_GROUP, FailoverDefaults, GatewayKey, ModelRoute, Redirect,
-    Secret, ServerSettings, Snapshot, StateSettings,
+    AffinitySettings, Channel, DEFAULT_GROUP, EmbedderSpec, FailoverDefaults, GatewayKey, Instance,
+    ModelRoute, Redirect, Secret, SemanticRouter, ServerSettings, Snapshot, StateSettings,
 };
 
 use std::path::{Path, PathBuf};

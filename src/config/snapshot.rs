@@ -9,8 +9,8 @@ use std::time::Duration;
 use subtle::ConstantTimeEq;
 
 use super::file::{
-    ChannelConfig, FileConfig, ProbeKindConfig, ProviderKind, RedirectConfig, RedirectKind,
-    Timeouts,
+    ChannelConfig, EmbedderConfig, FileConfig, ProbeKindConfig, ProviderKind, RedirectConfig,
+    RedirectKind, RouterConfig, RouterFailover, Timeouts,
 };
 use super::{ConfigError, DEMO_KEY, Source};
 use crate::health::{BreakerSettings, HealthSettings, Limits, ProbeKind, ProbeSettings};
@@ -161,8 +161,59 @@ pub struct Snapshot {
     pub redirects: Vec<Redirect>,
     pub affinity: AffinitySettings,
     pub state: StateSettings,
+    /// Virtual models routed by meaning.
+    pub routers: Vec<SemanticRouter>,
+    /// Unique per compiled config: caches of anything derived from it (reference embeddings)
+    /// are keyed by it.
+    pub version: u64,
     pub source: Source,
 }
+
+/// A `[[routers]]` entry, validated.
+#[derive(Debug)]
+pub struct SemanticRouter {
+    pub model: Arc<str>,
+    pub threshold: f32,
+    pub expose_scores: bool,
+    pub failover: RouterFailover,
+    pub embedder: EmbedderSpec,
+    pub instances: Vec<Instance>,
+    /// The instance that serves when no other clears its threshold.
+    pub catchall: usize,
+}
+
+#[derive(Debug)]
+pub struct Instance {
+    pub name: Arc<str>,
+    pub model: Arc<str>,
+    pub examples: Vec<String>,
+    pub threshold: Option<f32>,
+}
+
+#[derive(Debug, Clone)]
+pub enum EmbedderSpec {
+    Hashed,
+    /// A channel (index) that serves OpenAI `/v1/embeddings`, and the model to ask it for.
+    Channel {
+        channel: usize,
+        model: Arc<str>,
+    },
+    /// Not in this build yet: the router fails open to its catchall.
+    Local {
+        model_dir: String,
+    },
+}
+
+impl Snapshot {
+    pub fn router(&self, model: &str) -> Option<(usize, &SemanticRouter)> {
+        self.routers
+            .iter()
+            .enumerate()
+            .find(|(_, r)| &*r.model == model)
+    }
+}
+
+static VERSION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 #[derive(Debug, Clone, Copy)]
 pub struct AffinitySettings {
@@ -574,6 +625,7 @@ pub(crate) fn compile(
             "expected a redis:// URL (rediss:// is not supported: reach Redis over a private network or a TLS tunnel)".into(),
         ));
     }
+    let routers = compile_routers(&cfg.routers, &models, &channels).map_err(|(f, m)| err(f, m))?;
     let rb = &s.retry_budget;
     if !(0.0..=10.0).contains(&rb.ratio) || rb.window_seconds == 0 {
         return Err(err(
@@ -623,8 +675,133 @@ pub(crate) fn compile(
             url: cfg.state.url.as_deref().map(Secret::new),
             prefix: cfg.state.prefix.as_deref().unwrap_or("switchyard").into(),
         },
+        routers,
+        version: VERSION.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         source,
     })
+}
+
+/// `[[routers]]`: each error names its field.
+fn compile_routers(
+    list: &[RouterConfig],
+    models: &BTreeMap<Arc<str>, Vec<ModelRoute>>,
+    channels: &[Channel],
+) -> Result<Vec<SemanticRouter>, (String, String)> {
+    let in_range = |t: f64| (-1.0..=1.0).contains(&t);
+    let mut out: Vec<SemanticRouter> = Vec::with_capacity(list.len());
+    for (i, r) in list.iter().enumerate() {
+        let at = |f: &str| format!("routers[{i}].{f}");
+        if r.model.is_empty() {
+            return Err((at("model"), "must not be empty".into()));
+        }
+        if models.contains_key(r.model.as_str()) {
+            return Err((
+                at("model"),
+                format!(
+                    "{:?} is also a model a channel serves; a router needs a name of its own",
+                    r.model
+                ),
+            ));
+        }
+        if out.iter().any(|o| *o.model == *r.model) {
+            return Err((at("model"), format!("two routers are named {:?}", r.model)));
+        }
+        if !in_range(r.threshold) {
+            return Err((at("threshold"), "must be within [-1, 1]".into()));
+        }
+        if r.instances.is_empty() {
+            return Err((at("instances"), "at least one instance is required".into()));
+        }
+        let mut instances = Vec::with_capacity(r.instances.len());
+        let mut catchall = None;
+        for (j, inst) in r.instances.iter().enumerate() {
+            let at = |f: &str| format!("routers[{i}].instances[{j}].{f}");
+            if inst.name.is_empty() {
+                return Err((at("name"), "must not be empty".into()));
+            }
+            if !models.contains_key(inst.model.as_str()) {
+                return Err((
+                    at("model"),
+                    format!("no channel serves the model {:?}", inst.model),
+                ));
+            }
+            if inst.examples.is_empty() && !inst.catchall {
+                return Err((
+                    at("examples"),
+                    "an instance that is not the catchall needs examples".into(),
+                ));
+            }
+            if inst.examples.len() > 64 {
+                return Err((
+                    at("examples"),
+                    format!("at most 64 examples, got {}", inst.examples.len()),
+                ));
+            }
+            if inst.threshold.is_some_and(|t| !in_range(t)) {
+                return Err((at("threshold"), "must be within [-1, 1]".into()));
+            }
+            if inst.catchall {
+                if catchall.is_some() {
+                    return Err((
+                        at("catchall"),
+                        "only one instance may be the catchall".into(),
+                    ));
+                }
+                catchall = Some(j);
+            }
+            instances.push(Instance {
+                name: inst.name.as_str().into(),
+                model: inst.model.as_str().into(),
+                examples: inst.examples.clone(),
+                threshold: inst.threshold.map(|t| t as f32),
+            });
+        }
+        let embedder = match &r.embedder {
+            None | Some(EmbedderConfig::Hashed) => {
+                if r.embedder.is_none() {
+                    tracing::warn!(
+                        router = r.model.as_str(),
+                        "no embedder configured: using hashed character n-grams, a weak fallback that matches spelling, not meaning"
+                    );
+                }
+                EmbedderSpec::Hashed
+            }
+            Some(EmbedderConfig::Channel { channel, model }) => {
+                let idx = channels
+                    .iter()
+                    .position(|c| &*c.name == channel.as_str())
+                    .ok_or_else(|| {
+                        (
+                            at("embedder.channel"),
+                            format!("no channel is named {channel:?}"),
+                        )
+                    })?;
+                EmbedderSpec::Channel {
+                    channel: idx,
+                    model: model.as_str().into(),
+                }
+            }
+            Some(EmbedderConfig::Local { model_dir }) => {
+                tracing::warn!(
+                    router = r.model.as_str(),
+                    "the local embedder is not in this build yet: this router sends every request to its catchall"
+                );
+                EmbedderSpec::Local {
+                    model_dir: model_dir.clone(),
+                }
+            }
+        };
+        out.push(SemanticRouter {
+            model: r.model.as_str().into(),
+            threshold: r.threshold as f32,
+            expose_scores: r.expose_scores,
+            failover: r.failover,
+            embedder,
+            instances,
+            catchall: catchall.unwrap_or(0),
+        });
+    }
+    Ok(out)
 }
 
 /// Channels configured without groups are in this one.

@@ -203,7 +203,13 @@ impl ExecError {
 /// it: redirects applied, the chain, and for each model the candidate channels in their
 /// expected order with tier, weight, health score and circuit state, and every channel left
 /// out with the reason. Reads health; calls no upstream.
-pub fn explain(snap: &Snapshot, health: &Health, key: &GatewayKey, chain: &Chain) -> Value {
+pub fn explain(
+    snap: &Snapshot,
+    health: &Health,
+    key: &GatewayKey,
+    chain: &Chain,
+    decisions: &[crate::semantic::Decision],
+) -> Value {
     let ms = |d: Option<Duration>| d.map(|d| d.as_millis() as u64);
     let steps: Vec<Value> = chain
         .steps
@@ -246,6 +252,22 @@ pub fn explain(snap: &Snapshot, health: &Health, key: &GatewayKey, chain: &Chain
         },
         "max_attempts": snap.server.max_attempts,
         "chain": steps,
+        // What each semantic router named in the request decided, and by which scores.
+        "semantic": decisions
+            .iter()
+            .map(|d| {
+                json!({
+                    "router": &*d.router,
+                    "winner": d.winner.as_deref(),
+                    "models": d.models.iter().map(|m| &**m).collect::<Vec<_>>(),
+                    "scores": d
+                        .scores
+                        .iter()
+                        .map(|(n, s)| json!({"instance": &**n, "score": s}))
+                        .collect::<Vec<_>>(),
+                })
+            })
+            .collect::<Vec<_>>(),
     })
 }
 

@@ -41,6 +41,8 @@ pub struct AppState {
     pub log: Arc<RequestLog>,
     /// Session bindings (in memory, or Redis shared by replicas).
     pub state: Arc<crate::state::State>,
+    /// Semantic routers' reference embeddings, by config version.
+    pub semantic: Arc<crate::semantic::Semantic>,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -159,6 +161,8 @@ struct Ctx {
     /// The session's short hash, and what the request did to its binding.
     session: Option<String>,
     affinity: Option<&'static str>,
+    /// The semantic decision, when a router named in the request made one.
+    semantic: Option<crate::semantic::Decision>,
     logged: bool,
     /// The client's protocol: errors and answers are written in it.
     protocol: Protocol,
@@ -181,6 +185,7 @@ impl Ctx {
             report: Report::default(),
             session: None,
             affinity: None,
+            semantic: None,
             logged: false,
             protocol: Protocol::OpenAiChat,
         }
@@ -323,6 +328,8 @@ mod hdr {
     pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
     pub const TRANSLATION: HeaderName = HeaderName::from_static("x-switchyard-translation");
     pub const AFFINITY: HeaderName = HeaderName::from_static("x-switchyard-affinity");
+    pub const SEMANTIC_ROUTE: HeaderName = HeaderName::from_static("x-switchyard-semantic-route");
+    pub const SEMANTIC_SCORES: HeaderName = HeaderName::from_static("x-switchyard-semantic-scores");
 }
 
 fn set_header(resp: &mut Response, name: HeaderName, value: &str) {
@@ -344,6 +351,21 @@ fn served(mut resp: Response, ctx: &Ctx) -> Response {
     }
     if let Some(a) = ctx.affinity {
         set_header(&mut resp, hdr::AFFINITY, a);
+    }
+    // Debugging headers, when the router exposes them and the embedding worked.
+    if let Some(d) = &ctx.semantic
+        && !d.scores.is_empty()
+        && ctx
+            .snap
+            .router(&d.router)
+            .is_some_and(|(_, r)| r.expose_scores)
+    {
+        set_header(
+            &mut resp,
+            hdr::SEMANTIC_ROUTE,
+            d.winner.as_deref().unwrap_or("fallback"),
+        );
+        set_header(&mut resp, hdr::SEMANTIC_SCORES, &d.scores_text());
     }
     let attempts = ctx.report.tried().to_string();
     set_header(&mut resp, hdr::ATTEMPTS, &attempts);
@@ -490,6 +512,35 @@ fn translation(snap: &Snapshot, report: &Report, req: &crate::protocol::ChatRequ
     }
 }
 
+/// The decisions of the semantic routers the request names (as `model` or in its chain, after
+/// redirects): one embedding each. None when the config has no routers.
+async fn decide(
+    state: &AppState,
+    ctx: &Ctx,
+    snap: &Snapshot,
+    spec: &ChainSpec,
+    req: &crate::protocol::ChatRequest,
+) -> Vec<crate::semantic::Decision> {
+    if snap.routers.is_empty() {
+        return Vec::new();
+    }
+    let key = ctx.key_idx.and_then(|i| snap.keys.get(i));
+    let mut out: Vec<crate::semantic::Decision> = Vec::new();
+    let names =
+        std::iter::once(req.model.as_str()).chain(spec.entries.iter().map(|e| e.model.as_str()));
+    for name in names {
+        let routed = key
+            .and_then(|k| snap.redirect(k, name))
+            .map_or_else(|| name.to_string(), |(to, _)| to);
+        if let Some((i, r)) = snap.router(&routed)
+            && !out.iter().any(|d| d.router == r.model)
+        {
+            out.push(Box::pin(state.semantic.decide(snap, &state.health, i, req)).await);
+        }
+    }
+    out
+}
+
 /// Resolves what may serve the request: the key's chain (redirects, defaults, groups).
 fn resolve<'s>(
     ctx: &mut Ctx,
@@ -497,12 +548,13 @@ fn resolve<'s>(
     spec: &ChainSpec,
     model: &str,
     defaults: bool,
+    decisions: &[crate::semantic::Decision],
 ) -> Result<(&'s GatewayKey, Chain), ApiError> {
     let key = ctx
         .key_idx
         .and_then(|i| snap.keys.get(i))
         .ok_or(ApiError::Unauthorized)?;
-    let chain = router::chain(snap, key, spec, model, defaults).map_err(|e| {
+    let chain = router::chain(snap, key, spec, model, defaults, decisions).map_err(|e| {
         ctx.report = Report::new(model);
         exec_error(ctx, exec::ExecError::Route(e))
     })?;
@@ -522,10 +574,12 @@ async fn serve_chat(
     spec: ChainSpec,
 ) -> Response {
     let snap = ctx.snap.clone();
-    let (key, chain) = match resolve(&mut ctx, &snap, &spec, &req.model, true) {
+    let decisions = decide(state, &ctx, &snap, &spec, &req).await;
+    let (key, chain) = match resolve(&mut ctx, &snap, &spec, &req.model, true, &decisions) {
         Ok(r) => r,
         Err(e) => return fail(ctx, e),
     };
+    ctx.semantic = decisions.into_iter().next();
     let session = affinity::session(headers, &req, &key.name, snap.affinity.implicit);
     // Boxed: the store's futures (Redis's are large) would otherwise sit inline in every
     // request's future, sessions or not, and be copied with it.
@@ -716,7 +770,14 @@ async fn embeddings(State(state): State<AppState>, headers: HeaderMap, body: Bod
         Err(e) => return fail(ctx, e),
     };
     let snap = ctx.snap.clone();
-    let (key, chain) = match resolve(&mut ctx, &snap, &ChainSpec::default(), &req.model, false) {
+    let (key, chain) = match resolve(
+        &mut ctx,
+        &snap,
+        &ChainSpec::default(),
+        &req.model,
+        false,
+        &[],
+    ) {
         Ok(r) => r,
         Err(e) => return fail(ctx, e),
     };
@@ -789,9 +850,19 @@ async fn route_explain(State(state): State<AppState>, headers: HeaderMap, body: 
         );
     };
     let snap = ctx.snap.clone();
-    match resolve(&mut ctx, &snap, &spec, model, true) {
+    // The prompt, for a semantic router, from the body read as an OpenAI or Anthropic request.
+    let parsed = openai::request_from_value(value.clone())
+        .or_else(|_| anthropic::request_from_value(value.clone()))
+        .ok();
+    let decisions = match &parsed {
+        Some(req) => decide(&state, &ctx, &snap, &spec, req).await,
+        None => Vec::new(),
+    };
+    let model = model.to_string();
+    match resolve(&mut ctx, &snap, &spec, &model, true, &decisions) {
         Ok((key, chain)) => {
-            axum::Json(exec::explain(&snap, &state.health, key, &chain)).into_response()
+            let plan = exec::explain(&snap, &state.health, key, &chain, &decisions);
+            axum::Json(plan).into_response()
         }
         Err(e) => fail(ctx, e),
     }

@@ -1,0 +1,151 @@
+//! Embedders: hashed character n-grams (in-process, weak) and any channel serving OpenAI
+//! `/v1/embeddings` (a sidecar call: built from scratch, none of the client's headers).
+
+use serde_json::{Value, json};
+
+use crate::config::{EmbedderSpec, Snapshot};
+use crate::health::Health;
+use crate::protocol::EmbeddingsRequest;
+
+/// Why a router could not score a prompt. Every one fails open to the catchall.
+#[derive(Debug, thiserror::Error)]
+pub enum EmbedError {
+    #[error("the request has no user text to route by")]
+    NoPrompt,
+    #[error("the embedder channel failed: {0}")]
+    Upstream(String),
+    #[error("the embedder answered something that is not an embedding: {0}")]
+    Malformed(String),
+    #[error("the prompt's embedding has {got} dimensions, the examples' {want}")]
+    Dimension { got: usize, want: usize },
+    #[error("the local embedder is not in this build (model_dir {0})")]
+    LocalUnavailable(String),
+}
+
+/// Dimensions of the hashed embedder.
+const HASHED_DIMS: usize = 512;
+
+/// Character trigrams and words of the lowercased text, hashed (FNV-1a: stable everywhere)
+/// into signed buckets. Matches spelling, not meaning: a fallback only.
+pub fn hashed(text: &str) -> Vec<f32> {
+    let mut v = vec![0f32; HASHED_DIMS];
+    let lower = text.to_lowercase();
+    let mut add = |feature: &[u8], weight: f32| {
+        let h = feature.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        let sign = if h >> 63 == 0 { 1.0 } else { -1.0 };
+        v[(h % HASHED_DIMS as u64) as usize] += sign * weight;
+    };
+    for word in lower
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+    {
+        add(word.as_bytes(), 1.0);
+        let padded: Vec<char> = format!(" {word} ").chars().collect();
+        for w in padded.windows(3) {
+            let s: String = w.iter().collect();
+            add(s.as_bytes(), 0.5);
+        }
+    }
+    v
+}
+
+/// Embeds `texts` with the router's embedder, one vector per text, in order.
+pub async fn embed(
+    snap: &Snapshot,
+    health: &Health,
+    spec: &EmbedderSpec,
+    texts: &[String],
+) -> Result<Vec<Vec<f32>>, EmbedError> {
+    match spec {
+        EmbedderSpec::Hashed => Ok(texts.iter().map(|t| hashed(t)).collect()),
+        EmbedderSpec::Local { model_dir } => Err(EmbedError::LocalUnavailable(model_dir.clone())),
+        EmbedderSpec::Channel { channel, model } => {
+            let Some(ch) = snap.channels.get(*channel) else {
+                return Err(EmbedError::Upstream("the channel is gone".into()));
+            };
+            // The channel's own name for the model, when it maps one.
+            let upstream = snap
+                .models
+                .get(&**model)
+                .and_then(|rs| rs.iter().find(|r| r.channel == *channel))
+                .map_or_else(|| model.clone(), |r| r.upstream_model.clone());
+            let req = EmbeddingsRequest {
+                model: upstream.to_string(),
+                input: json!(texts),
+                extra: serde_json::Map::new(),
+                hops: 0,
+            };
+            let slot = health
+                .pools
+                .reserve(&ch.name, &ch.credentials, &upstream, &[], 0)
+                .map_err(|_| EmbedError::Upstream("no credential with headroom".into()))?;
+            let cred = slot.as_ref().map(|r| r.index);
+            let answer =
+                tokio::time::timeout(ch.timeout, ch.upstream.embeddings(&req, &upstream, cred))
+                    .await
+                    .map_err(|_| EmbedError::Upstream("timed out".into()))?
+                    .map_err(|e| EmbedError::Upstream(e.to_string()))?;
+            vectors(&answer, texts.len())
+        }
+    }
+}
+
+/// `data[i].embedding` by `data[i].index`, every component a number.
+fn vectors(answer: &Value, n: usize) -> Result<Vec<Vec<f32>>, EmbedError> {
+    let bad = |m: &str| EmbedError::Malformed(m.to_string());
+    let data = answer["data"]
+        .as_array()
+        .ok_or_else(|| bad("no data array"))?;
+    let mut out: Vec<Option<Vec<f32>>> = vec![None; n];
+    for (pos, item) in data.iter().enumerate() {
+        let i = match item.get("index") {
+            None => pos,
+            Some(v) => {
+                v.as_u64()
+                    .ok_or_else(|| bad("an index that is not a number"))? as usize
+            }
+        };
+        let slot = out.get_mut(i).ok_or_else(|| bad("an index out of range"))?;
+        let comps = item["embedding"]
+            .as_array()
+            .ok_or_else(|| bad("an embedding that is not an array"))?;
+        if comps.is_empty() {
+            return Err(bad("an empty embedding"));
+        }
+        let v = comps
+            .iter()
+            .map(|c| c.as_f64().map(|x| x as f32))
+            .collect::<Option<Vec<f32>>>()
+            .ok_or_else(|| bad("a component that is not a number"))?;
+        *slot = Some(v);
+    }
+    out.into_iter()
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| bad("an input without its embedding"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vectors_are_read_by_index_and_every_defect_is_an_error() {
+        let ok = json!({"data": [{"index": 1, "embedding": [0.0, 1.0]}, {"index": 0, "embedding": [1, 0]}]});
+        assert_eq!(
+            vectors(&ok, 2).unwrap(),
+            vec![vec![1.0, 0.0], vec![0.0, 1.0]]
+        );
+        for bad in [
+            json!({}),
+            json!({"data": [{"index": 0, "embedding": null}]}),
+            json!({"data": [{"index": 0, "embedding": [1, "x"]}]}),
+            json!({"data": [{"index": 5, "embedding": [1]}]}),
+            json!({"data": [{"index": 0, "embedding": []}]}),
+            json!({"data": []}),
+        ] {
+            assert!(vectors(&bad, 1).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,372 @@
+//! Semantic routing: a virtual model (`model: "auto"`) picks the instance whose examples the
+//! prompt is most like. Reference embeddings are computed once per router and config version,
+//! in one batch, normalised and cached; a request costs one embedding and a few dot products.
+//! Every embedding problem fails open to the catchall: routing never turns it into a 5xx.
+
+mod embed;
+
+pub use embed::{EmbedError, hashed};
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use crate::config::{RouterFailover, SemanticRouter, Snapshot};
+use crate::health::Health;
+use crate::protocol::{ChatRequest, Content, Part, Role};
+
+/// What a router decided for one prompt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    /// The router's virtual model name.
+    pub router: Arc<str>,
+    /// The models to try, in order (the chain the decision becomes).
+    pub models: Vec<Arc<str>>,
+    /// The winning instance; `None` = no instance cleared its threshold (or embedding failed):
+    /// the catchall serves.
+    pub winner: Option<Arc<str>>,
+    /// Every instance with examples and its score, highest first; empty when embedding failed.
+    pub scores: Vec<(Arc<str>, f32)>,
+}
+
+impl Decision {
+    /// `code:0.8213,translate:0.1904`.
+    pub fn scores_text(&self) -> String {
+        self.scores
+            .iter()
+            .map(|(n, s)| format!("{n}:{s:.4}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+/// Each router's instances' example embeddings, normalised: (instance index, vectors).
+type References = Vec<(usize, Vec<Vec<f32>>)>;
+
+/// The reference cache; lives as long as the process (across config swaps, keyed by version).
+#[derive(Default)]
+pub struct Semantic {
+    refs: Mutex<HashMap<(u64, usize), Arc<References>>>,
+}
+
+impl Semantic {
+    /// Decides for `req`'s prompt with router `idx` of `snap`. Never fails: any embedding
+    /// problem sends the request to the catchall (logged with what is known).
+    pub async fn decide(
+        &self,
+        snap: &Snapshot,
+        health: &Health,
+        idx: usize,
+        req: &ChatRequest,
+    ) -> Decision {
+        let router = &snap.routers[idx];
+        let prompt = prompt(req);
+        let scored = match prompt.as_deref() {
+            Some(p) => self.score(snap, health, idx, p).await,
+            None => Err(EmbedError::NoPrompt),
+        };
+        match scored {
+            Ok(scores) => {
+                let d = decision(router, scores);
+                if d.winner.is_none() {
+                    tracing::warn!(
+                        router = &*router.model,
+                        scores = %d.scores_text(),
+                        "no instance cleared its threshold: the catchall serves"
+                    );
+                }
+                d
+            }
+            Err(e) => {
+                tracing::warn!(
+                    router = &*router.model,
+                    error = %e,
+                    "semantic routing failed open: the catchall serves"
+                );
+                fallback(router, Vec::new())
+            }
+        }
+    }
+
+    /// (instance index, score) for every instance with examples, highest first.
+    async fn score(
+        &self,
+        snap: &Snapshot,
+        health: &Health,
+        idx: usize,
+        prompt: &str,
+    ) -> Result<Vec<(usize, f32)>, EmbedError> {
+        let router = &snap.routers[idx];
+        let refs = self.references(snap, health, idx).await?;
+        let q = embed::embed(snap, health, &router.embedder, &[prompt.to_string()])
+            .await?
+            .pop()
+            .ok_or(EmbedError::Malformed("no vector for the prompt".into()))?;
+        let q = normalize(q).ok_or(EmbedError::Malformed("a zero vector for the prompt".into()))?;
+        let mut scores = Vec::with_capacity(refs.len());
+        for (i, vectors) in refs.iter() {
+            if vectors.first().is_some_and(|v| v.len() != q.len()) {
+                return Err(EmbedError::Dimension {
+                    got: q.len(),
+                    want: vectors[0].len(),
+                });
+            }
+            // An instance scores by its closest example.
+            let best = vectors
+                .iter()
+                .map(|v| dot(v, &q))
+                .fold(f32::NEG_INFINITY, f32::max);
+            scores.push((*i, best));
+        }
+        scores.sort_by(|a, b| b.1.total_cmp(&a.1));
+        Ok(scores)
+    }
+
+    async fn references(
+        &self,
+        snap: &Snapshot,
+        health: &Health,
+        idx: usize,
+    ) -> Result<Arc<References>, EmbedError> {
+        let key = (snap.version, idx);
+        if let Some(r) = self.lock().get(&key) {
+            return Ok(r.clone());
+        }
+        let router = &snap.routers[idx];
+        // One batch for every example of every instance.
+        let mut texts = Vec::new();
+        let mut owners = Vec::new();
+        for (i, inst) in router.instances.iter().enumerate() {
+            for ex in &inst.examples {
+                texts.push(ex.clone());
+                owners.push(i);
+            }
+        }
+        let vectors = embed::embed(snap, health, &router.embedder, &texts).await?;
+        if vectors.len() != texts.len() {
+            return Err(EmbedError::Malformed(format!(
+                "{} vectors for {} examples",
+                vectors.len(),
+                texts.len()
+            )));
+        }
+        let mut refs: References = Vec::new();
+        let mut dims = None;
+        for (owner, v) in owners.into_iter().zip(vectors) {
+            if *dims.get_or_insert(v.len()) != v.len() {
+                return Err(EmbedError::Malformed(
+                    "examples of different dimensions".into(),
+                ));
+            }
+            let Some(v) = normalize(v) else {
+                continue;
+            };
+            match refs.iter_mut().find(|(i, _)| *i == owner) {
+                Some((_, vs)) => vs.push(v),
+                None => refs.push((owner, vec![v])),
+            }
+        }
+        let refs = Arc::new(refs);
+        let mut cache = self.lock();
+        // Only the running config's references are worth keeping.
+        cache.retain(|(v, _), _| *v == snap.version);
+        cache.insert(key, refs.clone());
+        Ok(refs)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(u64, usize), Arc<References>>> {
+        self.refs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The decision from scores: the best instance that clears its threshold wins; the chain
+/// follows the router's `failover`.
+fn decision(router: &SemanticRouter, scores: Vec<(usize, f32)>) -> Decision {
+    let threshold = |i: usize| router.instances[i].threshold.unwrap_or(router.threshold);
+    let cleared: Vec<usize> = scores
+        .iter()
+        .filter(|(i, s)| *s >= threshold(*i))
+        .map(|(i, _)| *i)
+        .collect();
+    let named = scores
+        .iter()
+        .map(|(i, s)| (router.instances[*i].name.clone(), *s))
+        .collect();
+    let Some(&winner) = cleared.first() else {
+        return fallback(router, named);
+    };
+    let mut order = vec![winner];
+    match router.failover {
+        RouterFailover::Ranked => {
+            order.extend(cleared.iter().skip(1));
+            order.push(router.catchall);
+        }
+        RouterFailover::Catchall => order.push(router.catchall),
+        RouterFailover::None => {}
+    }
+    let mut models: Vec<Arc<str>> = Vec::new();
+    for i in order {
+        let m = &router.instances[i].model;
+        if !models.contains(m) {
+            models.push(m.clone());
+        }
+    }
+    Decision {
+        router: router.model.clone(),
+        models,
+        winner: Some(router.instances[winner].name.clone()),
+        scores: named,
+    }
+}
+
+fn fallback(router: &SemanticRouter, scores: Vec<(Arc<str>, f32)>) -> Decision {
+    Decision {
+        router: router.model.clone(),
+        models: vec![router.instances[router.catchall].model.clone()],
+        winner: None,
+        scores,
+    }
+}
+
+/// The prompt: the last user message that carries text (text parts joined; tool results are
+/// not prompts).
+pub fn prompt(req: &ChatRequest) -> Option<String> {
+    req.messages
+        .iter()
+        .rev()
+        .filter(|m| m.role == Role::User)
+        .find_map(|m| {
+            let text = match m.content.as_ref()? {
+                Content::Text(t) => t.clone(),
+                Content::Parts(ps) => ps
+                    .iter()
+                    .filter_map(|p| match p {
+                        Part::Text { text, .. } => Some(text.as_str()),
+                        _ => None,
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+            };
+            (!text.trim().is_empty()).then_some(text)
+        })
+}
+
+/// Unit length; `None` for a zero (or non-finite) vector, which has no direction.
+pub fn normalize(mut v: Vec<f32>) -> Option<Vec<f32>> {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if !norm.is_finite() || norm == 0.0 {
+        return None;
+    }
+    v.iter_mut().for_each(|x| *x /= norm);
+    Some(v)
+}
+
+/// Cosine of two unit vectors.
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::load_str;
+    use crate::provider::HttpClients;
+
+    const BASE: &str = r#"
+        [[channels]]
+        name = "c"
+        provider = "mock"
+        models = ["big", "small"]
+        [[routers]]
+        model = "auto"
+        [[routers.instances]]
+        name = "hard"
+        model = "big"
+        examples = ["prove this theorem"]
+        [[routers.instances]]
+        name = "easy"
+        model = "small"
+        catchall = true
+    "#;
+
+    fn load(text: &str) -> Result<Snapshot, String> {
+        load_str(text, "t.toml", &|_| None, &HttpClients::default()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn router_config_errors_name_their_field() {
+        assert!(load(BASE).is_ok());
+        let cases = [
+            (BASE.replace("examples = [\"prove this theorem\"]", ""), "routers[0].instances[0].examples"),
+            (BASE.replace("\"prove this theorem\"", &vec!["\"x\""; 65].join(", ")), "routers[0].instances[0].examples"),
+            (BASE.replace("examples = [\"prove this theorem\"]", "examples = [\"p\"]\ncatchall = true"), "routers[0].instances[1].catchall"),
+            (BASE.replace("model = \"auto\"", "model = \"auto\"\nthreshold = 1.5"), "routers[0].threshold"),
+            (BASE.replace("examples = [\"prove this theorem\"]", "examples = [\"p\"]\nthreshold = -2"), "routers[0].instances[0].threshold"),
+            (BASE.replace("model = \"big\"", "model = \"huge\""), "routers[0].instances[0].model"),
+            (BASE.replace("model = \"auto\"", "model = \"auto\"\nembedder = { kind = \"channel\", channel = \"nope\", model = \"e\" }"), "routers[0].embedder.channel"),
+            (BASE.replace("model = \"auto\"", "model = \"big\""), "routers[0].model"),
+        ];
+        for (text, field) in cases {
+            let err = load(&text).unwrap_err();
+            assert!(err.contains(field), "{field}: {err}");
+        }
+        let no_instances = BASE
+            .split("[[routers.instances]]")
+            .next()
+            .unwrap()
+            .to_string();
+        assert!(
+            load(&no_instances)
+                .unwrap_err()
+                .contains("routers[0].instances")
+        );
+    }
+
+    fn router_of(snap: &Snapshot) -> &SemanticRouter {
+        &snap.routers[0]
+    }
+
+    #[test]
+    fn decisions_follow_thresholds_and_the_failover_mode() {
+        let snap = load(&BASE.replace(
+            "[[routers.instances]]\n        name = \"easy\"",
+            "[[routers.instances]]\n        name = \"mid\"\n        model = \"small\"\n        examples = [\"m\"]\n        [[routers.instances]]\n        name = \"easy\"",
+        ))
+        .unwrap();
+        let r = router_of(&snap);
+        // hard 0.9, mid 0.6: ranked = hard, then mid (same model collapses), then catchall.
+        let d = decision(r, vec![(0, 0.9), (1, 0.6)]);
+        assert_eq!(d.winner.as_deref(), Some("hard"));
+        assert_eq!(d.models, [Arc::from("big"), Arc::from("small")]);
+        // Nothing clears 0.5: the catchall alone.
+        let d = decision(r, vec![(0, 0.4), (1, 0.1)]);
+        assert_eq!(d.winner, None);
+        assert_eq!(d.models, [Arc::from("small")]);
+        assert_eq!(d.scores_text(), "hard:0.4000,mid:0.1000");
+    }
+
+    #[test]
+    fn zero_vectors_have_no_direction_and_cosine_is_a_dot_of_unit_vectors() {
+        assert_eq!(normalize(vec![0.0, 0.0]), None);
+        assert_eq!(normalize(vec![f32::NAN, 1.0]), None);
+        let a = normalize(vec![3.0, 4.0]).unwrap();
+        assert!((dot(&a, &a) - 1.0).abs() < 1e-6);
+        let b = normalize(vec![-3.0, -4.0]).unwrap();
+        assert!((dot(&a, &b) + 1.0).abs() < 1e-6);
+        assert_eq!(dot(&[], &[]), 0.0);
+    }
+
+    #[test]
+    fn the_hashed_embedder_is_deterministic_and_close_for_similar_text() {
+        let a = normalize(hashed("debug this stack trace")).unwrap();
+        let b = normalize(hashed("please debug my stack trace")).unwrap();
+        let c = normalize(hashed("translate to french")).unwrap();
+        assert_eq!(hashed("x y"), hashed("x y"));
+        assert!(
+            dot(&a, &b) > dot(&a, &c),
+            "{} vs {}",
+            dot(&a, &b),
+            dot(&a, &c)
+        );
+        assert_eq!(normalize(hashed("")), None);
+    }
+}
