@@ -89,6 +89,21 @@ pub enum Content {
 }
 
 impl Content {
+    /// The text: the string, or the text parts joined by newlines (images and the rest left out).
+    pub fn text(&self) -> String {
+        match self {
+            Content::Text(t) => t.clone(),
+            Content::Parts(ps) => ps
+                .iter()
+                .filter_map(|p| match p {
+                    Part::Text { text, .. } => Some(text.as_str()),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+                .join("\n"),
+        }
+    }
+
     /// The visible text, parts joined; used for logging sizes and, later, token counting.
     pub fn text_len(&self) -> usize {
         match self {

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::config::{RouterFailover, SemanticRouter, Snapshot};
 use crate::health::Health;
-use crate::protocol::{ChatRequest, Content, Part, Role};
+use crate::protocol::{ChatRequest, Role};
 
 /// What a router decided for one prompt.
 #[derive(Debug, Clone, PartialEq)]
@@ -235,17 +235,7 @@ pub fn prompt(req: &ChatRequest) -> Option<String> {
         .rev()
         .filter(|m| m.role == Role::User)
         .find_map(|m| {
-            let text = match m.content.as_ref()? {
-                Content::Text(t) => t.clone(),
-                Content::Parts(ps) => ps
-                    .iter()
-                    .filter_map(|p| match p {
-                        Part::Text { text, .. } => Some(text.as_str()),
-                        _ => None,
-                    })
-                    .collect::<Vec<_>>()
-                    .join("\n"),
-            };
+            let text = m.content.as_ref()?.text();
             (!text.trim().is_empty()).then_some(text)
         })
 }

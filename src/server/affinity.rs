@@ -9,7 +9,7 @@ use axum::http::HeaderMap;
 use crate::config::{AffinitySettings, Snapshot};
 use crate::exec::{OutcomeClass, Report};
 use crate::health::Skip;
-use crate::protocol::{ChatRequest, Content, Part, Role, Tool};
+use crate::protocol::{ChatRequest, Content, Role, Tool};
 use crate::state::State;
 
 /// A request's session, hashed: neither the store nor the log ever sees the raw id.
@@ -82,18 +82,7 @@ pub fn session(
 }
 
 fn text(c: Option<&Content>) -> String {
-    match c {
-        Some(Content::Text(t)) => t.clone(),
-        Some(Content::Parts(ps)) => ps
-            .iter()
-            .filter_map(|p| match p {
-                Part::Text { text, .. } => Some(text.as_str()),
-                _ => None,
-            })
-            .collect::<Vec<_>>()
-            .join("\n"),
-        None => String::new(),
-    }
+    c.map(Content::text).unwrap_or_default()
 }
 
 /// SHA-256 over length-prefixed pieces (so `ab`+`c` and `a`+`bc` differ): stable across
