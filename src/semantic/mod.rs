@@ -24,11 +24,46 @@ pub struct Decision {
     /// The winning instance; `None` = no instance cleared its threshold (or embedding failed):
     /// the catchall serves.
     pub winner: Option<Arc<str>>,
-    /// Every instance with examples and its score, highest first; empty when embedding failed.
+    /// Every instance with examples and its score, highest first; empty when embedding failed
+    /// or the decision was kept from the session's first routed turn.
     pub scores: Vec<(Arc<str>, f32)>,
+    /// Kept from the session's first routed turn (no embedding this time).
+    pub kept: bool,
 }
 
 impl Decision {
+    /// The session's earlier choice, if that instance still exists: the same instance, so an
+    /// agent's tool loop is not switched between models mid-task (then the catchall, unless
+    /// the router's failover is `none`).
+    pub fn kept(router: &SemanticRouter, instance: &str) -> Option<Decision> {
+        let i = router.instances.iter().position(|x| &*x.name == instance)?;
+        let mut models = vec![router.instances[i].model.clone()];
+        let catchall = &router.instances[router.catchall].model;
+        if router.failover != RouterFailover::None && !models.contains(catchall) {
+            models.push(catchall.clone());
+        }
+        Some(Decision {
+            router: router.model.clone(),
+            models,
+            winner: Some(router.instances[i].name.clone()),
+            scores: Vec::new(),
+            kept: true,
+        })
+    }
+
+    /// The instance to remember for the session: the winner, or the catchall when scores put
+    /// it there; nothing when embedding failed (a later turn decides again).
+    pub fn chosen<'a>(&'a self, router: &'a SemanticRouter) -> Option<&'a str> {
+        if self.kept || self.scores.is_empty() {
+            return None;
+        }
+        Some(
+            self.winner
+                .as_deref()
+                .unwrap_or(&router.instances[router.catchall].name),
+        )
+    }
+
     /// `code:0.8213,translate:0.1904`.
     pub fn scores_text(&self) -> String {
         self.scores
@@ -215,6 +250,7 @@ fn decision(router: &SemanticRouter, scores: Vec<(usize, f32)>) -> Decision {
         models,
         winner: Some(router.instances[winner].name.clone()),
         scores: named,
+        kept: false,
     }
 }
 
@@ -224,6 +260,7 @@ fn fallback(router: &SemanticRouter, scores: Vec<(Arc<str>, f32)>) -> Decision {
         models: vec![router.instances[router.catchall].model.clone()],
         winner: None,
         scores,
+        kept: false,
     }
 }
 

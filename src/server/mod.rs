@@ -354,7 +354,7 @@ fn served(mut resp: Response, ctx: &Ctx) -> Response {
     }
     // Debugging headers, when the router exposes them and the embedding worked.
     if let Some(d) = &ctx.semantic
-        && !d.scores.is_empty()
+        && (!d.scores.is_empty() || d.kept)
         && ctx
             .snap
             .router(&d.router)
@@ -365,7 +365,9 @@ fn served(mut resp: Response, ctx: &Ctx) -> Response {
             hdr::SEMANTIC_ROUTE,
             d.winner.as_deref().unwrap_or("fallback"),
         );
-        set_header(&mut resp, hdr::SEMANTIC_SCORES, &d.scores_text());
+        if !d.scores.is_empty() {
+            set_header(&mut resp, hdr::SEMANTIC_SCORES, &d.scores_text());
+        }
     }
     let attempts = ctx.report.tried().to_string();
     set_header(&mut resp, hdr::ATTEMPTS, &attempts);
@@ -520,6 +522,7 @@ async fn decide(
     snap: &Snapshot,
     spec: &ChainSpec,
     req: &crate::protocol::ChatRequest,
+    session: Option<&affinity::Session>,
 ) -> Vec<crate::semantic::Decision> {
     if snap.routers.is_empty() {
         return Vec::new();
@@ -535,7 +538,25 @@ async fn decide(
         if let Some((i, r)) = snap.router(&routed)
             && !out.iter().any(|d| d.router == r.model)
         {
-            out.push(Box::pin(state.semantic.decide(snap, &state.health, i, req)).await);
+            // A session keeps the instance its first routed turn chose.
+            let earlier = match session {
+                Some(s) => Box::pin(state.state.instance(&s.key, &r.model)).await,
+                None => None,
+            };
+            if let Some(d) = earlier.and_then(|inst| crate::semantic::Decision::kept(r, &inst)) {
+                out.push(d);
+                continue;
+            }
+            let d = Box::pin(state.semantic.decide(snap, &state.health, i, req)).await;
+            if let (Some(s), Some(inst)) = (session, d.chosen(r)) {
+                Box::pin(
+                    state
+                        .state
+                        .keep_instance(&s.key, &r.model, inst, snap.affinity.ttl),
+                )
+                .await;
+            }
+            out.push(d);
         }
     }
     out
@@ -574,13 +595,16 @@ async fn serve_chat(
     spec: ChainSpec,
 ) -> Response {
     let snap = ctx.snap.clone();
-    let decisions = decide(state, &ctx, &snap, &spec, &req).await;
+    let session = ctx
+        .key_idx
+        .and_then(|i| snap.keys.get(i))
+        .and_then(|k| affinity::session(headers, &req, &k.name, snap.affinity.implicit));
+    let decisions = decide(state, &ctx, &snap, &spec, &req, session.as_ref()).await;
     let (key, chain) = match resolve(&mut ctx, &snap, &spec, &req.model, true, &decisions) {
         Ok(r) => r,
         Err(e) => return fail(ctx, e),
     };
     ctx.semantic = decisions.into_iter().next();
-    let session = affinity::session(headers, &req, &key.name, snap.affinity.implicit);
     // Boxed: the store's futures (Redis's are large) would otherwise sit inline in every
     // request's future, sessions or not, and be copied with it.
     let before = match &session {
@@ -855,7 +879,7 @@ async fn route_explain(State(state): State<AppState>, headers: HeaderMap, body: 
         .or_else(|_| anthropic::request_from_value(value.clone()))
         .ok();
     let decisions = match &parsed {
-        Some(req) => decide(&state, &ctx, &snap, &spec, req).await,
+        Some(req) => decide(&state, &ctx, &snap, &spec, req, None).await,
         None => Vec::new(),
     };
     let model = model.to_string();

@@ -20,6 +20,8 @@ struct Entry {
 #[derive(Default)]
 struct Sessions {
     entries: HashMap<String, Entry>,
+    /// (session, router) → the instance chosen, and until when.
+    instances: HashMap<(String, Arc<str>), (Arc<str>, Instant)>,
     swept: Option<Instant>,
 }
 
@@ -54,6 +56,7 @@ impl Memory {
         {
             map.swept = Some(now);
             map.entries.retain(|_, e| e.expires > now);
+            map.instances.retain(|_, (_, t)| *t > now);
         }
         map.entries.len() < MAX_SESSIONS
     }
@@ -151,6 +154,27 @@ impl StateStore for Memory {
                 1
             }
         }
+    }
+
+    async fn instance(&self, session: &str, router: &str) -> Option<Arc<str>> {
+        let now = self.clock.now();
+        let map = self.lock();
+        map.instances
+            .get(&(session.to_string(), router.into()))
+            .filter(|(_, t)| *t > now)
+            .map(|(i, _)| i.clone())
+    }
+
+    async fn keep_instance(&self, session: &str, router: &str, instance: &str, ttl: Duration) {
+        let now = self.clock.now();
+        let mut map = self.lock();
+        if map.instances.len() >= MAX_SESSIONS && !Self::room(&mut map, now) {
+            return;
+        }
+        map.instances.insert(
+            (session.to_string(), router.into()),
+            (instance.into(), now + ttl),
+        );
     }
 }
 

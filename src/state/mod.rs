@@ -31,6 +31,20 @@ pub trait StateStore: Send + Sync {
     fn unbind(&self, session: &str) -> impl Future<Output = ()> + Send;
     /// Counts one more consecutive failure of the bound channel; returns the count.
     fn bound_failed(&self, session: &str, ttl: Duration) -> impl Future<Output = u32> + Send;
+    /// The instance a semantic router chose on the session's first routed turn.
+    fn instance(
+        &self,
+        session: &str,
+        router: &str,
+    ) -> impl Future<Output = Option<Arc<str>>> + Send;
+    /// Records (refreshing its TTL) the instance a router chose for the session.
+    fn keep_instance(
+        &self,
+        session: &str,
+        router: &str,
+        instance: &str,
+        ttl: Duration,
+    ) -> impl Future<Output = ()> + Send;
 }
 
 /// The store the gateway runs on.
@@ -86,6 +100,20 @@ impl State {
         match self {
             State::Memory(m) => m.unbind(session).await,
             State::Redis(r) => r.unbind(session).await,
+        }
+    }
+
+    pub async fn instance(&self, session: &str, router: &str) -> Option<Arc<str>> {
+        match self {
+            State::Memory(m) => m.instance(session, router).await,
+            State::Redis(r) => r.instance(session, router).await,
+        }
+    }
+
+    pub async fn keep_instance(&self, session: &str, router: &str, instance: &str, ttl: Duration) {
+        match self {
+            State::Memory(m) => m.keep_instance(session, router, instance, ttl).await,
+            State::Redis(r) => r.keep_instance(session, router, instance, ttl).await,
         }
     }
 

@@ -502,4 +502,26 @@ impl StateStore for Redis {
         let local = self.local.bound_failed(session, ttl).await;
         counted.map_or(local, |(n,)| n)
     }
+
+    async fn instance(&self, session: &str, router: &str) -> Option<Arc<str>> {
+        let key = self.key("route", &format!("{session}:{router}"));
+        match self
+            .run(|mut c| async move { c.get::<_, Option<String>>(key).await })
+            .await
+        {
+            Some(v) => v.map(Into::into),
+            None => self.local.instance(session, router).await,
+        }
+    }
+
+    async fn keep_instance(&self, session: &str, router: &str, instance: &str, ttl: Duration) {
+        let key = self.key("route", &format!("{session}:{router}"));
+        let (inst, secs) = (instance.to_string(), ttl.as_secs().max(1));
+        let _ = self
+            .run(|mut c| async move { c.set_ex::<_, _, ()>(key, inst, secs).await })
+            .await;
+        self.local
+            .keep_instance(session, router, instance, ttl)
+            .await;
+    }
 }

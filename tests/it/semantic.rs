@@ -391,3 +391,46 @@ async fn the_hashed_fallback_embedder_needs_no_service() {
     let resp = gw.chat(ask("what a lovely morning")).await;
     assert_eq!(header(&resp, "x-switchyard-model"), "general");
 }
+
+#[tokio::test]
+async fn a_session_keeps_the_instance_of_its_first_routed_turn() {
+    let s = setup("", "").await;
+    let turn = |prompt: &'static str| {
+        let gw = &s.gw;
+        async move {
+            let resp = gw
+                .post_as(
+                    "/v1/chat/completions",
+                    KEY,
+                    &[("x-session-id", "agent-1")],
+                    ask(prompt),
+                )
+                .await;
+            let out = (
+                header(&resp, "x-switchyard-model").to_string(),
+                header(&resp, "x-switchyard-semantic-route").to_string(),
+                header(&resp, "x-switchyard-semantic-scores").to_string(),
+            );
+            let _ = resp.bytes().await;
+            out
+        }
+    };
+    let (model, route, scores) = turn("write a python function to parse logs").await;
+    assert_eq!((model.as_str(), route.as_str()), ("coder", "code"));
+    assert!(!scores.is_empty());
+    // Mid-task, a tool result or a side question reads like translation: the agent stays put,
+    // without another embedding.
+    let (model, route, scores) = turn("now translate the docstring to french").await;
+    assert_eq!(
+        (model.as_str(), route.as_str(), scores.as_str()),
+        ("coder", "code", "")
+    );
+    assert_eq!(s.emb.calls(), 2);
+    // Another conversation decides for itself.
+    assert_eq!(
+        routed(&s.gw, "now translate the docstring to french")
+            .await
+            .0,
+        "translator"
+    );
+}
