@@ -89,6 +89,11 @@ pub async fn start_with_clock(
     };
     let prober = spawn_prober(state.live.clone(), state.health.clone());
     let mut background = vec![prober];
+    // Local embedding models load now, not on the first request that needs one.
+    let (semantic, live) = (state.semantic.clone(), state.live.clone());
+    background.push(tokio::spawn(async move {
+        semantic.warm(&live.load()).await;
+    }));
     if let Some(r) = redis {
         background.push(tokio::spawn(r.clone().supervise()));
         background.push(tokio::spawn(r.clone().publish(state.health.share())));

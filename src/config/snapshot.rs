@@ -782,10 +782,12 @@ fn compile_routers(
                 }
             }
             Some(EmbedderConfig::Local { model_dir }) => {
-                tracing::warn!(
-                    router = r.model.as_str(),
-                    "the local embedder is not in this build yet: this router sends every request to its catchall"
-                );
+                if !cfg!(feature = "local-embedder") {
+                    tracing::warn!(
+                        router = r.model.as_str(),
+                        "this build has no local embedder (built without the local-embedder feature): this router sends every request to its catchall"
+                    );
+                }
                 EmbedderSpec::Local {
                     model_dir: model_dir.clone(),
                 }

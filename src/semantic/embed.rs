@@ -20,6 +20,10 @@ pub enum EmbedError {
     Dimension { got: usize, want: usize },
     #[error("the local embedder is not in this build (model_dir {0})")]
     LocalUnavailable(String),
+    #[error("the local embedder: {0}")]
+    LocalLoad(String),
+    #[error("the local embedder's queue is full")]
+    Busy,
 }
 
 /// Dimensions of the hashed embedder.
@@ -52,15 +56,16 @@ pub fn hashed(text: &str) -> Vec<f32> {
 }
 
 /// Embeds `texts` with the router's embedder, one vector per text, in order.
-pub async fn embed(
+pub(super) async fn embed(
     snap: &Snapshot,
     health: &Health,
+    locals: &super::Locals,
     spec: &EmbedderSpec,
     texts: &[String],
 ) -> Result<Vec<Vec<f32>>, EmbedError> {
     match spec {
         EmbedderSpec::Hashed => Ok(texts.iter().map(|t| hashed(t)).collect()),
-        EmbedderSpec::Local { model_dir } => Err(EmbedError::LocalUnavailable(model_dir.clone())),
+        EmbedderSpec::Local { model_dir } => locals.embed(model_dir, texts).await,
         EmbedderSpec::Channel { channel, model } => {
             let Some(ch) = snap.channels.get(*channel) else {
                 return Err(EmbedError::Upstream("the channel is gone".into()));

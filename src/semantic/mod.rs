@@ -4,6 +4,8 @@
 //! Every embedding problem fails open to the catchall: routing never turns it into a 5xx.
 
 mod embed;
+#[cfg(feature = "local-embedder")]
+pub mod local;
 
 pub use embed::{EmbedError, hashed};
 
@@ -81,6 +83,91 @@ type References = Vec<(usize, Vec<Vec<f32>>)>;
 #[derive(Default)]
 pub struct Semantic {
     refs: Mutex<HashMap<(u64, usize), Arc<References>>>,
+    /// In-process models, loaded once per directory.
+    pub(crate) locals: Locals,
+}
+
+/// The local models by directory, and the bound on embeddings queued for them.
+pub(crate) struct Locals {
+    #[cfg(feature = "local-embedder")]
+    models: Mutex<HashMap<String, Arc<LoadOnce>>>,
+    #[cfg(feature = "local-embedder")]
+    queue: Arc<tokio::sync::Semaphore>,
+}
+
+impl Default for Locals {
+    fn default() -> Self {
+        Locals {
+            #[cfg(feature = "local-embedder")]
+            models: Mutex::new(HashMap::new()),
+            #[cfg(feature = "local-embedder")]
+            queue: Arc::new(tokio::sync::Semaphore::new(LOCAL_QUEUE)),
+        }
+    }
+}
+
+/// A model loaded at most once (or the reason it could not be).
+#[cfg(feature = "local-embedder")]
+type LoadOnce = tokio::sync::OnceCell<Result<Arc<local::LocalModel>, String>>;
+
+/// Embeddings waiting for (or running on) the blocking pool at once; past it the request
+/// fails open to the catchall rather than queueing behind the CPU.
+#[cfg(feature = "local-embedder")]
+const LOCAL_QUEUE: usize = 64;
+
+impl Locals {
+    /// Embeds `texts` with the model in `dir` (loaded on first use, once), off the runtime.
+    #[cfg(feature = "local-embedder")]
+    pub(crate) async fn embed(
+        &self,
+        dir: &str,
+        texts: &[String],
+    ) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let cell = {
+            let mut m = self.models.lock().unwrap_or_else(|e| e.into_inner());
+            m.entry(dir.to_string()).or_default().clone()
+        };
+        let path = std::path::PathBuf::from(dir);
+        let model = cell
+            .get_or_init(|| async move {
+                let loaded = tokio::task::spawn_blocking(move || local::LocalModel::load(&path))
+                    .await
+                    .unwrap_or_else(|e| Err(e.to_string()));
+                match &loaded {
+                    Ok(_) => tracing::info!(model_dir = dir, "local embedder loaded"),
+                    Err(e) => tracing::error!(model_dir = dir, error = %e, "local embedder failed to load: its routers send everything to their catchall"),
+                }
+                loaded.map(Arc::new)
+            })
+            .await
+            .clone()
+            .map_err(EmbedError::LocalLoad)?;
+        let permit = self
+            .queue
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| EmbedError::Busy)?;
+        let texts = texts.to_vec();
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            texts
+                .iter()
+                .map(|t| model.embed(t))
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .await
+        .map_err(|e| EmbedError::LocalLoad(e.to_string()))?
+        .map_err(EmbedError::LocalLoad)
+    }
+
+    #[cfg(not(feature = "local-embedder"))]
+    pub(crate) async fn embed(
+        &self,
+        dir: &str,
+        _texts: &[String],
+    ) -> Result<Vec<Vec<f32>>, EmbedError> {
+        Err(EmbedError::LocalUnavailable(dir.to_string()))
+    }
 }
 
 impl Semantic {
@@ -122,6 +209,15 @@ impl Semantic {
         }
     }
 
+    /// Loads the in-process models the config names, so that the first request does not wait.
+    pub async fn warm(&self, snap: &Snapshot) {
+        for r in &snap.routers {
+            if let crate::config::EmbedderSpec::Local { model_dir } = &r.embedder {
+                let _ = self.locals.embed(model_dir, &["warm up".to_string()]).await;
+            }
+        }
+    }
+
     /// (instance index, score) for every instance with examples, highest first.
     async fn score(
         &self,
@@ -132,10 +228,16 @@ impl Semantic {
     ) -> Result<Vec<(usize, f32)>, EmbedError> {
         let router = &snap.routers[idx];
         let refs = self.references(snap, health, idx).await?;
-        let q = embed::embed(snap, health, &router.embedder, &[prompt.to_string()])
-            .await?
-            .pop()
-            .ok_or(EmbedError::Malformed("no vector for the prompt".into()))?;
+        let q = embed::embed(
+            snap,
+            health,
+            &self.locals,
+            &router.embedder,
+            &[prompt.to_string()],
+        )
+        .await?
+        .pop()
+        .ok_or(EmbedError::Malformed("no vector for the prompt".into()))?;
         let q = normalize(q).ok_or(EmbedError::Malformed("a zero vector for the prompt".into()))?;
         let mut scores = Vec::with_capacity(refs.len());
         for (i, vectors) in refs.iter() {
@@ -176,7 +278,7 @@ impl Semantic {
                 owners.push(i);
             }
         }
-        let vectors = embed::embed(snap, health, &router.embedder, &texts).await?;
+        let vectors = embed::embed(snap, health, &self.locals, &router.embedder, &texts).await?;
         if vectors.len() != texts.len() {
             return Err(EmbedError::Malformed(format!(
                 "{} vectors for {} examples",

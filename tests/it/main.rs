@@ -13,6 +13,7 @@ mod gemini;
 mod health;
 mod hygiene;
 mod latency;
+mod local_embedder;
 mod semantic;
 mod shared;
 mod streaming;
