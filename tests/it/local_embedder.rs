@@ -33,9 +33,9 @@ fn model_dir() -> Option<PathBuf> {
 fn reference() -> Value {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/fixtures/minilm-reference.json"
+        "/tests/fixtures/minilm/reference.json"
     );
-    serde_json::from_str(&std::fs::read_to_string(path).expect("the shared reference fixture"))
+    serde_json::from_str(&std::fs::read_to_string(path).expect("the reference fixture"))
         .expect("JSON")
 }
 
