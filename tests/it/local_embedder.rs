@@ -8,6 +8,7 @@
 use std::path::PathBuf;
 
 use serde_json::{Value, json};
+
 use switchyard::semantic::local::LocalModel;
 
 use crate::support::*;
@@ -87,91 +88,17 @@ fn minilm_matches_the_reference_vectors_to_1e_4() {
     }
 }
 
-/// Prompts labelled with the instance that should serve them.
-const LABELLED: &[(&str, &str)] = &[
-    (
-        "Write a Python function that reverses a linked list",
-        "code",
-    ),
-    (
-        "Why does this Rust code fail to compile with a borrow error?",
-        "code",
-    ),
-    ("Fix the off-by-one bug in this loop", "code"),
-    ("Refactor this JavaScript class to use async/await", "code"),
-    ("Write a SQL query that finds duplicate emails", "code"),
-    (
-        "Explain this stack trace: NullPointerException at line 42",
-        "code",
-    ),
-    (
-        "Translate 'good morning, how are you?' into Spanish",
-        "translate",
-    ),
-    (
-        "How do you say 'thank you very much' in Japanese?",
-        "translate",
-    ),
-    ("Translate this paragraph into German please", "translate"),
-    ("What is the French word for library?", "translate"),
-    (
-        "Render this English sentence in Italian: the train is late",
-        "translate",
-    ),
-    ("Give me a recipe for banana bread", "default"),
-    (
-        "What's the weather usually like in Lisbon in May?",
-        "default",
-    ),
-    ("Recommend a good science fiction novel", "default"),
-];
-
 #[tokio::test]
 async fn auto_routes_labelled_prompts_by_meaning_with_the_local_model() {
     let Some(dir) = model_dir() else { return };
-    let coder = mock(text_spec("coder")).await;
-    let translator = mock(text_spec("translator")).await;
-    let general = mock(text_spec("general")).await;
-    let gw = gateway(&format!(
-        "{}{}{}\
-         [[routers]]\nmodel = \"auto\"\nthreshold = 0.35\nexpose_scores = true\n\
-         embedder = {{ kind = \"local\", model_dir = \"{}\" }}\n\
-         [[routers.instances]]\nname = \"code\"\nmodel = \"coder\"\n\
-         examples = [\"write a function in python\", \"debug this code\", \"fix the compiler error\", \"write a SQL query\", \"explain this exception\"]\n\
-         [[routers.instances]]\nname = \"translate\"\nmodel = \"translator\"\n\
-         examples = [\"translate this into French\", \"how do you say this in Spanish\", \"what is this word in German\"]\n\
-         [[routers.instances]]\nname = \"default\"\nmodel = \"general\"\ncatchall = true\n",
-        models_channel("c-coder", &coder.base_url(), &["coder"], ""),
-        models_channel("c-translator", &translator.base_url(), &["translator"], ""),
-        models_channel("c-general", &general.base_url(), &["general"], ""),
-        dir.display()
-    ))
-    .await;
-    let mut right = 0;
-    for (prompt, want) in LABELLED {
-        let resp = gw
-            .chat(json!({"model": "auto", "messages": [{"role": "user", "content": prompt}]}))
-            .await;
-        assert_eq!(resp.status(), 200);
-        let got = match header(&resp, "x-switchyard-semantic-route") {
-            "fallback" => "default",
-            other => other,
-        }
-        .to_string();
-        if got == *want {
-            right += 1;
-        } else {
-            eprintln!(
-                "misrouted: {prompt:?} → {got} (want {want}); scores {}",
-                header(&resp, "x-switchyard-semantic-scores")
-            );
-        }
-    }
-    let accuracy = f64::from(right) / LABELLED.len() as f64;
-    eprintln!(
-        "semantic routing accuracy (local MiniLM): {right}/{} = {accuracy:.2}",
-        LABELLED.len()
-    );
+    let m = [
+        mock(text_spec("coder")).await,
+        mock(text_spec("translator")).await,
+        mock(text_spec("general")).await,
+    ];
+    let embedder = format!("{{ kind = \"local\", model_dir = \"{}\" }}", dir.display());
+    let gw = gateway(&labelled_config(&m, 0.35, &embedder, "")).await;
+    let accuracy = labelled_accuracy(&gw, "local MiniLM").await;
     assert!(accuracy >= 0.85, "accuracy {accuracy:.2}");
 }
 

