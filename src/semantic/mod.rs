@@ -474,6 +474,28 @@ mod tests {
     }
 
     #[test]
+    fn the_prompt_is_the_last_user_text_and_empty_input_has_none() {
+        use crate::protocol::openai::request_from_value;
+        let req = |messages: serde_json::Value| {
+            request_from_value(serde_json::json!({"model": "auto", "messages": messages})).unwrap()
+        };
+        let r = req(serde_json::json!([
+            {"role": "user", "content": "first"},
+            {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "image_url", "image_url": {"url": "data:x"}}, {"type": "text", "text": "b"}]},
+            {"role": "tool", "tool_call_id": "t", "content": "tool output is not a prompt"}
+        ]));
+        assert_eq!(prompt(&r).as_deref(), Some("a\nb"));
+        // Whitespace, or an image alone, is no prompt: the catchall serves without an embedding.
+        let r = req(serde_json::json!([{"role": "user", "content": "   "}]));
+        assert_eq!(prompt(&r), None);
+        let r = req(
+            serde_json::json!([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:x"}}]}]),
+        );
+        assert_eq!(prompt(&r), None);
+    }
+
+    #[test]
     fn zero_vectors_have_no_direction_and_cosine_is_a_dot_of_unit_vectors() {
         assert_eq!(normalize(vec![0.0, 0.0]), None);
         assert_eq!(normalize(vec![f32::NAN, 1.0]), None);
