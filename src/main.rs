@@ -51,6 +51,9 @@ enum Command {
         /// The model; repeat for a chain (`--model a --model b` = `models: ["a", "b"]`).
         #[arg(long, required = true)]
         model: Vec<String>,
+        /// The user's prompt, for a semantic router (`auto`) to decide by.
+        #[arg(long)]
+        prompt: Option<String>,
     },
     /// Run the mock provider as a standalone OpenAI-compatible server.
     Mock {
@@ -108,7 +111,12 @@ async fn run(cmd: Command) -> Result<(), Box<dyn std::error::Error>> {
             println!("config OK");
             Ok(())
         }
-        Command::Explain { config, key, model } => {
+        Command::Explain {
+            config,
+            key,
+            model,
+            prompt,
+        } => {
             let snap = switchyard::app::load(config.as_deref(), &HttpClients::default())?;
             let gkey = snap
                 .key_named(&key)
@@ -126,11 +134,32 @@ async fn run(cmd: Command) -> Result<(), Box<dyn std::error::Error>> {
                 spec.entries =
                     switchyard::protocol::chain::dedupe(entries).map_err(|e| e.message)?;
             }
-            let chain = switchyard::router::chain(&snap, gkey, &spec, &model[0], true, &[])?;
             let health = switchyard::health::Health::new(std::sync::Arc::new(
                 switchyard::health::SystemClock,
             ));
-            let plan = switchyard::exec::explain(&snap, &health, gkey, &chain, &[]);
+            // Semantic routers named in the chain decide by the prompt, as the endpoint does.
+            let mut decisions = Vec::new();
+            if let Some(p) = prompt {
+                let req = switchyard::protocol::openai::request_from_value(serde_json::json!({
+                    "model": model[0], "messages": [{"role": "user", "content": p}]
+                }))
+                .map_err(|e| e.message)?;
+                let semantic = switchyard::semantic::Semantic::default();
+                for name in &model {
+                    let routed = snap
+                        .redirect(gkey, name)
+                        .map_or_else(|| name.clone(), |(to, _)| to);
+                    if let Some((i, _)) = snap.router(&routed) {
+                        decisions.push(semantic.decide(&snap, &health, i, &req).await);
+                    }
+                }
+            } else if let Some(name) = model.iter().find(|m| snap.router(m).is_some()) {
+                return Err(
+                    format!("{name} is a semantic router: give --prompt to decide by").into(),
+                );
+            }
+            let chain = switchyard::router::chain(&snap, gkey, &spec, &model[0], true, &decisions)?;
+            let plan = switchyard::exec::explain(&snap, &health, gkey, &chain, &decisions);
             println!("{}", serde_json::to_string_pretty(&plan)?);
             Ok(())
         }

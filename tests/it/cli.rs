@@ -525,3 +525,51 @@ async fn two_switchyard_processes_share_a_binding_through_redis_across_restarts(
     assert_eq!(turn(ub).await, (moved_to.clone(), "kept".to_string()));
     assert_eq!(turn(ua).await, (moved_to, "kept".to_string()));
 }
+
+#[tokio::test]
+async fn explain_with_a_prompt_shows_a_semantic_routers_decision_like_the_endpoint() {
+    let m = [
+        mock(text_spec("coder")).await,
+        mock(text_spec("translator")).await,
+        mock(text_spec("general")).await,
+    ];
+    let gw = gateway(&labelled_config(&m, 0.3, "{ kind = \"hashed\" }", "")).await;
+    let prompt = "please debug this code";
+    let http = get_explain(&gw, prompt).await;
+    assert_eq!(http["semantic"][0]["winner"], "code", "{http}");
+    let out = Command::new(BIN)
+        .args(["explain", "--config"])
+        .arg(&gw.config_path)
+        .args(["--key", "team-a", "--model", "auto", "--prompt", prompt])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cli: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(cli, http);
+    // Without a prompt the CLI says what it needs.
+    let out = Command::new(BIN)
+        .args(["explain", "--config"])
+        .arg(&gw.config_path)
+        .args(["--key", "team-a", "--model", "auto"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--prompt"));
+}
+
+async fn get_explain(gw: &Gateway, prompt: &str) -> Value {
+    gw.post_as(
+        "/v1/route/explain",
+        KEY,
+        &[],
+        json!({"model": "auto", "messages": [{"role": "user", "content": prompt}]}),
+    )
+    .await
+    .json()
+    .await
+    .unwrap()
+}
