@@ -466,6 +466,18 @@ mod tests {
         let d = decision(r, vec![(0, 0.9), (1, 0.6)]);
         assert_eq!(d.winner.as_deref(), Some("hard"));
         assert_eq!(d.models, [Arc::from("big"), Arc::from("small")]);
+        // `catchall`: the winner, then the catchall (not the runner-up); `none`: the winner.
+        let mut r2 = load(&BASE.replace(
+            "model = \"auto\"",
+            "model = \"auto\"\nfailover = \"catchall\"",
+        ))
+        .unwrap();
+        let d = decision(router_of(&r2), vec![(0, 0.9)]);
+        assert_eq!(d.models, [Arc::from("big"), Arc::from("small")]);
+        r2 = load(&BASE.replace("model = \"auto\"", "model = \"auto\"\nfailover = \"none\""))
+            .unwrap();
+        let d = decision(router_of(&r2), vec![(0, 0.9)]);
+        assert_eq!(d.models, [Arc::from("big")]);
         // Nothing clears 0.5: the catchall alone.
         let d = decision(r, vec![(0, 0.4), (1, 0.1)]);
         assert_eq!(d.winner, None);
