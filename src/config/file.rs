@@ -68,12 +68,19 @@ pub struct RouterConfig {
     #[serde(default)]
     pub failover: RouterFailover,
     pub embedder: Option<EmbedderConfig>,
+    /// The longest a request waits for its prompt's embedding before the catchall serves.
+    #[serde(default = "default_embed_timeout")]
+    pub timeout_ms: u64,
     #[serde(default)]
     pub instances: Vec<InstanceConfig>,
 }
 
 fn default_router_threshold() -> f64 {
     0.5
+}
+
+fn default_embed_timeout() -> u64 {
+    2_000
 }
 
 /// What a semantic decision becomes: `ranked` = the winner, the other instances that cleared

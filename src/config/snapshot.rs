@@ -177,6 +177,8 @@ pub struct SemanticRouter {
     pub expose_scores: bool,
     pub failover: RouterFailover,
     pub embedder: EmbedderSpec,
+    /// For one embedding (the examples' batch gets ten times this).
+    pub timeout: Duration,
     pub instances: Vec<Instance>,
     /// The instance that serves when no other clears its threshold.
     pub catchall: usize,
@@ -712,6 +714,9 @@ fn compile_routers(
         if r.instances.is_empty() {
             return Err((at("instances"), "at least one instance is required".into()));
         }
+        if r.timeout_ms == 0 {
+            return Err((at("timeout_ms"), "must be > 0".into()));
+        }
         let mut instances = Vec::with_capacity(r.instances.len());
         let mut catchall = None;
         for (j, inst) in r.instances.iter().enumerate() {
@@ -729,6 +734,18 @@ fn compile_routers(
                 return Err((
                     at("examples"),
                     "an instance that is not the catchall needs examples".into(),
+                ));
+            }
+            if r.instances[..j].iter().any(|o| o.name == inst.name) {
+                return Err((
+                    at("name"),
+                    format!("two instances are named {:?}", inst.name),
+                ));
+            }
+            if let Some(k) = inst.examples.iter().position(|e| e.trim().is_empty()) {
+                return Err((
+                    format!("routers[{i}].instances[{j}].examples[{k}]"),
+                    "must not be empty".into(),
                 ));
             }
             if inst.examples.len() > 64 {
@@ -799,6 +816,7 @@ fn compile_routers(
             expose_scores: r.expose_scores,
             failover: r.failover,
             embedder,
+            timeout: Duration::from_millis(r.timeout_ms),
             instances,
             catchall: catchall.unwrap_or(0),
         });

@@ -3,8 +3,10 @@
 
 use serde_json::{Value, json};
 
+use std::time::Duration;
+
 use crate::config::{EmbedderSpec, Snapshot};
-use crate::health::Health;
+use crate::health::{Health, Key, Verdict};
 use crate::protocol::EmbeddingsRequest;
 
 /// Why a router could not score a prompt. Every one fails open to the catchall.
@@ -24,6 +26,17 @@ pub enum EmbedError {
     LocalLoad(String),
     #[error("the local embedder's queue is full")]
     Busy,
+}
+
+/// Characters of a text sent to an embedding channel, at most (~2k tokens).
+const MAX_EMBED_CHARS: usize = 8_000;
+
+/// The first `max` characters of `s` (on a character boundary).
+fn truncated(s: &str, max: usize) -> &str {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
 }
 
 /// Dimensions of the hashed embedder.
@@ -62,23 +75,50 @@ pub(super) async fn embed(
     locals: &super::Locals,
     spec: &EmbedderSpec,
     texts: &[String],
+    within: Duration,
 ) -> Result<Vec<Vec<f32>>, EmbedError> {
     match spec {
         EmbedderSpec::Hashed => Ok(texts.iter().map(|t| hashed(t)).collect()),
-        EmbedderSpec::Local { model_dir } => locals.embed(model_dir, texts).await,
+        EmbedderSpec::Local { model_dir } => {
+            tokio::time::timeout(within, locals.embed(model_dir, texts))
+                .await
+                .map_err(|_| EmbedError::Upstream("timed out".into()))?
+        }
         EmbedderSpec::Channel { channel, model } => {
             let Some(ch) = snap.channels.get(*channel) else {
                 return Err(EmbedError::Upstream("the channel is gone".into()));
             };
+            if !ch.enabled {
+                return Err(EmbedError::Upstream("the channel is disabled".into()));
+            }
+            // The embedder channel's health is kept like any channel's: a dead embedder opens
+            // its circuit, and requests then skip the call instead of waiting it out.
+            let key = Key {
+                channel: ch.name.clone(),
+                model: ch.breaker.per_model.then(|| model.clone()),
+            };
+            if health
+                .standing(&key, &snap.health, &ch.breaker)
+                .skip
+                .is_some()
+            {
+                return Err(EmbedError::Upstream("its circuit is open".into()));
+            }
             // The channel's own name for the model, when it maps one.
             let upstream = snap
                 .models
                 .get(&**model)
                 .and_then(|rs| rs.iter().find(|r| r.channel == *channel))
                 .map_or_else(|| model.clone(), |r| r.upstream_model.clone());
+            // Long prompts are cut: the start says what is asked, and the embedding endpoint
+            // would refuse input past its context.
+            let input: Vec<&str> = texts
+                .iter()
+                .map(|t| truncated(t, MAX_EMBED_CHARS))
+                .collect();
             let req = EmbeddingsRequest {
                 model: upstream.to_string(),
-                input: json!(texts),
+                input: json!(input),
                 extra: serde_json::Map::new(),
                 hops: 0,
             };
@@ -87,12 +127,24 @@ pub(super) async fn embed(
                 .reserve(&ch.name, &ch.credentials, &upstream, &[], 0)
                 .map_err(|_| EmbedError::Upstream("no credential with headroom".into()))?;
             let cred = slot.as_ref().map(|r| r.index);
-            let answer =
-                tokio::time::timeout(ch.timeout, ch.upstream.embeddings(&req, &upstream, cred))
-                    .await
-                    .map_err(|_| EmbedError::Upstream("timed out".into()))?
-                    .map_err(|e| EmbedError::Upstream(e.to_string()))?;
-            vectors(&answer, texts.len())
+            let t0 = std::time::Instant::now();
+            let answer = tokio::time::timeout(
+                within.min(ch.timeout),
+                ch.upstream.embeddings(&req, &upstream, cred),
+            )
+            .await;
+            let latency = t0.elapsed();
+            let parsed = match answer {
+                Err(_) => Err(EmbedError::Upstream("timed out".into())),
+                Ok(Err(e)) => Err(EmbedError::Upstream(e.to_string())),
+                Ok(Ok(v)) => vectors(&v, texts.len()),
+            };
+            let verdict = match &parsed {
+                Ok(_) => Verdict::Success { latency },
+                Err(_) => Verdict::Failure { latency },
+            };
+            health.record(&key, &snap.health, &ch.breaker, verdict);
+            parsed
         }
     }
 }

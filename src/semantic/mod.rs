@@ -79,10 +79,26 @@ impl Decision {
 /// Each router's instances' example embeddings, normalised: (instance index, vectors).
 type References = Vec<(usize, Vec<Vec<f32>>)>;
 
+/// One router's references for one config version: computed by one request while the others
+/// wait (never a batch per concurrent request); a failure is not retried for a while.
+#[derive(Default)]
+enum RefState {
+    #[default]
+    Empty,
+    Ready(Arc<References>),
+    Failed(std::time::Instant),
+}
+
+/// (config version, router index) → that router's references.
+type RefCache = HashMap<(u64, usize), Arc<tokio::sync::Mutex<RefState>>>;
+
+/// How long a failed batch of examples is not tried again (requests fail open meanwhile).
+const RETRY_REFS_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The reference cache; lives as long as the process (across config swaps, keyed by version).
 #[derive(Default)]
 pub struct Semantic {
-    refs: Mutex<HashMap<(u64, usize), Arc<References>>>,
+    refs: Mutex<RefCache>,
     /// In-process models, loaded once per directory.
     pub(crate) locals: Locals,
 }
@@ -234,6 +250,7 @@ impl Semantic {
             &self.locals,
             &router.embedder,
             &[prompt.to_string()],
+            router.timeout,
         )
         .await?
         .pop()
@@ -265,9 +282,38 @@ impl Semantic {
         idx: usize,
     ) -> Result<Arc<References>, EmbedError> {
         let key = (snap.version, idx);
-        if let Some(r) = self.lock().get(&key) {
-            return Ok(r.clone());
+        let cell = {
+            let mut cache = self.lock();
+            if !cache.contains_key(&key) {
+                // Older configs' references are of no more use (newer ones are kept).
+                cache.retain(|(v, _), _| *v >= snap.version);
+            }
+            cache.entry(key).or_default().clone()
+        };
+        let mut state = cell.lock().await;
+        match &*state {
+            RefState::Ready(r) => return Ok(r.clone()),
+            RefState::Failed(at) if at.elapsed() < RETRY_REFS_AFTER => {
+                return Err(EmbedError::Upstream(
+                    "the examples could not be embedded; trying again shortly".into(),
+                ));
+            }
+            _ => {}
         }
+        let computed = self.compute_references(snap, health, idx).await;
+        *state = match &computed {
+            Ok(r) => RefState::Ready(r.clone()),
+            Err(_) => RefState::Failed(std::time::Instant::now()),
+        };
+        computed
+    }
+
+    async fn compute_references(
+        &self,
+        snap: &Snapshot,
+        health: &Health,
+        idx: usize,
+    ) -> Result<Arc<References>, EmbedError> {
         let router = &snap.routers[idx];
         // One batch for every example of every instance.
         let mut texts = Vec::new();
@@ -278,7 +324,15 @@ impl Semantic {
                 owners.push(i);
             }
         }
-        let vectors = embed::embed(snap, health, &self.locals, &router.embedder, &texts).await?;
+        let vectors = embed::embed(
+            snap,
+            health,
+            &self.locals,
+            &router.embedder,
+            &texts,
+            router.timeout * 10,
+        )
+        .await?;
         if vectors.len() != texts.len() {
             return Err(EmbedError::Malformed(format!(
                 "{} vectors for {} examples",
@@ -302,15 +356,10 @@ impl Semantic {
                 None => refs.push((owner, vec![v])),
             }
         }
-        let refs = Arc::new(refs);
-        let mut cache = self.lock();
-        // Only the running config's references are worth keeping.
-        cache.retain(|(v, _), _| *v == snap.version);
-        cache.insert(key, refs.clone());
-        Ok(refs)
+        Ok(Arc::new(refs))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(u64, usize), Arc<References>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, RefCache> {
         self.refs.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -433,6 +482,15 @@ mod tests {
             (BASE.replace("model = \"big\"", "model = \"huge\""), "routers[0].instances[0].model"),
             (BASE.replace("model = \"auto\"", "model = \"auto\"\nembedder = { kind = \"channel\", channel = \"nope\", model = \"e\" }"), "routers[0].embedder.channel"),
             (BASE.replace("model = \"auto\"", "model = \"big\""), "routers[0].model"),
+            (
+                BASE.replace("examples = [\"prove this theorem\"]", "examples = [\"p\", \" \"]"),
+                "routers[0].instances[0].examples[1]",
+            ),
+            (BASE.replace("name = \"easy\"", "name = \"hard\""), "routers[0].instances[1].name"),
+            (
+                BASE.replace("model = \"auto\"", "model = \"auto\"\ntimeout_ms = 0"),
+                "routers[0].timeout_ms",
+            ),
         ];
         for (text, field) in cases {
             let err = load(&text).unwrap_err();

@@ -548,18 +548,39 @@ async fn decide(
                 continue;
             }
             let d = Box::pin(state.semantic.decide(snap, &state.health, i, req)).await;
-            if let (Some(s), Some(inst)) = (session, d.chosen(r)) {
-                Box::pin(
-                    state
-                        .state
-                        .keep_instance(&s.key, &r.model, inst, snap.affinity.ttl),
-                )
-                .await;
-            }
             out.push(d);
         }
     }
     out
+}
+
+/// After a served turn, the session remembers (or keeps fresh) the instance its semantic router
+/// chose, so later turns stay on it. A failed turn remembers nothing.
+async fn remember_instance(
+    state: &AppState,
+    snap: &Snapshot,
+    session: &affinity::Session,
+    ctx: &Ctx,
+) {
+    let (Some(d), Some(_)) = (&ctx.semantic, &ctx.report.served) else {
+        return;
+    };
+    let Some((_, router)) = snap.router(&d.router) else {
+        return;
+    };
+    let instance = if d.kept {
+        d.winner.as_deref()
+    } else {
+        d.chosen(router)
+    };
+    if let Some(inst) = instance {
+        Box::pin(
+            state
+                .state
+                .keep_instance(&session.key, &router.model, inst, snap.affinity.ttl),
+        )
+        .await;
+    }
 }
 
 /// Resolves what may serve the request: the key's chain (redirects, defaults, groups).
@@ -633,6 +654,7 @@ async fn serve_chat(
                 &ctx.report,
             ))
             .await;
+            remember_instance(state, &snap, s, &ctx).await;
         }
         return match result {
             Ok(committed) => {
@@ -680,6 +702,7 @@ async fn serve_chat(
             &ctx.report,
         ))
         .await;
+        remember_instance(state, &snap, s, &ctx).await;
     }
     match result {
         Ok(resp) => {

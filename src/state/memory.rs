@@ -50,6 +50,12 @@ impl Memory {
         if map.entries.len() < MAX_SESSIONS {
             return true;
         }
+        Self::sweep(map, now);
+        map.entries.len() < MAX_SESSIONS
+    }
+
+    /// Drops expired bindings and instances, at most once a minute.
+    fn sweep(map: &mut Sessions, now: Instant) {
         if map
             .swept
             .is_none_or(|t| now.duration_since(t) >= SWEEP_EVERY)
@@ -58,7 +64,6 @@ impl Memory {
             map.entries.retain(|_, e| e.expires > now);
             map.instances.retain(|_, (_, t)| *t > now);
         }
-        map.entries.len() < MAX_SESSIONS
     }
 
     /// Binds unconditionally (the Redis store mirrors its writes here, for outages).
@@ -168,8 +173,12 @@ impl StateStore for Memory {
     async fn keep_instance(&self, session: &str, router: &str, instance: &str, ttl: Duration) {
         let now = self.clock.now();
         let mut map = self.lock();
-        if map.instances.len() >= MAX_SESSIONS && !Self::room(&mut map, now) {
-            return;
+        if map.instances.len() >= MAX_SESSIONS {
+            // Its own bound, swept like the bindings.
+            Self::sweep(&mut map, now);
+            if map.instances.len() >= MAX_SESSIONS {
+                return;
+            }
         }
         map.instances.insert(
             (session.to_string(), router.into()),

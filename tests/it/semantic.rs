@@ -24,6 +24,8 @@ enum Mode {
     WrongDims,
     /// The examples' batch fails; single prompts work.
     RefsFail,
+    /// Never answers.
+    Hang,
 }
 
 #[derive(Clone)]
@@ -44,15 +46,18 @@ impl Embedder {
 /// A vector by keywords: code-ish, translation-ish, or neither.
 fn vector(text: &str) -> Vec<f64> {
     let t = text.to_lowercase();
-    if ["code", "function", "bug", "python"]
+    let code = ["code", "function", "bug", "python"]
         .iter()
-        .any(|k| t.contains(k))
-    {
+        .any(|k| t.contains(k));
+    let translation = ["translate", "french", "german"]
+        .iter()
+        .any(|k| t.contains(k));
+    if code && translation {
+        // Both: close to either (code first, as the instances are listed).
+        vec![1.0, 0.99, 0.0]
+    } else if code {
         vec![1.0, 0.1, 0.0]
-    } else if ["translate", "french", "german"]
-        .iter()
-        .any(|k| t.contains(k))
-    {
+    } else if translation {
         vec![0.1, 1.0, 0.0]
     } else {
         vec![0.2, 0.2, 1.0]
@@ -67,6 +72,9 @@ async fn embeddings(
     use axum::response::IntoResponse;
     e.calls.lock().unwrap().push((headers, body.clone()));
     let mode = *e.mode.lock().unwrap();
+    if mode == Mode::Hang {
+        tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+    }
     let inputs: Vec<String> = match &body["input"] {
         Value::String(s) => vec![s.clone()],
         Value::Array(a) => a
@@ -293,13 +301,42 @@ async fn ranked_failover_when_the_winners_channels_all_fail() {
     let resp = s.gw.chat(ask("translate this python code to french")).await;
     assert_eq!(resp.status(), 200);
     assert_eq!(header(&resp, "x-switchyard-semantic-route"), "code");
-    let served = header(&resp, "x-switchyard-model").to_string();
+    // The runner-up serves, not the catchall.
+    assert_eq!(header(&resp, "x-switchyard-model"), "translator");
     let v: Value = resp.json().await.unwrap();
     let attempts = &v["switchyard"]["failover"]["attempts"];
     assert_eq!(attempts[0]["model"], "coder");
     assert_eq!(attempts[0]["reason"], "server_error");
-    assert_ne!(served, "coder");
     assert_eq!(v["switchyard"]["requested_model"], "auto");
+    assert_eq!(s.general.requests(), 0);
+}
+
+#[tokio::test]
+async fn a_hanging_embedder_costs_at_most_its_timeout_and_then_nothing() {
+    let s = setup("timeout_ms = 200", "").await;
+    s.emb.set(Mode::Hang);
+    let t0 = std::time::Instant::now();
+    let resp = s.gw.chat(ask("debug this python code")).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(header(&resp, "x-switchyard-model"), "general");
+    // The examples' batch waits ten times the timeout, once.
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(4),
+        "{:?}",
+        t0.elapsed()
+    );
+    // Meanwhile the batch is not retried: the next requests fail open at once.
+    let t0 = std::time::Instant::now();
+    for _ in 0..3 {
+        let resp = s.gw.chat(ask("debug this python code")).await;
+        assert_eq!(header(&resp, "x-switchyard-model"), "general");
+    }
+    assert!(
+        t0.elapsed() < std::time::Duration::from_millis(500),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert_eq!(s.emb.calls(), 1);
 }
 
 #[tokio::test]
@@ -426,6 +463,12 @@ async fn a_session_keeps_the_instance_of_its_first_routed_turn() {
         ("coder", "code", "")
     );
     assert_eq!(s.emb.calls(), 2);
+    // Each turn keeps the choice fresh: a conversation used every 20 h never switches.
+    for _ in 0..3 {
+        s.gw.clock
+            .advance(std::time::Duration::from_secs(20 * 3600));
+        assert_eq!(turn("translate this comment to german").await.0, "coder");
+    }
     // Another conversation decides for itself.
     assert_eq!(
         routed(&s.gw, "now translate the docstring to french")
