@@ -26,3 +26,11 @@ wait_port() {
   echo "port $1 did not open" >&2
   exit 1
 }
+
+# wrk latency "123.45us" / "1.20ms" / "1.00s" -> microseconds
+to_us() {
+  awk -v v="$1" 'BEGIN {
+    n = v + 0
+    if (v ~ /us$/) print n; else if (v ~ /ms$/) print n * 1000; else if (v ~ /s$/) print n * 1000000; else print n
+  }'
+}

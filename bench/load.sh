@@ -57,13 +57,6 @@ wrk.body = '{"model":"bench","stream":$stream,"messages":[{"role":"system","cont
 LUA
 done
 
-# wrk latency "123.45us" / "1.20ms" / "1.00s" -> microseconds
-to_us() {
-  awk -v v="$1" 'BEGIN {
-    n = v + 0
-    if (v ~ /us$/) print n; else if (v ~ /ms$/) print n * 1000; else if (v ~ /s$/) print n * 1000000; else print n
-  }'
-}
 
 # The gateway's CPU time so far (user + system), in clock ticks.
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$gw_pid/stat"; }

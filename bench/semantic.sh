@@ -66,9 +66,6 @@ wrk.body = '{"model":"$model","messages":[{"role":"user","content":"Why does my 
 LUA
 done
 
-to_us() {
-  awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) print n; else if (v ~ /ms$/) print n * 1000; else if (v ~ /s$/) print n * 1000000; else print n }'
-}
 run() { # lua conns -> "rps p50_us p99_us"
   local out
   out=$(taskset -c 1 wrk -t1 -c"$2" -d"${DURATION}s" --latency -s "$1" "http://127.0.0.1:$GW_PORT/v1/chat/completions")

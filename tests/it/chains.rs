@@ -28,6 +28,18 @@ async fn abc(a: MockSpec, b: MockSpec, c: MockSpec) -> ([MockServer; 3], Gateway
     (m, gw)
 }
 
+/// As [`abc`], with lines for the test key's table (and top-level tables after them).
+async fn abc_keyed(
+    a: MockSpec,
+    b: MockSpec,
+    c: MockSpec,
+    key_extra: &str,
+) -> ([MockServer; 3], Gateway) {
+    let m = three(a, b, c).await;
+    let gw = gateway_full("", key_extra, &channels(&m, "")).await;
+    (m, gw)
+}
+
 /// Model `a` answers after 3 s, `b` at once ("from b"); `extra` goes into every channel.
 async fn slow_a(extra: &str) -> ([MockServer; 3], Gateway) {
     let slow = MockSpec {
@@ -129,16 +141,11 @@ async fn fallback_models_follow_model_in_order_through_every_class() {
 
 #[tokio::test]
 async fn key_defaults_start_at_the_named_models_position() {
-    let m = three(
+    let (m, gw) = abc_keyed(
         faulty("a", status(500)),
         text_spec("from b"),
         text_spec("from c"),
-    )
-    .await;
-    let gw = gateway_full(
-        "",
         "failover_defaults = { models = [\"c\", \"a\", \"b\"] }",
-        &channels(&m, ""),
     )
     .await;
     // a → b (c comes before a in the defaults, so it is not part of a's chain).
@@ -163,11 +170,11 @@ async fn key_defaults_start_at_the_named_models_position() {
 
 #[tokio::test]
 async fn a_model_not_in_the_defaults_stands_alone_and_keeps_its_single_model_code() {
-    let m = three(faulty("a", status(500)), text_spec("b"), text_spec("c")).await;
-    let gw = gateway_full(
-        "",
+    let (m, gw) = abc_keyed(
+        faulty("a", status(500)),
+        text_spec("b"),
+        text_spec("c"),
         "failover_defaults = { models = [\"b\", \"c\"] }",
-        &channels(&m, ""),
     )
     .await;
     let resp = gw.chat(ask(json!({"model": "a"}), false)).await;
@@ -394,19 +401,14 @@ async fn a_model_whose_channels_are_all_open_moves_the_chain_on_at_once() {
 
 #[tokio::test]
 async fn redirects_key_rules_before_global_first_match_wins_and_are_logged() {
-    let m = three(
+    let (_m, gw) = abc_keyed(
         text_spec("from a"),
         text_spec("from b"),
         text_spec("from c"),
-    )
-    .await;
-    let gw = gateway_full(
-        "",
         "redirects = [{ from = \"gpt-4o\", to = \"a\" }]\n\n\
          [[redirects]]\nfrom = \"gpt-4*\"\nto = \"b\"\n\n\
          [[redirects]]\nfrom = \"gpt-4-turbo\"\nto = \"c\"\n\n\
          [[redirects]]\nfrom = \"claude-(.*)\"\nto = \"$1\"\nkind = \"regex\"\n",
-        &channels(&m, ""),
     )
     .await;
     let served = |v: &Value| {
@@ -873,17 +875,12 @@ async fn each_model_of_a_chain_is_called_in_its_own_channels_protocol() {
 
 #[tokio::test]
 async fn a_redirected_model_finds_its_place_in_the_key_defaults() {
-    let m = three(
+    let (_m, gw) = abc_keyed(
         faulty("a", status(500)),
         text_spec("from b"),
         text_spec("c"),
-    )
-    .await;
-    let gw = gateway_full(
-        "",
         "failover_defaults = { models = [\"a\", \"b\"] }\n\n\
          [[redirects]]\nfrom = \"alias\"\nto = \"a\"\n",
-        &channels(&m, ""),
     )
     .await;
     let v: Value = gw
@@ -902,11 +899,11 @@ async fn a_redirected_model_finds_its_place_in_the_key_defaults() {
 
 #[tokio::test]
 async fn embeddings_never_take_the_key_defaults_chain() {
-    let m = three(faulty("a", status(500)), text_spec("b"), text_spec("c")).await;
-    let gw = gateway_full(
-        "",
+    let (m, gw) = abc_keyed(
+        faulty("a", status(500)),
+        text_spec("b"),
+        text_spec("c"),
         "failover_defaults = { models = [\"a\", \"b\"] }",
-        &channels(&m, ""),
     )
     .await;
     // Vectors from another model would live in another space: one model only.
@@ -927,16 +924,11 @@ async fn embeddings_never_take_the_key_defaults_chain() {
 
 #[tokio::test]
 async fn gemini_ingress_uses_the_key_defaults() {
-    let m = three(
+    let (_m, gw) = abc_keyed(
         faulty("a", status(500)),
         text_spec("from b"),
         text_spec("c"),
-    )
-    .await;
-    let gw = gateway_full(
-        "",
         "failover_defaults = { models = [\"a\", \"b\"] }",
-        &channels(&m, ""),
     )
     .await;
     let resp = gw
