@@ -6,6 +6,7 @@
 //! `exec` (attempts, commit point) → `provider` (upstream calls) → `store` (request log).
 
 pub mod config;
+pub mod context;
 pub mod exec;
 pub mod health;
 pub mod protocol;
