@@ -2,8 +2,10 @@
 //! offline tokenizer exists: OpenAI's BPE ranks (o200k_base for gpt-4o, gpt-4.1, gpt-5 and the
 //! o-series; cl100k_base for older models), bundled by the `tiktoken` crate, loaded once.
 //!
-//! Not wired into requests yet: the catalog, the message-level count and trimming come next
-//! (issue 8).
+//! Not wired into requests yet: the catalog, the message-level count and the per-attempt wiring
+//! come next (issue 8).
+
+pub mod trim;
 
 /// The BPE encoding OpenAI uses for `model`, if it is an OpenAI model the tokenizer knows.
 pub fn encoding_for(model: &str) -> Option<&'static str> {
@@ -22,7 +24,10 @@ mod tests {
 
     #[test]
     fn counts_equal_an_independent_implementation_on_the_fixtures() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tokens/counts.json");
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/tokens/counts.json"
+        );
         let fixture: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
         let texts = fixture["texts"].as_array().unwrap();

@@ -1,0 +1,206 @@
+//! Turn-aware trimming, pure: which messages to keep so that a request fits a budget, removing
+//! whole groups oldest first and never the instructions or the latest user turn.
+//!
+//! Groups: a user message with the assistant replies that follow it; an assistant message that
+//! calls tools with every tool result answering it (parallel calls stay together). A tool
+//! result is never kept without its call, nor a call without its results.
+
+use crate::protocol::{Message, Role};
+
+/// What trimming decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Trimmed {
+    /// Indices of the messages kept, in order.
+    pub kept: Vec<usize>,
+    /// Whole groups removed.
+    pub removed_groups: usize,
+    /// Tokens of what is kept (plus the fixed part).
+    pub tokens: u64,
+}
+
+/// Even the minimum (instructions, tools, the latest user turn) exceeds the budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the request needs at least {minimum} tokens; the model's budget is {budget}")]
+pub struct TooLong {
+    pub minimum: u64,
+    pub budget: u64,
+}
+
+/// Groups of removable history, oldest first, as index ranges; plus the protected indices.
+fn groups(messages: &[Message]) -> (Vec<std::ops::Range<usize>>, Vec<usize>) {
+    let protected_from = messages
+        .iter()
+        .rposition(|m| m.role == Role::User)
+        .unwrap_or(messages.len());
+    let mut groups: Vec<std::ops::Range<usize>> = Vec::new();
+    let mut protected = Vec::new();
+    let mut i = 0;
+    while i < messages.len() {
+        let m = &messages[i];
+        if i >= protected_from || matches!(m.role, Role::System | Role::Developer) {
+            protected.push(i);
+            i += 1;
+            continue;
+        }
+        let start = i;
+        i += 1;
+        if m.role == Role::Assistant && !m.tool_calls.is_empty() {
+            // The call and every result that answers it.
+            while i < protected_from && messages[i].role == Role::Tool {
+                i += 1;
+            }
+        } else if m.role == Role::User {
+            // The user's turn and the plain replies to it (a reply that calls tools starts its
+            // own group, with its results).
+            while i < protected_from
+                && messages[i].role == Role::Assistant
+                && messages[i].tool_calls.is_empty()
+            {
+                i += 1;
+            }
+        } else if m.role == Role::Tool {
+            // A result whose call is not in the history: it goes with what precedes it.
+            if let Some(prev) = groups.last_mut().filter(|g| g.end == start) {
+                prev.end = i;
+                continue;
+            }
+        }
+        groups.push(start..i);
+    }
+    (groups, protected)
+}
+
+/// Keeps what fits: `fixed` tokens (tools, message framing) plus each kept message's count must
+/// stay within `budget`. When everything fits, nothing is removed. Otherwise whole groups go,
+/// oldest first, until the total is at most `target` (≤ `budget`), so that later turns reuse
+/// the same cut and the provider's prompt cache keeps hitting.
+pub fn trim(
+    messages: &[Message],
+    counts: &[u64],
+    fixed: u64,
+    budget: u64,
+    target: u64,
+) -> Result<Trimmed, TooLong> {
+    let total: u64 = fixed + counts.iter().sum::<u64>();
+    let all = || (0..messages.len()).collect::<Vec<_>>();
+    if total <= budget {
+        return Ok(Trimmed {
+            kept: all(),
+            removed_groups: 0,
+            tokens: total,
+        });
+    }
+    let (groups, protected) = groups(messages);
+    let minimum = fixed + protected.iter().map(|&i| counts[i]).sum::<u64>();
+    if minimum > budget {
+        return Err(TooLong { minimum, budget });
+    }
+    let goal = target.min(budget).max(minimum);
+    let mut now = total;
+    let mut removed = 0;
+    let mut dropped = vec![false; messages.len()];
+    for g in &groups {
+        if now <= goal {
+            break;
+        }
+        now -= g.clone().map(|i| counts[i]).sum::<u64>();
+        g.clone().for_each(|i| dropped[i] = true);
+        removed += 1;
+    }
+    Ok(Trimmed {
+        kept: (0..messages.len()).filter(|&i| !dropped[i]).collect(),
+        removed_groups: removed,
+        tokens: now,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::ToolCall;
+
+    fn msg(role: Role) -> Message {
+        Message::new(role, "x")
+    }
+
+    fn call() -> Message {
+        let mut m = msg(Role::Assistant);
+        m.tool_calls.push(ToolCall::Function {
+            id: Some("c".into()),
+            name: "f".into(),
+            arguments: Some("{}".into()),
+            extra: Default::default(),
+        });
+        m
+    }
+
+    /// system, [user, assistant], [user, call, tool, tool], [assistant], user(latest)
+    fn history() -> Vec<Message> {
+        vec![
+            msg(Role::System),
+            msg(Role::User),
+            msg(Role::Assistant),
+            msg(Role::User),
+            call(),
+            msg(Role::Tool),
+            msg(Role::Tool),
+            msg(Role::User),
+        ]
+    }
+
+    #[test]
+    fn everything_that_fits_is_kept() {
+        let h = history();
+        let t = trim(&h, &[10; 8], 5, 1000, 800).unwrap();
+        assert_eq!(t.kept.len(), 8);
+        assert_eq!(t.removed_groups, 0);
+        assert_eq!(t.tokens, 85);
+    }
+
+    #[test]
+    fn whole_groups_go_oldest_first_down_to_the_target_and_tool_exchanges_stay_whole() {
+        let h = history();
+        // 85 tokens, budget 80: the oldest group (user + reply, 20) takes it to 65 ≤ target 70.
+        let t = trim(&h, &[10; 8], 5, 80, 70).unwrap();
+        assert_eq!(t.kept, [0, 3, 4, 5, 6, 7]);
+        assert_eq!(t.removed_groups, 1);
+        assert_eq!(t.tokens, 65);
+        // A lower target removes the next turn; the call goes with both of its results.
+        let t = trim(&h, &[10; 8], 5, 80, 40).unwrap();
+        assert_eq!(t.kept, [0, 7]);
+        assert_eq!(t.removed_groups, 3);
+        assert!(t.tokens <= 40);
+    }
+
+    #[test]
+    fn the_system_prompt_and_the_latest_turn_are_never_removed() {
+        let h = history();
+        let mut counts = [10; 8];
+        counts[0] = 30;
+        counts[7] = 40;
+        let err = trim(&h, &counts, 20, 80, 60).unwrap_err();
+        assert_eq!(
+            err,
+            TooLong {
+                minimum: 90,
+                budget: 80
+            }
+        );
+        let t = trim(&h, &counts, 5, 80, 60).unwrap();
+        assert!(t.kept.contains(&0) && t.kept.contains(&7));
+        assert!(t.tokens <= 80);
+    }
+
+    #[test]
+    fn a_tool_result_is_never_kept_without_its_call() {
+        let h = history();
+        for target in 0..100 {
+            let Ok(t) = trim(&h, &[10; 8], 5, 80, target) else {
+                continue;
+            };
+            let has = |i| t.kept.contains(&i);
+            assert_eq!(has(4), has(5), "{target}");
+            assert_eq!(has(4), has(6), "{target}");
+        }
+    }
+}
