@@ -34,3 +34,30 @@ to_us() {
     if (v ~ /us$/) print n; else if (v ~ /ms$/) print n * 1000; else if (v ~ /s$/) print n * 1000000; else print n
   }'
 }
+
+# Writes $work/bench.toml: the gateway on $GW_PORT with the bench key, one openai channel to the
+# mock on $MOCK_PORT serving the models given as arguments; $LOG_EXTRA goes into [log]. Scripts
+# append their own tables.
+gateway_toml() {
+  local models
+  models=$(printf '"%s", ' "$@")
+  cat >"$work/bench.toml" <<TOML
+[server]
+listen = "127.0.0.1:$GW_PORT"
+
+[log]
+sqlite_path = "$work/bench.db"
+${LOG_EXTRA:-}
+
+[[keys]]
+name = "bench"
+key = "$KEY"
+
+[[channels]]
+name = "mock"
+provider = "openai"
+base_url = "http://127.0.0.1:$MOCK_PORT/v1"
+api_keys = ["sk-upstream-bench"]
+models = [${models%, }]
+TOML
+}

@@ -24,24 +24,7 @@ taskset -c 1 "$BIN" --log-level error mock --port "$MOCK_PORT" \
   --text "The quick brown fox jumps over the lazy dog, twice over." --chunks 8 >/dev/null &
 pids+=($!)
 
-cat >"$work/bench.toml" <<TOML
-[server]
-listen = "127.0.0.1:$GW_PORT"
-
-[log]
-sqlite_path = "$work/bench.db"
-
-[[keys]]
-name = "bench"
-key = "$KEY"
-
-[[channels]]
-name = "mock"
-provider = "openai"
-base_url = "http://127.0.0.1:$MOCK_PORT/v1"
-api_keys = ["sk-upstream-bench"]
-models = ["bench"]
-TOML
+gateway_toml bench
 taskset -c "$GW_CPU" "$BIN" --log-level error serve --config "$work/bench.toml" >/dev/null &
 gw_pid=$!
 pids+=($gw_pid)

@@ -25,20 +25,8 @@ fi
 
 taskset -c 1 "$BIN" --log-level error mock --port "$MOCK_PORT" --text "ok" --chunks 1 >/dev/null &
 pids+=($!)
-cat >"$work/bench.toml" <<TOML
-[server]
-listen = "127.0.0.1:$GW_PORT"
-[log]
-sqlite_path = "$work/bench.db"
-[[keys]]
-name = "bench"
-key = "$KEY"
-[[channels]]
-name = "mock"
-provider = "openai"
-base_url = "http://127.0.0.1:$MOCK_PORT/v1"
-api_keys = ["sk-upstream-bench"]
-models = ["bench", "bench-big"]
+gateway_toml bench bench-big
+cat >>"$work/bench.toml" <<TOML
 [[routers]]
 model = "auto"
 embedder = $embedder

@@ -22,22 +22,8 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 taskset -c 1 "$BIN" --log-level error mock --port "$MOCK_PORT" --ttft-ms 100 --chunk-ms 50 --chunks 20 \
   --text "Streams stay open for about a second, one small chunk every fifty milliseconds, like tokens." >/dev/null &
 pids+=($!)
-cat >"$work/g.toml" <<TOML
-[server]
-listen = "127.0.0.1:$GW_PORT"
-[log]
-sqlite_path = "$work/g.db"
-queue_capacity = 65536
-[[keys]]
-name = "bench"
-key = "$KEY"
-[[channels]]
-name = "mock"
-provider = "openai"
-base_url = "http://127.0.0.1:$MOCK_PORT/v1"
-models = ["bench"]
-TOML
-taskset -c 0 "$BIN" --log-level error serve --config "$work/g.toml" >/dev/null &
+LOG_EXTRA="queue_capacity = 65536" gateway_toml bench
+taskset -c 0 "$BIN" --log-level error serve --config "$work/bench.toml" >/dev/null &
 gw=$!
 pids+=($gw)
 wait_port "$MOCK_PORT"

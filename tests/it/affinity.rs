@@ -35,25 +35,6 @@ async fn three_equal_with(
     (m, gw)
 }
 
-/// A chat request in session `id`: (status, serving channel, affinity header).
-async fn turn(gw: &Gateway, id: &str) -> (u16, String, String) {
-    let resp = gw
-        .post_as(
-            "/v1/chat/completions",
-            KEY,
-            &[("x-session-id", id)],
-            chat_body(false),
-        )
-        .await;
-    let out = (
-        resp.status().as_u16(),
-        header(&resp, "x-switchyard-channel").to_string(),
-        header(&resp, "x-switchyard-affinity").to_string(),
-    );
-    let _ = resp.bytes().await;
-    out
-}
-
 fn index(name: &str) -> usize {
     ["x", "y", "z"].iter().position(|n| *n == name).unwrap()
 }
@@ -65,10 +46,10 @@ fn failing(text: &str) -> MockSpec {
 #[tokio::test]
 async fn a_session_stays_on_the_channel_that_served_its_first_turn() {
     let (_m, gw) = three_equal(["", "", ""]).await;
-    let (st, first, aff) = turn(&gw, "conv-1").await;
+    let (st, first, aff) = session_turn(&gw, "conv-1").await;
     assert_eq!((st, aff.as_str()), (200, "new"));
     for _ in 0..12 {
-        let (_, ch, aff) = turn(&gw, "conv-1").await;
+        let (_, ch, aff) = session_turn(&gw, "conv-1").await;
         assert_eq!(ch, first);
         assert_eq!(aff, "kept");
     }
@@ -103,14 +84,14 @@ async fn a_session_stays_on_the_channel_that_served_its_first_turn() {
 #[tokio::test]
 async fn the_binding_expires_after_its_ttl_without_use_and_is_refreshed_by_use() {
     let (_m, gw) = three_equal(["", "", ""]).await;
-    assert_eq!(turn(&gw, "s").await.2, "new");
+    assert_eq!(session_turn(&gw, "s").await.2, "new");
     // Used every 20 h: a 24 h TTL never runs out.
     for _ in 0..3 {
         gw.clock.advance(Duration::from_secs(20 * 3600));
-        assert_eq!(turn(&gw, "s").await.2, "kept");
+        assert_eq!(session_turn(&gw, "s").await.2, "kept");
     }
     gw.clock.advance(Duration::from_secs(24 * 3600 + 1));
-    assert_eq!(turn(&gw, "s").await.2, "new");
+    assert_eq!(session_turn(&gw, "s").await.2, "new");
 }
 
 #[tokio::test]
@@ -137,11 +118,11 @@ async fn a_bound_channel_whose_circuit_is_open_is_skipped_at_once_in_redis() {
 async fn a_session_stays_on_its_channel_in_redis() {
     let (_m, gw) = three_equal_with("", &redis_state("keep"), ["", "", ""]).await;
     wait_connected(&gw, true).await;
-    let (_, first, aff) = turn(&gw, "conv-r").await;
+    let (_, first, aff) = session_turn(&gw, "conv-r").await;
     assert_eq!(aff, "new");
     for _ in 0..6 {
         assert_eq!(
-            turn(&gw, "conv-r").await,
+            session_turn(&gw, "conv-r").await,
             (200, first.clone(), "kept".into())
         );
     }
@@ -153,23 +134,23 @@ async fn failures_move_the_binding(top: &str) {
     if !top.is_empty() {
         wait_connected(&gw, true).await;
     }
-    let (_, bound, _) = turn(&gw, "s").await;
+    let (_, bound, _) = session_turn(&gw, "s").await;
     let b = index(&bound);
     m[b].set_spec(failing("down"));
     // Two failures: served elsewhere, the binding stays (the bound channel is still tried first).
     for _ in 0..2 {
-        let (st, ch, aff) = turn(&gw, "s").await;
+        let (st, ch, aff) = session_turn(&gw, "s").await;
         assert_eq!(st, 200);
         assert_ne!(ch, bound);
         assert_eq!(aff, "kept");
     }
     // The third clears it; the channel that served becomes the binding.
-    let (_, moved_to, aff) = turn(&gw, "s").await;
+    let (_, moved_to, aff) = session_turn(&gw, "s").await;
     assert_eq!(aff, "moved");
     assert_ne!(moved_to, bound);
     let calls = m[b].requests();
     for _ in 0..5 {
-        let (_, ch, aff) = turn(&gw, "s").await;
+        let (_, ch, aff) = session_turn(&gw, "s").await;
         assert_eq!((ch.as_str(), aff.as_str()), (moved_to.as_str(), "kept"));
     }
     // The old channel is no longer tried for this session.
@@ -182,14 +163,14 @@ async fn open_circuit_moves_the_binding(top: &str) {
     if !top.is_empty() {
         wait_connected(&gw, true).await;
     }
-    let (_, bound, _) = turn(&gw, "s").await;
+    let (_, bound, _) = session_turn(&gw, "s").await;
     let b = index(&bound);
     m[b].set_spec(failing("down"));
     // One failure opens its circuit; the request fails over (binding kept: one failure of three).
-    assert_eq!(turn(&gw, "s").await.2, "kept");
+    assert_eq!(session_turn(&gw, "s").await.2, "kept");
     let calls = m[b].requests();
     // Next turn: the open channel is not called, the binding moves.
-    let (st, ch, aff) = turn(&gw, "s").await;
+    let (st, ch, aff) = session_turn(&gw, "s").await;
     assert_eq!((st, aff.as_str()), (200, "moved"));
     assert_ne!(ch, bound);
     assert_eq!(m[b].requests(), calls);
@@ -220,7 +201,7 @@ async fn opted_out_is_never_bound(top: &str) {
         wait_connected(&gw, true).await;
     }
     for _ in 0..3 {
-        let (st, ch, aff) = turn(&gw, "s").await;
+        let (st, ch, aff) = session_turn(&gw, "s").await;
         assert_eq!((st, ch.as_str(), aff.as_str()), (200, "shared-pool", ""));
     }
 }
@@ -274,7 +255,7 @@ async fn sessions_of_different_keys_never_share_a_binding() {
         ["", "", ""],
     )
     .await;
-    assert_eq!(turn(&gw, "same-id").await.2, "new");
+    assert_eq!(session_turn(&gw, "same-id").await.2, "new");
     let resp = gw
         .post_as(
             "/v1/chat/completions",
@@ -289,7 +270,7 @@ async fn sessions_of_different_keys_never_share_a_binding() {
 #[tokio::test]
 async fn a_briefly_unavailable_bound_channel_keeps_the_binding() {
     let (m, gw) = three_equal(["", "", ""]).await;
-    let (_, bound, _) = turn(&gw, "s").await;
+    let (_, bound, _) = session_turn(&gw, "s").await;
     let b = index(&bound);
     // A 429 for ten minutes: the keyless channel cools (one failure of three: kept).
     m[b].set_spec(faulty(
@@ -300,13 +281,13 @@ async fn a_briefly_unavailable_bound_channel_keeps_the_binding() {
             ..Default::default()
         },
     ));
-    let (st, ch, aff) = turn(&gw, "s").await;
+    let (st, ch, aff) = session_turn(&gw, "s").await;
     assert_eq!((st, aff.as_str()), (200, "kept"));
     assert_ne!(ch, bound);
     // While it cools it is skipped, not called, and the conversation keeps its channel.
     let calls = m[b].requests();
     for _ in 0..3 {
-        let (st, ch, aff) = turn(&gw, "s").await;
+        let (st, ch, aff) = session_turn(&gw, "s").await;
         assert_eq!((st, aff.as_str()), (200, "kept"));
         assert_ne!(ch, bound);
     }
@@ -314,5 +295,5 @@ async fn a_briefly_unavailable_bound_channel_keeps_the_binding() {
     // Back after the cooldown: the session is on its channel again.
     m[b].set_spec(text_spec("back"));
     gw.clock.advance(Duration::from_secs(601));
-    assert_eq!(turn(&gw, "s").await, (200, bound, "kept".into()));
+    assert_eq!(session_turn(&gw, "s").await, (200, bound, "kept".into()));
 }

@@ -36,24 +36,6 @@ async fn replica(url: &str, prefix: &str, channels: &str) -> Gateway {
     gw
 }
 
-async fn turn(gw: &Gateway, id: &str) -> (u16, String, String) {
-    let resp = gw
-        .post_as(
-            "/v1/chat/completions",
-            KEY,
-            &[("x-session-id", id)],
-            chat_body(false),
-        )
-        .await;
-    let out = (
-        resp.status().as_u16(),
-        header(&resp, "x-switchyard-channel").to_string(),
-        header(&resp, "x-switchyard-affinity").to_string(),
-    );
-    let _ = resp.bytes().await;
-    out
-}
-
 async fn redis_conn(url: &str) -> redis::aio::MultiplexedConnection {
     redis::Client::open(url)
         .unwrap()
@@ -77,7 +59,7 @@ async fn bindings_live_in_redis_with_their_ttl_refreshed_on_use() {
         &format!("[affinity]\nttl_seconds = 90\n\n{}", tiers(&a, &b)),
     )
     .await;
-    assert_eq!(turn(&gw, "s").await.2, "new");
+    assert_eq!(session_turn(&gw, "s").await.2, "new");
     let keys = binding_keys(REDIS_URL, &prefix).await;
     assert_eq!(keys.len(), 1, "{keys:?}");
     // The key is a hash: the session id appears nowhere.
@@ -89,7 +71,7 @@ async fn bindings_live_in_redis_with_their_ttl_refreshed_on_use() {
     assert!((88_000..=90_000).contains(&ttl), "{ttl}");
     // Shorten it by hand; a use sets it back to the full TTL.
     let _: () = c.pexpire(&keys[0], 5_000).await.unwrap();
-    assert_eq!(turn(&gw, "s").await.2, "kept");
+    assert_eq!(session_turn(&gw, "s").await.2, "kept");
     let ttl: i64 = c.pttl(&keys[0]).await.unwrap();
     assert!(ttl > 80_000, "{ttl}");
     // Let it run out: Redis drops the key, and the next turn starts a new binding.
@@ -99,7 +81,7 @@ async fn bindings_live_in_redis_with_their_ttl_refreshed_on_use() {
         assert!(t0.elapsed() < Duration::from_secs(5));
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    assert_eq!(turn(&gw, "s").await.2, "new");
+    assert_eq!(session_turn(&gw, "s").await.2, "new");
 }
 
 #[tokio::test]
@@ -122,11 +104,11 @@ async fn two_replicas_share_bindings_and_circuits_and_a_restart_keeps_bindings()
     let prefix = redis_prefix("replicas");
     let ra = replica(REDIS_URL, &prefix, &equal).await;
     let rb = replica(REDIS_URL, &prefix, &equal).await;
-    let (_, bound, aff) = turn(&ra, "agent-1").await;
+    let (_, bound, aff) = session_turn(&ra, "agent-1").await;
     assert_eq!(aff, "new");
     for _ in 0..6 {
         assert_eq!(
-            turn(&rb, "agent-1").await,
+            session_turn(&rb, "agent-1").await,
             (200, bound.clone(), "kept".into())
         );
     }
@@ -135,12 +117,12 @@ async fn two_replicas_share_bindings_and_circuits_and_a_restart_keeps_bindings()
     let mocks = [("x", &x), ("y", &y), ("z", &z)];
     let (_, bad) = mocks.iter().find(|(n, _)| *n == bound).unwrap();
     bad.set_spec(faulty("down", status(500)));
-    let (st, ch, _) = turn(&ra, "agent-1").await;
+    let (st, ch, _) = session_turn(&ra, "agent-1").await;
     assert_eq!(st, 200);
     assert_ne!(ch, bound);
     let honoured_after = wait_circuit_open(&rb.url, &bound, Duration::from_secs(1)).await;
     let calls = bad.requests();
-    let (st, ch, aff) = turn(&rb, "agent-1").await;
+    let (st, ch, aff) = session_turn(&rb, "agent-1").await;
     assert_eq!(st, 200);
     assert_ne!(ch, bound);
     assert_eq!(aff, "moved");
@@ -170,10 +152,13 @@ async fn two_replicas_share_bindings_and_circuits_and_a_restart_keeps_bindings()
     let ra2 = replica(REDIS_URL, &prefix, &equal).await;
     let rb2 = replica(REDIS_URL, &prefix, &equal).await;
     assert_eq!(
-        turn(&ra2, "agent-1").await,
+        session_turn(&ra2, "agent-1").await,
         (200, ch.clone(), "kept".into())
     );
-    assert_eq!(turn(&rb2, "agent-1").await, (200, ch, "kept".into()));
+    assert_eq!(
+        session_turn(&rb2, "agent-1").await,
+        (200, ch, "kept".into())
+    );
 }
 
 /// A redis-server of this test's own on a free port, killed on drop.
@@ -238,13 +223,13 @@ async fn redis_lost_mid_test_requests_still_succeed_and_sharing_resumes() {
     let prefix = redis_prefix("lost");
     let gw = replica(&url, &prefix, &tiers(&a, &b)).await;
     let other = replica(&url, &prefix, &tiers(&a, &b)).await;
-    assert_eq!(turn(&gw, "before").await.2, "new");
+    assert_eq!(session_turn(&gw, "before").await.2, "new");
     assert_eq!(binding_keys(&url, &prefix).await.len(), 1);
 
     drop(own);
     // Every request still succeeds, on local state, and the loss is reported.
     for i in 0..5 {
-        let (st, _, _) = turn(&gw, &format!("during-{i}")).await;
+        let (st, _, _) = session_turn(&gw, &format!("during-{i}")).await;
         assert_eq!(st, 200);
     }
     wait_connected(&gw, false).await;
@@ -254,13 +239,13 @@ async fn redis_lost_mid_test_requests_still_succeed_and_sharing_resumes() {
     let health = get_json(&format!("{}/admin/health", gw.url), Some(ADMIN)).await;
     assert_eq!(health["state"]["connected"], false);
     // A binding made meanwhile holds on this replica.
-    assert_eq!(turn(&gw, "during-0").await.2, "kept");
+    assert_eq!(session_turn(&gw, "during-0").await.2, "kept");
 
     // Redis back (empty, on the same port): the replica uses it again.
     let again = OwnRedis::start(port);
     again.wait_ready().await;
     wait_connected(&gw, true).await;
-    assert_eq!(turn(&gw, "after").await.2, "new");
+    assert_eq!(session_turn(&gw, "after").await.2, "new");
     assert_eq!(binding_keys(&url, &prefix).await.len(), 1);
     // Changes flow between replicas again: a circuit opened through one reaches the other.
     wait_connected(&other, true).await;

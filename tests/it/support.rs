@@ -505,3 +505,22 @@ pub async fn labelled_accuracy(gw: &Gateway, embedder: &str) -> f64 {
     );
     accuracy
 }
+
+/// A chat request in session `id`: (status, serving channel, `x-switchyard-affinity`).
+pub async fn session_turn(gw: &Gateway, id: &str) -> (u16, String, String) {
+    let resp = gw
+        .post_as(
+            "/v1/chat/completions",
+            KEY,
+            &[("x-session-id", id)],
+            chat_body(false),
+        )
+        .await;
+    let out = (
+        resp.status().as_u16(),
+        header(&resp, "x-switchyard-channel").to_string(),
+        header(&resp, "x-switchyard-affinity").to_string(),
+    );
+    let _ = resp.bytes().await;
+    out
+}
