@@ -311,7 +311,7 @@ pub fn chain(
         // A semantic router stands for its decision: the models it ranked, in order.
         if let Some(d) = decisions.iter().find(|d| *d.router == *routed) {
             let before = steps.len();
-            for m in d.models.iter().filter(|m| visible(snap, key, m)) {
+            for m in d.models.iter().filter(|m| snap.serves(key, m, false)) {
                 if !steps.iter().any(|s| s.model == *m) {
                     steps.push(Step {
                         model: m.clone(),
@@ -327,7 +327,7 @@ pub fn chain(
             }
             continue;
         }
-        if !visible(snap, key, &routed) {
+        if !snap.serves(key, &routed, false) {
             return Err(RouteError::ModelNotFound(routed));
         }
         if steps.iter().any(|s| *s.model == *routed) {
@@ -352,18 +352,6 @@ pub fn chain(
             .or(defaults.and_then(|d| d.on))
             .unwrap_or(OnSet::ALL),
         source,
-    })
-}
-
-/// Some channel of the key's groups lists the model (enabled or not: a disabled one is a 503,
-/// not a 404).
-fn visible(snap: &Snapshot, key: &GatewayKey, model: &str) -> bool {
-    snap.models.get(model).is_some_and(|routes| {
-        routes.iter().any(|r| {
-            snap.channels
-                .get(r.channel)
-                .is_some_and(|c| key.group_rank(c).is_some())
-        })
     })
 }
 

@@ -264,13 +264,14 @@ impl Snapshot {
             .find_map(|r| Some((r.apply(model)?, r)))
     }
 
-    /// Some enabled channel the key can see serves `model`.
-    pub fn reachable(&self, key: &GatewayKey, model: &str) -> bool {
+    /// Some channel of the key's groups lists `model`; with `enabled_only`, an enabled one (what
+    /// `/v1/models` lists). A model only disabled channels serve is a 503 for the key, not a 404.
+    pub fn serves(&self, key: &GatewayKey, model: &str, enabled_only: bool) -> bool {
         self.models.get(model).is_some_and(|routes| {
             routes.iter().any(|r| {
                 self.channels
                     .get(r.channel)
-                    .is_some_and(|c| c.enabled && key.group_rank(c).is_some())
+                    .is_some_and(|c| (c.enabled || !enabled_only) && key.group_rank(c).is_some())
             })
         })
     }

@@ -868,7 +868,7 @@ async fn models(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let data: Vec<Value> = snap
         .models
         .iter()
-        .filter(|(m, _)| snap.reachable(key, m))
+        .filter(|(m, _)| snap.serves(key, m, true))
         .map(
             |(m, _)| json!({"id": &**m, "object": "model", "created": 0, "owned_by": "switchyard"}),
         )
