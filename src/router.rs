@@ -503,6 +503,7 @@ mod tests {
             groups: Vec::new(),
             redirects: Vec::new(),
             defaults: None,
+            trim: false,
         }
     }
 

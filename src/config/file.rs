@@ -53,6 +53,27 @@ pub struct FileConfig {
     /// Virtual models (`model: "auto"`) routed by what the prompt means.
     #[serde(default)]
     pub routers: Vec<RouterConfig>,
+    /// The model catalog: context windows, output budgets, trimming and context fallbacks.
+    #[serde(default)]
+    pub models: Vec<ModelConfig>,
+}
+
+/// `[[models]]`: a model's limits and its route's context settings. `name` is an exact name or
+/// a glob; the window and output budget default to the built-in family's.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    pub name: String,
+    pub context_window: Option<u64>,
+    pub max_output_tokens: Option<u64>,
+    /// Trim every request routed to this model to fit its window.
+    #[serde(default)]
+    pub trim: bool,
+    /// When trimming, down to this share of the window (default 0.8).
+    pub trim_to: Option<f64>,
+    /// Larger models for a request that does not fit this one, first that fits wins.
+    #[serde(default)]
+    pub context_fallbacks: Vec<String>,
 }
 
 /// `[[routers]]`: a virtual model whose instances describe, by examples, the prompts they serve.
@@ -344,6 +365,9 @@ pub struct KeyConfig {
     #[serde(default)]
     pub redirects: Vec<RedirectConfig>,
     pub failover_defaults: Option<FailoverDefaultsConfig>,
+    /// Trim every request of this key to fit the serving model's window.
+    #[serde(default)]
+    pub trim: bool,
 }
 
 /// `{ from = "gpt-4*", to = "gpt-4o" }`: `from` is an exact name, or a glob when it holds `*`

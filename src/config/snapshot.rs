@@ -67,6 +67,8 @@ pub struct GatewayKey {
     pub groups: Vec<Arc<str>>,
     pub redirects: Vec<Redirect>,
     pub defaults: Option<FailoverDefaults>,
+    /// Trim this key's requests to fit the serving model's window.
+    pub trim: bool,
 }
 
 impl GatewayKey {
@@ -163,6 +165,8 @@ pub struct Snapshot {
     pub state: StateSettings,
     /// Virtual models routed by meaning.
     pub routers: Vec<SemanticRouter>,
+    /// Context windows and the context settings of each model's route.
+    pub catalog: crate::context::catalog::Catalog,
     /// Unique per compiled config: caches of anything derived from it (reference embeddings)
     /// are keyed by it.
     pub version: u64,
@@ -425,6 +429,7 @@ pub(crate) fn compile(
             groups: k.groups.iter().map(|g| g.as_str().into()).collect(),
             redirects: Vec::new(),
             defaults: None,
+            trim: k.trim,
         });
     }
 
@@ -629,6 +634,7 @@ pub(crate) fn compile(
         ));
     }
     let routers = compile_routers(&cfg.routers, &models, &channels).map_err(|(f, m)| err(f, m))?;
+    let catalog = compile_catalog(&cfg.models, &models).map_err(|(f, m)| err(f, m))?;
     let rb = &s.retry_budget;
     if !(0.0..=10.0).contains(&rb.ratio) || rb.window_seconds == 0 {
         return Err(err(
@@ -679,6 +685,7 @@ pub(crate) fn compile(
             prefix: cfg.state.prefix.as_deref().unwrap_or("switchyard").into(),
         },
         routers,
+        catalog,
         version: VERSION.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         source,
     })
@@ -828,6 +835,92 @@ fn compile_routers(
 /// Channels configured without groups are in this one.
 pub const DEFAULT_GROUP: &str = "default";
 
+/// A glob (`*`, `?`) as an unanchored regex pattern.
+fn glob_regex(glob: &str) -> String {
+    glob.split_inclusive(['*', '?'])
+        .map(|part| match part.strip_suffix('*') {
+            Some(lit) => format!("{}.*", regex_lite::escape(lit)),
+            None => match part.strip_suffix('?') {
+                Some(lit) => format!("{}.", regex_lite::escape(lit)),
+                None => regex_lite::escape(part),
+            },
+        })
+        .collect()
+}
+
+/// `[[models]]`: each entry's window (its own or its built-in family's) and fallbacks checked.
+fn compile_catalog(
+    list: &[super::file::ModelConfig],
+    models: &BTreeMap<Arc<str>, Vec<ModelRoute>>,
+) -> Result<crate::context::catalog::Catalog, (String, String)> {
+    use crate::context::catalog::{Catalog, DEFAULT_TRIM_TO, ModelInfo, NameMatch};
+    let mut catalog = Catalog::builtin();
+    for (i, m) in list.iter().enumerate() {
+        let at = |f: &str| format!("models[{i}].{f}");
+        if m.name.is_empty() {
+            return Err((at("name"), "must not be empty".into()));
+        }
+        let glob = m.name.contains(['*', '?']);
+        let family = (!glob).then(|| catalog.family(&m.name)).flatten();
+        let context_window = match (m.context_window, family) {
+            (Some(0), _) => return Err((at("context_window"), "must be > 0".into())),
+            (Some(w), _) => w,
+            (None, Some(f)) => f.context_window,
+            (None, None) => {
+                return Err((
+                    at("context_window"),
+                    format!("is required: no built-in default for {:?}", m.name),
+                ));
+            }
+        };
+        let max_output_tokens = m
+            .max_output_tokens
+            .or(family.map(|f| f.max_output_tokens))
+            .unwrap_or(context_window / 4);
+        if max_output_tokens >= context_window {
+            return Err((
+                at("max_output_tokens"),
+                format!("must be below the context window ({context_window})"),
+            ));
+        }
+        let trim_to = m.trim_to.unwrap_or(DEFAULT_TRIM_TO);
+        if !(trim_to > 0.0 && trim_to <= 1.0) {
+            return Err((at("trim_to"), "must be in (0, 1]".into()));
+        }
+        for (j, f) in m.context_fallbacks.iter().enumerate() {
+            if !models.contains_key(f.as_str()) {
+                return Err((
+                    format!("models[{i}].context_fallbacks[{j}]"),
+                    format!("no channel serves the model {f:?}"),
+                ));
+            }
+        }
+        let matcher = if glob {
+            let re = regex_lite::Regex::new(&format!("^(?:{})$", glob_regex(&m.name)))
+                .map_err(|e| (at("name"), format!("invalid pattern: {e}")))?;
+            NameMatch::Pattern(re)
+        } else {
+            NameMatch::Exact
+        };
+        catalog.push(
+            matcher,
+            ModelInfo {
+                name: m.name.as_str().into(),
+                context_window,
+                max_output_tokens,
+                trim: m.trim,
+                trim_to,
+                context_fallbacks: m
+                    .context_fallbacks
+                    .iter()
+                    .map(|f| f.as_str().into())
+                    .collect(),
+            },
+        );
+    }
+    Ok(catalog)
+}
+
 /// Redirect rules: exact names, globs (`*`, `?`) and anchored regexes; a target must be a model
 /// some channel serves (unless a regex target substitutes a capture).
 fn compile_redirects(
@@ -848,18 +941,7 @@ fn compile_redirects(
         });
         let pattern = match kind {
             RedirectKind::Exact => None,
-            RedirectKind::Glob => Some(
-                r.from
-                    .split_inclusive(['*', '?'])
-                    .map(|part| match part.strip_suffix('*') {
-                        Some(lit) => format!("{}.*", regex_lite::escape(lit)),
-                        None => match part.strip_suffix('?') {
-                            Some(lit) => format!("{}.", regex_lite::escape(lit)),
-                            None => regex_lite::escape(part),
-                        },
-                    })
-                    .collect::<String>(),
-            ),
+            RedirectKind::Glob => Some(glob_regex(&r.from)),
             RedirectKind::Regex => Some(r.from.clone()),
         };
         let matcher = match pattern {

@@ -5,6 +5,7 @@
 //! Not wired into requests yet: the catalog, the message-level count and the per-attempt wiring
 //! come next (issue 8).
 
+pub mod catalog;
 pub mod count;
 pub mod trim;
 

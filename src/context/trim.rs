@@ -3,7 +3,10 @@
 //!
 //! Groups: a user message with the assistant replies that follow it; an assistant message that
 //! calls tools with every tool result answering it (parallel calls stay together). A tool
-//! result is never kept without its call, nor a call without its results.
+//! result is never kept without its call, nor a call without its results. Kept always: system
+//! and developer messages, the latest user turn, and the last exchange (in an agent loop, the
+//! tool results the model is about to read); the tool exchanges between them are history like
+//! any other. A cut never leaves the history opening with anything but a user turn.
 
 use crate::protocol::{Message, Role};
 
@@ -26,19 +29,15 @@ pub struct TooLong {
     pub budget: u64,
 }
 
-/// Groups of removable history, oldest first, as index ranges; plus the protected indices.
-fn groups(messages: &[Message]) -> (Vec<std::ops::Range<usize>>, Vec<usize>) {
-    let protected_from = messages
-        .iter()
-        .rposition(|m| m.role == Role::User)
-        .unwrap_or(messages.len());
+/// The history as atomic groups, oldest first (index ranges), and which of them are protected.
+/// System and developer messages are in no group: they are never removed.
+fn groups(messages: &[Message]) -> (Vec<std::ops::Range<usize>>, Vec<bool>) {
+    let latest_user = messages.iter().rposition(|m| m.role == Role::User);
     let mut groups: Vec<std::ops::Range<usize>> = Vec::new();
-    let mut protected = Vec::new();
     let mut i = 0;
     while i < messages.len() {
         let m = &messages[i];
-        if i >= protected_from || matches!(m.role, Role::System | Role::Developer) {
-            protected.push(i);
+        if matches!(m.role, Role::System | Role::Developer) {
             i += 1;
             continue;
         }
@@ -46,13 +45,13 @@ fn groups(messages: &[Message]) -> (Vec<std::ops::Range<usize>>, Vec<usize>) {
         i += 1;
         if m.role == Role::Assistant && !m.tool_calls.is_empty() {
             // The call and every result that answers it.
-            while i < protected_from && messages[i].role == Role::Tool {
+            while i < messages.len() && messages[i].role == Role::Tool {
                 i += 1;
             }
         } else if m.role == Role::User {
             // The user's turn and the plain replies to it (a reply that calls tools starts its
             // own group, with its results).
-            while i < protected_from
+            while i < messages.len()
                 && messages[i].role == Role::Assistant
                 && messages[i].tool_calls.is_empty()
             {
@@ -65,9 +64,32 @@ fn groups(messages: &[Message]) -> (Vec<std::ops::Range<usize>>, Vec<usize>) {
                 continue;
             }
         }
-        groups.push(start..i);
+        // One client message split in two (an Anthropic user turn with tool results and
+        // text) is cut whole or not at all: its parts' groups become one.
+        let source = |k: usize| messages[k].source;
+        match groups.last_mut() {
+            Some(prev)
+                if prev.end == start && source(start).is_some() && source(start) == source(start - 1) =>
+            {
+                prev.end = i;
+            }
+            _ => groups.push(start..i),
+        }
     }
+    // The latest user turn and the last exchange (what the model answers next) stay.
+    let last = groups.len().saturating_sub(1);
+    let protected = groups
+        .iter()
+        .enumerate()
+        .map(|(g, r)| g == last || latest_user.is_some_and(|u| r.contains(&u)))
+        .collect();
     (groups, protected)
+}
+
+/// Whether a history cut just before group `g` would leave it opening the conversation with
+/// something other than a user message (Anthropic refuses that; it reads oddly anywhere).
+fn opens_badly(messages: &[Message], g: &std::ops::Range<usize>) -> bool {
+    messages[g.start].role != Role::User
 }
 
 /// Keeps what fits: `fixed` tokens (tools, message framing) plus each kept message's count must
@@ -91,7 +113,19 @@ pub fn trim(
         });
     }
     let (groups, protected) = groups(messages);
-    let minimum = fixed + protected.iter().map(|&i| counts[i]).sum::<u64>();
+    let system = messages
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| matches!(m.role, Role::System | Role::Developer))
+        .map(|(i, _)| counts[i])
+        .sum::<u64>();
+    let kept_groups = groups
+        .iter()
+        .zip(&protected)
+        .filter(|(_, p)| **p)
+        .map(|(g, _)| g.clone().map(|i| counts[i]).sum::<u64>())
+        .sum::<u64>();
+    let minimum = fixed + system + kept_groups;
     if minimum > budget {
         return Err(TooLong { minimum, budget });
     }
@@ -99,8 +133,14 @@ pub fn trim(
     let mut now = total;
     let mut removed = 0;
     let mut dropped = vec![false; messages.len()];
-    for g in &groups {
-        if now <= goal {
+    let removable = groups.iter().zip(&protected).filter(|(_, p)| !**p).map(|(g, _)| g);
+    for g in removable {
+        // Enough is gone, and the history now opens with a user turn.
+        let opens_well = groups
+            .iter()
+            .find(|r| !dropped[r.start])
+            .is_none_or(|r| !opens_badly(messages, r));
+        if now <= goal && opens_well {
             break;
         }
         now -= g.clone().map(|i| counts[i]).sum::<u64>();

@@ -126,7 +126,11 @@ pub fn request_from_value(body: Value) -> Result<ChatRequest, InvalidRequest> {
         }
     };
     for (i, v) in raw.into_iter().enumerate() {
+        let from = messages.len();
         turn(v, &format!("messages[{i}]"), &mut messages)?;
+        for m in &mut messages[from..] {
+            m.source = Some(i as u32);
+        }
     }
     let number = |m: &mut Map<String, Value>, key: &str| match m.shift_remove(key) {
         None | Some(Value::Null) => Ok(None),

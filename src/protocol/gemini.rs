@@ -47,6 +47,7 @@ pub fn request_from_value(
     // Function calls seen so far, so that a response can be paired with its call's id.
     let mut call_ids: Vec<(String, String)> = Vec::new();
     for (i, c) in contents.into_iter().enumerate() {
+        let from = messages.len();
         let role = match c.get("role").and_then(Value::as_str) {
             Some("model") => Role::Assistant,
             Some("user") | None => Role::User,
@@ -125,6 +126,9 @@ pub fn request_from_value(
             }
         }
         messages.extend(Message::from_blocks(role, parts, calls, reasoning));
+        for m in &mut messages[from..] {
+            m.source = Some(i as u32);
+        }
     }
     let gc = m
         .shift_remove("generationConfig")

@@ -156,6 +156,9 @@ pub struct Message {
     /// Visible reasoning text some upstreams return (`reasoning_content`).
     pub reasoning: Option<String>,
     pub extra: Map<String, Value>,
+    /// The index of the client's message in `ChatRequest::raw` this one came from (Anthropic
+    /// and Gemini turns may split into several), so trimming can cut the raw body the same way.
+    pub source: Option<u32>,
 }
 
 impl Message {
@@ -168,6 +171,7 @@ impl Message {
             tool_call_id: None,
             reasoning: None,
             extra: Map::new(),
+            source: None,
         }
     }
 
@@ -198,6 +202,7 @@ impl Message {
             tool_call_id: None,
             reasoning: (!reasoning.is_empty()).then_some(reasoning),
             extra: Map::new(),
+            source: None,
         })
     }
 }

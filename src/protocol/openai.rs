@@ -289,6 +289,7 @@ fn message_from_value(v: Value, path: &str, default_role: Option<Role>) -> Read<
         tool_call_id,
         reasoning,
         extra: m,
+        source: None,
     })
 }
 
@@ -715,6 +716,7 @@ pub fn response_from_value(body: Value) -> Result<ChatResponse, InvalidUpstream>
                 tool_call_id: None,
                 reasoning: None,
                 extra: Map::new(),
+                source: None,
             },
         };
         let finish_reason = opt_string(&mut c, "finish_reason", &path).map_err(&conv)?;

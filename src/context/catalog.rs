@@ -1,0 +1,192 @@
+//! The model catalog: each model's context window and default output budget, plus the trimming
+//! and context-fallback settings of its route. `[[models]]` entries come first (exact names or
+//! globs); built-in defaults for well-known model families fill the rest.
+
+use std::sync::Arc;
+
+/// One model's limits and context settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelInfo {
+    /// As configured (a name or a glob), or the built-in family.
+    pub name: Arc<str>,
+    pub context_window: u64,
+    /// Reserved for the reply when the request sets no `max_tokens`.
+    pub max_output_tokens: u64,
+    /// Trim every request routed to this model.
+    pub trim: bool,
+    /// When trimming is needed, trim down to this share of the window.
+    pub trim_to: f64,
+    /// Larger models to route to when a request does not fit this one (and is not trimmed).
+    pub context_fallbacks: Vec<Arc<str>>,
+}
+
+/// The share of the window trimming aims for by default: below the limit, so that the next
+/// turns reuse the same cut and the provider's prompt cache keeps hitting.
+pub const DEFAULT_TRIM_TO: f64 = 0.8;
+
+impl ModelInfo {
+    pub fn new(name: &str, context_window: u64, max_output_tokens: u64) -> Self {
+        ModelInfo {
+            name: name.into(),
+            context_window,
+            max_output_tokens,
+            trim: false,
+            trim_to: DEFAULT_TRIM_TO,
+            context_fallbacks: Vec::new(),
+        }
+    }
+
+    /// The most prompt tokens a request reserving `output` tokens for the reply may carry:
+    /// the window less the output and a safety margin of 2 % (the provider's framing of tools
+    /// and images is not published to the token).
+    pub fn budget(&self, output: u64) -> u64 {
+        self.context_window
+            .saturating_sub(output)
+            .saturating_sub(self.context_window / 50)
+    }
+
+    /// What trimming aims for: `trim_to` of the window, less the output, within the budget.
+    pub fn target(&self, output: u64) -> u64 {
+        let share = (self.context_window as f64 * self.trim_to) as u64;
+        share.saturating_sub(output).min(self.budget(output))
+    }
+}
+
+/// Built-in families, as their vendors publish them: (family, context window, max output).
+/// A model matches a family when it is the family's name or continues it after a `-`
+/// (`gpt-4o-2024-08-06`); the longest family wins (`gpt-4o-mini` over `gpt-4o`).
+const BUILTIN: &[(&str, u64, u64)] = &[
+    ("gpt-5", 400_000, 128_000),
+    ("gpt-4.1", 1_047_576, 32_768),
+    ("gpt-4o", 128_000, 16_384),
+    ("gpt-4o-mini", 128_000, 16_384),
+    ("gpt-4-turbo", 128_000, 4_096),
+    ("gpt-4", 8_192, 8_192),
+    ("gpt-3.5-turbo", 16_385, 4_096),
+    ("o1", 200_000, 100_000),
+    ("o1-mini", 128_000, 65_536),
+    ("o3", 200_000, 100_000),
+    ("o4-mini", 200_000, 100_000),
+    ("claude-opus-4", 200_000, 32_000),
+    ("claude-sonnet-4", 200_000, 64_000),
+    ("claude-haiku-4", 200_000, 64_000),
+    ("claude-3-7-sonnet", 200_000, 64_000),
+    ("claude-3-5-sonnet", 200_000, 8_192),
+    ("claude-3-5-haiku", 200_000, 8_192),
+    ("claude-3", 200_000, 4_096),
+    ("gemini-2.5-pro", 1_048_576, 65_536),
+    ("gemini-2.5-flash", 1_048_576, 65_536),
+    ("gemini-2.0-flash", 1_048_576, 8_192),
+    ("gemini-1.5-pro", 2_097_152, 8_192),
+    ("gemini-1.5-flash", 1_048_576, 8_192),
+];
+
+/// A configured entry's name: exact, or a glob compiled to an anchored regex.
+#[derive(Debug)]
+pub enum NameMatch {
+    Exact,
+    Pattern(regex_lite::Regex),
+}
+
+#[derive(Debug, Default)]
+pub struct Catalog {
+    configured: Vec<(NameMatch, ModelInfo)>,
+    builtin: Vec<ModelInfo>,
+}
+
+impl Catalog {
+    /// The built-in families only, longest first so the first family match is the best.
+    pub fn builtin() -> Self {
+        let mut builtin: Vec<ModelInfo> = BUILTIN
+            .iter()
+            .map(|&(n, w, o)| ModelInfo::new(n, w, o))
+            .collect();
+        builtin.sort_by_key(|m| std::cmp::Reverse(m.name.len()));
+        Catalog {
+            configured: Vec::new(),
+            builtin,
+        }
+    }
+
+    /// Adds a configured entry; configured entries are looked up first, in order.
+    pub fn push(&mut self, matcher: NameMatch, info: ModelInfo) {
+        self.configured.push((matcher, info));
+    }
+
+    /// The entry for `model`: the first configured one that matches, else its built-in family.
+    pub fn lookup(&self, model: &str) -> Option<&ModelInfo> {
+        self.configured
+            .iter()
+            .find(|(m, info)| match m {
+                NameMatch::Exact => *info.name == *model,
+                NameMatch::Pattern(re) => re.is_match(model),
+            })
+            .map(|(_, info)| info)
+            .or_else(|| self.family(model))
+    }
+
+    /// The built-in family of `model` (`openai/gpt-4o` counts as `gpt-4o`).
+    pub fn family(&self, model: &str) -> Option<&ModelInfo> {
+        let bare = model.rsplit('/').next().unwrap_or(model);
+        self.builtin.iter().find(|m| {
+            bare.strip_prefix(&*m.name)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('-'))
+        })
+    }
+
+    /// Whether any configured entry trims or names context fallbacks: when none does and no
+    /// key or request asks for trimming, requests are not even counted.
+    pub fn any_context_settings(&self) -> bool {
+        self.configured
+            .iter()
+            .any(|(_, i)| i.trim || !i.context_fallbacks.is_empty())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn families_match_dated_and_prefixed_names_longest_first() {
+        let c = Catalog::builtin();
+        let w = |m: &str| c.lookup(m).map(|i| (i.name.to_string(), i.context_window));
+        assert_eq!(
+            w("gpt-4o-mini-2024-07-18"),
+            Some(("gpt-4o-mini".into(), 128_000))
+        );
+        assert_eq!(w("gpt-4-0613"), Some(("gpt-4".into(), 8_192)));
+        assert_eq!(w("gpt-4.1-nano"), Some(("gpt-4.1".into(), 1_047_576)));
+        assert_eq!(w("openai/gpt-4o"), Some(("gpt-4o".into(), 128_000)));
+        assert_eq!(
+            w("claude-sonnet-4-5-20250929"),
+            Some(("claude-sonnet-4".into(), 200_000))
+        );
+        // A family continues only after a dash: `gpt-4o` is not `gpt-4`.
+        assert_eq!(w("gpt-4o").unwrap().0, "gpt-4o");
+        assert_eq!(w("gpt-40"), None);
+        assert_eq!(w("demo"), None);
+    }
+
+    #[test]
+    fn configured_entries_come_first_and_globs_match() {
+        let mut c = Catalog::builtin();
+        c.push(NameMatch::Exact, ModelInfo::new("gpt-4o", 1_000, 100));
+        c.push(
+            NameMatch::Pattern(regex_lite::Regex::new("^(?:local-.*)$").unwrap()),
+            ModelInfo::new("local-*", 4_096, 512),
+        );
+        assert_eq!(c.lookup("gpt-4o").unwrap().context_window, 1_000);
+        assert_eq!(c.lookup("gpt-4o-2024-08-06").unwrap().context_window, 128_000);
+        assert_eq!(c.lookup("local-llama").unwrap().context_window, 4_096);
+    }
+
+    #[test]
+    fn the_budget_leaves_room_for_the_reply_and_a_margin() {
+        let m = ModelInfo::new("m", 10_000, 1_000);
+        assert_eq!(m.budget(1_000), 10_000 - 1_000 - 200);
+        assert_eq!(m.target(1_000), 8_000 - 1_000);
+        // A reply reservation larger than the window leaves nothing.
+        assert_eq!(m.budget(20_000), 0);
+    }
+}
