@@ -918,6 +918,17 @@ fn compile_catalog(
             },
         );
     }
+    // A fallback must be larger, so its window must be known.
+    for (i, m) in list.iter().enumerate() {
+        for (j, f) in m.context_fallbacks.iter().enumerate() {
+            if catalog.lookup(f).is_none() {
+                return Err((
+                    format!("models[{i}].context_fallbacks[{j}]"),
+                    format!("the context window of {f:?} is not known: give it a [[models]] entry"),
+                ));
+            }
+        }
+    }
     Ok(catalog)
 }
 

@@ -1,12 +1,12 @@
-//! Token counting (and, next, turn-aware trimming). Counts are the provider's own where an
+//! Token counting and turn-aware trimming, pure. Counts are the provider's own where an
 //! offline tokenizer exists: OpenAI's BPE ranks (o200k_base for gpt-4o, gpt-4.1, gpt-5 and the
-//! o-series; cl100k_base for older models), bundled by the `tiktoken` crate, loaded once.
-//!
-//! Not wired into requests yet: the catalog, the message-level count and the per-attempt wiring
-//! come next (issue 8).
+//! o-series; cl100k_base for older models), bundled by the `tiktoken` crate, loaded once;
+//! calibrated estimates for the rest (`count`). The `catalog` says each model's window; `trim`
+//! picks whole groups of history to drop; `fit` puts them together per model for exec.
 
 pub mod catalog;
 pub mod count;
+pub mod fit;
 pub mod trim;
 
 /// The BPE encoding OpenAI uses for `model`, if it is an OpenAI model the tokenizer knows.

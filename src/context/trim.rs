@@ -243,4 +243,40 @@ mod tests {
             assert_eq!(has(4), has(6), "{target}");
         }
     }
+
+    #[test]
+    fn an_agent_loop_after_one_user_turn_sheds_its_oldest_tool_exchanges() {
+        // system, user (the task), then five call/result exchanges.
+        let mut h = vec![msg(Role::System), msg(Role::User)];
+        for _ in 0..5 {
+            h.push(call());
+            h.push(msg(Role::Tool));
+        }
+        let counts = [10; 12];
+        let t = trim(&h, &counts, 0, 90, 80).unwrap();
+        // The task and the exchange the model answers next stay; the oldest exchanges went.
+        assert_eq!(t.kept, [0, 1, 6, 7, 8, 9, 10, 11]);
+        assert_eq!(t.removed_groups, 2);
+        // At most: system, task, last exchange.
+        let t = trim(&h, &counts, 0, 90, 0).unwrap();
+        assert_eq!(t.kept, [0, 1, 10, 11]);
+        assert_eq!(trim(&h, &counts, 0, 30, 0).unwrap_err().minimum, 40);
+    }
+
+    #[test]
+    fn a_cut_never_leaves_the_history_opening_with_a_reply() {
+        // system, [user, reply], [call, tool], user(latest): removing the first group alone
+        // would open with a tool call, so the call goes too.
+        let h = vec![
+            msg(Role::System),
+            msg(Role::User),
+            msg(Role::Assistant),
+            call(),
+            msg(Role::Tool),
+            msg(Role::User),
+        ];
+        let t = trim(&h, &[10; 6], 0, 55, 45).unwrap();
+        assert_eq!(t.kept, [0, 5]);
+        assert_eq!(t.removed_groups, 2);
+    }
 }

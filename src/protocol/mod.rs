@@ -278,6 +278,26 @@ fn nested<'a>(raw: &'a Value, list: &str, items: &'a str) -> impl Iterator<Item 
 }
 
 impl ChatRequest {
+    /// A copy with other messages (and raw body): the rest cloned, the history not.
+    pub fn with_messages(&self, messages: Vec<Message>, raw: Option<Value>) -> ChatRequest {
+        ChatRequest {
+            model: self.model.clone(),
+            messages,
+            stream: self.stream,
+            stream_include_usage: self.stream_include_usage,
+            max_tokens: self.max_tokens,
+            temperature: self.temperature.clone(),
+            top_p: self.top_p.clone(),
+            stop: self.stop.clone(),
+            tools: self.tools.clone(),
+            tool_choice: self.tool_choice.clone(),
+            origin: self.origin,
+            raw,
+            extra: self.extra.clone(),
+            hops: self.hops,
+        }
+    }
+
     /// History only the client's own provider accepts: signed thinking (Anthropic), thought
     /// signatures (Gemini). An empty signature is one this gateway made from another
     /// provider's reasoning, and does not count.
