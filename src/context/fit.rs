@@ -32,10 +32,9 @@ pub enum Plan {
         request: Option<Arc<ChatRequest>>,
         note: Note,
     },
-    /// Trimming is on and even the minimum (instructions, tools, latest turn) does not fit.
-    TooLong(Overflow),
-    /// Trimming is off and the request does not fit: a context fallback may take it.
-    Overflows(Overflow),
+    /// It does not fit: with trimming on, not even the minimum (instructions, tools, latest
+    /// turn); with it off, the whole request. A context fallback may take it.
+    Exceeds { overflow: Overflow, trimming: bool },
 }
 
 /// The counts a `context_length_exceeded` answer gives.
@@ -77,13 +76,22 @@ impl<'a> Fitter<'a> {
 
     /// The request for `model` (the model as routed).
     pub fn plan(&mut self, model: &str) -> Plan {
-        if let Some((_, p)) = self.plans.iter().find(|(m, _)| **m == *model) {
-            return p.clone();
+        self.plan_counted(model, false)
+    }
+
+    /// `always`: count even where the model's route neither trims nor falls back (to know
+    /// whether it can be a fallback).
+    fn plan_counted(&mut self, model: &str, always: bool) -> Plan {
+        let cached = self.plans.iter().position(|(m, _)| **m == *model);
+        if let Some(i) = cached
+            && !(always && matches!(self.plans[i].1, Plan::AsIs))
+        {
+            return self.plans[i].1.clone();
         }
         let plan = match self.catalog.lookup(model) {
             Some(info) => {
                 let trim = self.trim.unwrap_or(info.trim);
-                if trim || !info.context_fallbacks.is_empty() {
+                if always || trim || !info.context_fallbacks.is_empty() {
                     let req = self.req;
                     let counted = self.counted(tokenizer(model, info));
                     fit(req, counted, info, model, trim)
@@ -93,7 +101,10 @@ impl<'a> Fitter<'a> {
             }
             None => Plan::AsIs,
         };
-        self.plans.push((model.into(), plan.clone()));
+        match cached {
+            Some(i) => self.plans[i].1 = plan.clone(),
+            None => self.plans.push((model.into(), plan.clone())),
+        }
         plan
     }
 
@@ -110,7 +121,7 @@ impl<'a> Fitter<'a> {
             if !larger || tried.contains(&fb) {
                 continue;
             }
-            if matches!(self.plan(&fb), Plan::AsIs | Plan::Fit { .. }) {
+            if matches!(self.plan_counted(&fb, true), Plan::Fit { .. }) {
                 return Some(fb);
             }
         }
@@ -163,14 +174,20 @@ fn fit(req: &ChatRequest, counted: &Counted, info: &ModelInfo, model: &str, trim
         };
     }
     if !trim {
-        return Plan::Overflows(overflow(total));
+        return Plan::Exceeds {
+            overflow: overflow(total),
+            trimming: false,
+        };
     }
     match trim_request(req, counted, budget, info.target(reserved)) {
         Ok((request, t)) => Plan::Fit {
             request: Some(Arc::new(request)),
             note: note(t.tokens, t.removed_groups),
         },
-        Err(TooLong { minimum, .. }) => Plan::TooLong(overflow(minimum)),
+        Err(TooLong { minimum, .. }) => Plan::Exceeds {
+            overflow: overflow(minimum),
+            trimming: true,
+        },
     }
 }
 
@@ -328,7 +345,11 @@ mod tests {
             "rules ".repeat(2_000),
         );
         let mut f = Fitter::new(&big, &c, None).unwrap();
-        let Plan::TooLong(o) = f.plan("trims") else {
+        let Plan::Exceeds {
+            overflow: o,
+            trimming: true,
+        } = f.plan("trims")
+        else {
             panic!()
         };
         assert_eq!((o.context_window, o.reserved), (1_000, 100));
@@ -340,7 +361,13 @@ mod tests {
         let req = anthropic(6, 40);
         let c = catalog();
         let mut f = Fitter::new(&req, &c, Some(false)).unwrap();
-        assert!(matches!(f.plan("small"), Plan::Overflows(_)));
+        assert!(matches!(
+            f.plan("small"),
+            Plan::Exceeds {
+                trimming: false,
+                ..
+            }
+        ));
         // `tiny` is listed first but is smaller; `big` fits.
         assert_eq!(f.fallback("small", &[]).as_deref(), Some("big"));
         assert_eq!(f.fallback("small", &["big".into()]), None);

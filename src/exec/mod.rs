@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use tokio::time::{Instant, timeout_at};
 
 use crate::config::{Channel, GatewayKey, Snapshot};
+use crate::context::fit::{Fitter, Note, Overflow, Plan};
 use crate::health::{CredVerdict, Health, Key, Reservation, Skip, Verdict};
 use crate::protocol::{ChatRequest, ChatResponse, EmbeddingsRequest, StreamChunk, Usage};
 use crate::provider::ChunkStream;
@@ -49,7 +50,8 @@ impl serde::Serialize for AttemptRecord {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
         let mut m = s.serialize_map(Some(5))?;
-        m.serialize_entry("channel", &*self.channel)?;
+        // No channel: a step skipped before any channel was chosen (a context fallback).
+        m.serialize_entry("channel", &(!self.channel.is_empty()).then_some(&*self.channel))?;
         m.serialize_entry("model", &*self.model)?;
         m.serialize_entry("status", &self.status)?;
         m.serialize_entry("reason", self.reason())?;
@@ -76,6 +78,8 @@ pub struct Report {
     pub attempts: Vec<AttemptRecord>,
     /// Who served (set at success / the commit point).
     pub served: Option<Served>,
+    /// What fitting the request to the serving model's window did, when it was counted.
+    pub context: Option<Note>,
 }
 
 impl Report {
@@ -160,6 +164,12 @@ pub enum ExecError {
     /// The upstream judged the request itself malformed (400/413/422): its answer, as is.
     #[error("the upstream rejected the request (HTTP {})", .0.status)]
     Rejected(Passthrough),
+    /// Trimming is on and the instructions, tools and latest turn alone exceed the window.
+    #[error(
+        "this request needs at least {} prompt tokens (instructions, tools and the latest turn, which are never trimmed); {}'s context window of {} tokens leaves {} after {} reserved for the reply",
+        .0.needed, .0.model, .0.context_window, .0.budget, .0.reserved
+    )]
+    ContextTooLong(Overflow),
 }
 
 impl ExecError {
@@ -171,6 +181,7 @@ impl ExecError {
             ExecError::AllAttemptsFailed | ExecError::AllModelsFailed => 502,
             ExecError::Deadline => 504,
             ExecError::Rejected(p) => p.status,
+            ExecError::ContextTooLong(_) => 400,
         }
     }
 
@@ -183,6 +194,7 @@ impl ExecError {
             ExecError::AllModelsFailed => "all_models_failed",
             ExecError::Deadline => "request_timeout",
             ExecError::Rejected(_) => "upstream_rejected_request",
+            ExecError::ContextTooLong(_) => "context_length_exceeded",
         }
     }
 
@@ -304,9 +316,10 @@ fn verdict(f: &Failure, latency: Duration) -> Verdict {
     }
     match f.class {
         // The channel answered correctly: the fault is the request (or our translation of it).
-        OutcomeClass::ClientError | OutcomeClass::TranslationError | OutcomeClass::Blocked => {
-            Verdict::Neutral
-        }
+        OutcomeClass::ClientError
+        | OutcomeClass::TranslationError
+        | OutcomeClass::Blocked
+        | OutcomeClass::ContextWindow => Verdict::Neutral,
         OutcomeClass::RateLimit => Verdict::RateLimited {
             retry_after: f.retry_after,
         },
@@ -336,6 +349,9 @@ pub struct Route<'a> {
     pub bound: Option<&'a str>,
     /// State shared with other replicas (credentials' `rpm` buckets).
     pub shared: Option<&'a crate::state::State>,
+    /// The request's own trimming choice (`x-switchyard-trim`); `None` leaves it to the key
+    /// and the model's route.
+    pub trim: Option<bool>,
 }
 
 /// The caller's attempt timeouts for the model being tried (none: the channel's own).
@@ -386,10 +402,12 @@ async fn run<'s, T, F, Fut>(
     estimate: u64,
     deadline: Instant,
     report: &mut Report,
+    // Fits the request to each model's window (chat only; `None` when nothing asks for it).
+    mut fitter: Option<Fitter<'_>>,
     mut call: F,
 ) -> Result<(T, Option<Reservation>), ExecError>
 where
-    F: FnMut(&'s Channel, Arc<str>, Option<usize>, CallerLimits) -> Fut,
+    F: FnMut(&'s Channel, Arc<str>, Option<usize>, CallerLimits, Option<Arc<ChatRequest>>) -> Fut,
     Fut: Future<Output = Result<T, Failure>>,
 {
     health.retries.request(&snap.server.retry_budget);
@@ -399,21 +417,70 @@ where
         let before = report.attempts.len();
         // Set when the retry budget refused a call: a deliberate block, which ends the chain.
         let mut blocked = false;
-        let err = match run_model(
-            snap,
-            health,
-            route.key,
-            route.bound,
-            route.shared,
-            step,
-            estimate,
-            deadline,
-            report,
-            &mut call,
-            &mut blocked,
-        )
-        .await
-        {
+        // The model tried for this step: the step's own, or a context fallback of it.
+        let mut current = std::borrow::Cow::Borrowed(step);
+        let mut too_small: Vec<Arc<str>> = Vec::new();
+        let result = loop {
+            let mut body = None;
+            let mut note = None;
+            if let Some(f) = fitter.as_mut() {
+                match f.plan(&current.model) {
+                    Plan::AsIs => {}
+                    Plan::Fit { request, note: n } => {
+                        body = request;
+                        note = Some(n);
+                    }
+                    Plan::Exceeds { overflow, trimming } => {
+                        too_small.push(current.model.clone());
+                        if let Some(fb) = f.fallback(&current.model, &too_small) {
+                            report.attempts.push(context_skip(&current.model));
+                            current = std::borrow::Cow::Owned(fallback_step(&current, fb));
+                            continue;
+                        }
+                        if trimming {
+                            break Err(ExecError::ContextTooLong(overflow));
+                        }
+                        // Not trimmed and no fallback fits: the upstream is the judge.
+                        note = Some(Note {
+                            prompt_tokens: overflow.needed,
+                            trimmed_turns: 0,
+                            exact: false,
+                        });
+                    }
+                }
+            }
+            let r = run_model(
+                snap,
+                health,
+                route.key,
+                route.bound,
+                route.shared,
+                &current,
+                (body, note),
+                estimate,
+                deadline,
+                report,
+                &mut call,
+                &mut blocked,
+            )
+            .await;
+            // The upstream said the prompt is too long for this model: a larger one may take it.
+            let overflowed = report.attempts[before..]
+                .last()
+                .is_some_and(|a| a.class == Some(OutcomeClass::ContextWindow));
+            if r.is_err()
+                && overflowed
+                && let Some(f) = fitter.as_mut()
+            {
+                too_small.push(current.model.clone());
+                if let Some(fb) = f.fallback(&current.model, &too_small) {
+                    current = std::borrow::Cow::Owned(fallback_step(&current, fb));
+                    continue;
+                }
+            }
+            break r;
+        };
+        let err = match result {
             Ok(v) => return Ok(v),
             Err(e) => e,
         };
@@ -440,6 +507,7 @@ where
         if !moves_on || capped {
             return Err(match err {
                 e @ (ExecError::Rejected(_)
+                | ExecError::ContextTooLong(_)
                 | ExecError::Deadline
                 | ExecError::Route(RouteError::ModelNotFound(_))) => e,
                 _ => spent(report, retry_after, &route.chain.requested_model),
@@ -447,6 +515,29 @@ where
         }
     }
     Err(spent(report, retry_after, &route.chain.requested_model))
+}
+
+/// The record of a model passed over because the request does not fit its window.
+fn context_skip(model: &Arc<str>) -> AttemptRecord {
+    AttemptRecord {
+        channel: "".into(),
+        model: model.clone(),
+        status: None,
+        class: None,
+        latency_ms: 0,
+        skip: Some(Skip::ContextWindow),
+    }
+}
+
+/// A step for `model`, a context fallback of `of`: same timeouts, named as the caller wrote it.
+fn fallback_step(of: &Step, model: Arc<str>) -> Step {
+    Step {
+        model,
+        written: of.written.clone(),
+        redirect: None,
+        timeout: of.timeout,
+        first_token_timeout: of.first_token_timeout,
+    }
 }
 
 /// What a chain of two or more models that got no answer says: 429 if every failure was a rate
@@ -488,6 +579,8 @@ async fn run_model<'s, T, F, Fut>(
     bound: Option<&str>,
     shared: Option<&crate::state::State>,
     step: &Step,
+    // The request fitted to this model (`None`: the client's as is) and what fitting did.
+    (body, note): (Option<Arc<ChatRequest>>, Option<Note>),
     estimate: u64,
     deadline: Instant,
     report: &mut Report,
@@ -495,7 +588,7 @@ async fn run_model<'s, T, F, Fut>(
     blocked: &mut bool,
 ) -> Result<(T, Option<Reservation>), ExecError>
 where
-    F: FnMut(&'s Channel, Arc<str>, Option<usize>, CallerLimits) -> Fut,
+    F: FnMut(&'s Channel, Arc<str>, Option<usize>, CallerLimits, Option<Arc<ChatRequest>>) -> Fut,
     Fut: Future<Output = Result<T, Failure>>,
 {
     let model: &str = &step.model;
@@ -628,6 +721,7 @@ where
                         timeout: step.timeout,
                         first_token_timeout: step.first_token_timeout,
                     },
+                    body.clone(),
                 ),
             )
             .await;
@@ -661,6 +755,7 @@ where
                         model: model_name,
                         upstream_model: cand.upstream_model,
                     });
+                    report.context = note;
                     return Ok((v, reservation));
                 }
                 Ok(Err(f)) => f,
@@ -794,6 +889,25 @@ fn translated(mut f: Failure, ch: &Channel, req: &ChatRequest) -> Failure {
     f
 }
 
+/// A client error that says the prompt exceeds the model's window, as this channel's protocol
+/// says it: its own class, so a larger context fallback may take the request.
+fn overflowed(mut f: Failure, ch: &Channel) -> Failure {
+    if f.class == OutcomeClass::ClientError
+        && f.passthrough
+            .as_ref()
+            .is_some_and(|p| outcome::context_exceeded(ch.kind.protocol(), p))
+    {
+        f.class = OutcomeClass::ContextWindow;
+    }
+    f
+}
+
+/// The key's or request's trimming choice.
+fn fitter<'r>(snap: &'r Snapshot, route: &Route<'_>, req: &'r ChatRequest) -> Option<Fitter<'r>> {
+    let trim = route.trim.or(route.key.trim.then_some(true));
+    Fitter::new(req, &snap.catalog, trim)
+}
+
 /// One non-streaming upstream call, bounded by the attempt timeout and classified.
 async fn within<T>(
     limit: Limit,
@@ -821,13 +935,15 @@ pub async fn chat(
         req.estimated_tokens(),
         deadline,
         report,
-        |ch, up, cred, step| async move {
+        fitter(snap, &route, req),
+        |ch, up, cred, step, fitted| async move {
+            let req = fitted.as_deref().unwrap_or(req);
             within(
                 Limit::of(ch.timeout, step.timeout),
                 ch.upstream.chat(req, &up, cred),
             )
             .await
-            .map_err(|f| translated(f, ch, req))
+            .map_err(|f| overflowed(translated(f, ch, req), ch))
         },
     )
     .await
@@ -854,7 +970,8 @@ pub async fn embeddings(
         (req.input.to_string().len() as u64).div_ceil(4),
         deadline,
         report,
-        |ch, up, cred, step| async move {
+        None,
+        |ch, up, cred, step, _| async move {
             within(
                 Limit::of(ch.timeout, step.timeout),
                 ch.upstream.embeddings(req, &up, cred),
@@ -923,7 +1040,9 @@ pub async fn chat_stream(
         req.estimated_tokens(),
         deadline,
         report,
-        |ch, up, cred, step| async move {
+        fitter(snap, &route, req),
+        |ch, up, cred, step, fitted| async move {
+            let req = fitted.as_deref().unwrap_or(req);
             let limit = Limit::of(ch.first_token_timeout, step.first_token_timeout);
             let open = async {
                 let mut rest = ch
@@ -958,7 +1077,7 @@ pub async fn chat_stream(
             };
             match timeout_at(Instant::now() + limit.within, open).await {
                 Err(_) => Err(limit.expired("first token timeout")),
-                Ok(r) => r.map_err(|f| translated(f, ch, req)),
+                Ok(r) => r.map_err(|f| overflowed(translated(f, ch, req), ch)),
             }
         },
     )

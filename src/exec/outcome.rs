@@ -23,6 +23,9 @@ pub enum OutcomeClass {
     /// A gateway downstream refused the request as a routing loop (508): final, never retried
     /// or failed over, so chained gateways cannot multiply the attempts.
     Blocked,
+    /// The upstream said the prompt exceeds the model's context window: the client's request,
+    /// unless the model's route names a larger context fallback.
+    ContextWindow,
 }
 
 impl OutcomeClass {
@@ -37,6 +40,7 @@ impl OutcomeClass {
             OutcomeClass::AuthError => "auth_error",
             OutcomeClass::TranslationError => "translation_error",
             OutcomeClass::Blocked => "blocked",
+            OutcomeClass::ContextWindow => "context_window",
         }
     }
 
@@ -51,7 +55,7 @@ impl OutcomeClass {
             | OutcomeClass::Misrouted
             | OutcomeClass::AuthError
             | OutcomeClass::TranslationError => Some(FailOn::ServerError),
-            OutcomeClass::ClientError | OutcomeClass::Blocked => None,
+            OutcomeClass::ClientError | OutcomeClass::Blocked | OutcomeClass::ContextWindow => None,
         }
     }
 
@@ -65,7 +69,10 @@ impl OutcomeClass {
 
     /// May another channel be tried? Only the client's own mistake stops the request.
     pub fn fail_over(self) -> bool {
-        !matches!(self, OutcomeClass::ClientError | OutcomeClass::Blocked)
+        !matches!(
+            self,
+            OutcomeClass::ClientError | OutcomeClass::Blocked | OutcomeClass::ContextWindow
+        )
     }
 }
 
@@ -111,6 +118,31 @@ impl Failure {
             passthrough: None,
             detail: what.to_string(),
             neutral: false,
+        }
+    }
+}
+
+/// Whether an upstream's answer to a request says its prompt exceeds the model's context
+/// window. OpenAI (and compatible servers) say so by code; Anthropic and Gemini have no code
+/// for it, only their documented messages under a generic invalid-argument type.
+pub fn context_exceeded(protocol: crate::protocol::Protocol, p: &Passthrough) -> bool {
+    use crate::protocol::Protocol;
+    if !matches!(p.status, 400 | 413) {
+        return false;
+    }
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(&p.body) else {
+        return false;
+    };
+    let e = &v["error"];
+    let message = e["message"].as_str().unwrap_or_default();
+    match protocol {
+        Protocol::OpenAiChat => e["code"] == "context_length_exceeded",
+        Protocol::AnthropicMessages => {
+            e["type"] == "invalid_request_error" && message.starts_with("prompt is too long")
+        }
+        Protocol::Gemini => {
+            e["status"] == "INVALID_ARGUMENT"
+                && message.contains("exceeds the maximum number of tokens")
         }
     }
 }
@@ -202,6 +234,39 @@ mod tests {
             classify(UpstreamError::Connect("refused".into())).class,
             OutcomeClass::ConnectionError
         );
+    }
+
+    #[test]
+    fn context_overflows_are_recognised_per_provider() {
+        use crate::protocol::Protocol;
+        let p = |status, body: &'static str| Passthrough {
+            status,
+            body: Bytes::from_static(body.as_bytes()),
+            content_type: None,
+        };
+        let openai = p(
+            400,
+            r#"{"error":{"message":"This model's maximum context length is 128000 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#,
+        );
+        let anthropic = p(
+            400,
+            r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#,
+        );
+        let gemini = p(
+            400,
+            r#"{"error":{"code":400,"message":"The input token count (1200000) exceeds the maximum number of tokens allowed (1048576).","status":"INVALID_ARGUMENT"}}"#,
+        );
+        assert!(context_exceeded(Protocol::OpenAiChat, &openai));
+        assert!(context_exceeded(Protocol::AnthropicMessages, &anthropic));
+        assert!(context_exceeded(Protocol::Gemini, &gemini));
+        // Another provider's shape, another 400, or the same words without OpenAI's code.
+        assert!(!context_exceeded(Protocol::OpenAiChat, &anthropic));
+        let other = p(
+            400,
+            r#"{"error":{"message":"maximum context length exceeded","type":"invalid_request_error","code":"invalid_value"}}"#,
+        );
+        assert!(!context_exceeded(Protocol::OpenAiChat, &other));
+        assert!(!context_exceeded(Protocol::OpenAiChat, &p(500, "{}")));
     }
 
     #[test]

@@ -187,6 +187,9 @@ pub enum Skip {
     CredentialsRefused,
     /// Not a health verdict: the process-wide retry budget refused the call.
     RetryBudget,
+    /// Not a health verdict: the request does not fit the model's context window; the route's
+    /// context fallback serves it.
+    ContextWindow,
 }
 
 impl Skip {
@@ -198,6 +201,7 @@ impl Skip {
             Skip::NoCredential => "no_credential_headroom",
             Skip::CredentialsRefused => "credentials_refused",
             Skip::RetryBudget => "retry_budget_exhausted",
+            Skip::ContextWindow => "context_window",
         }
     }
 }

@@ -163,7 +163,20 @@ impl IntoResponse for ApiError {
             _ => None,
         };
         let extra = match &self {
-            ApiError::Exec { attempts, .. } => Some(("attempts", attempts.clone())),
+            ApiError::Exec { err, attempts } => Some(match &**err {
+                // The counts, for a client that trims on its own and tries again.
+                ExecError::ContextTooLong(o) => (
+                    "context",
+                    serde_json::json!({
+                        "model": &*o.model,
+                        "prompt_tokens_minimum": o.needed,
+                        "prompt_tokens_budget": o.budget,
+                        "context_window": o.context_window,
+                        "reserved_output_tokens": o.reserved,
+                    }),
+                ),
+                _ => ("attempts", attempts.clone()),
+            }),
             _ => None,
         };
         let body = error_body(

@@ -330,6 +330,8 @@ mod hdr {
     pub const AFFINITY: HeaderName = HeaderName::from_static("x-switchyard-affinity");
     pub const SEMANTIC_ROUTE: HeaderName = HeaderName::from_static("x-switchyard-semantic-route");
     pub const SEMANTIC_SCORES: HeaderName = HeaderName::from_static("x-switchyard-semantic-scores");
+    pub const PROMPT_TOKENS: HeaderName = HeaderName::from_static("x-switchyard-prompt-tokens");
+    pub const TRIMMED_TURNS: HeaderName = HeaderName::from_static("x-switchyard-trimmed-turns");
 }
 
 fn set_header(resp: &mut Response, name: HeaderName, value: &str) {
@@ -351,6 +353,12 @@ fn served(mut resp: Response, ctx: &Ctx) -> Response {
     }
     if let Some(a) = ctx.affinity {
         set_header(&mut resp, hdr::AFFINITY, a);
+    }
+    // Counted only when trimming or a context fallback needed it.
+    if let Some(n) = &ctx.report.context {
+        let h = resp.headers_mut();
+        h.insert(hdr::PROMPT_TOKENS, HeaderValue::from(n.prompt_tokens));
+        h.insert(hdr::TRIMMED_TURNS, HeaderValue::from(n.trimmed_turns));
     }
     // Debugging headers, when the router exposes them and the embedding worked.
     if let Some(d) = &ctx.semantic
@@ -633,11 +641,16 @@ async fn serve_chat(
         None => None,
     };
     ctx.session = session.as_ref().map(|s| s.tag.clone());
+    let trim = match trim_choice(headers) {
+        Ok(t) => t,
+        Err(e) => return fail(ctx, e),
+    };
     let route = exec::Route {
         key,
         chain: &chain,
         bound: before.as_deref(),
         shared: Some(&state.state),
+        trim,
     };
     req.hops = ctx.hops;
     let deadline = ctx.deadline();
@@ -806,6 +819,24 @@ fn hops(headers: &HeaderMap, max: u32) -> Result<u32, ApiError> {
     Ok(n)
 }
 
+/// `x-switchyard-trim: auto` trims this request to fit the serving model's window; `off` sends
+/// it whole even where the key or the model's route would trim.
+fn trim_choice(headers: &HeaderMap) -> Result<Option<bool>, ApiError> {
+    let Some(v) = headers.get(TRIM_HEADER) else {
+        return Ok(None);
+    };
+    match v.to_str().map(str::trim) {
+        Ok(s) if s.eq_ignore_ascii_case("auto") => Ok(Some(true)),
+        Ok(s) if s.eq_ignore_ascii_case("off") => Ok(Some(false)),
+        _ => Err(ApiError::BadHeader {
+            name: TRIM_HEADER,
+            expected: "auto or off",
+        }),
+    }
+}
+
+const TRIM_HEADER: &str = "x-switchyard-trim";
+
 async fn embeddings(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     let mut ctx = Ctx::new(&state, "embeddings");
     let parsed = match read_json(&mut ctx, &headers, body).await {
@@ -835,6 +866,7 @@ async fn embeddings(State(state): State<AppState>, headers: HeaderMap, body: Bod
         chain: &chain,
         bound: None,
         shared: Some(&state.state),
+        trim: None,
     };
     let deadline = ctx.deadline();
     match exec::embeddings(&snap, &state.health, route, &req, deadline, &mut ctx.report).await {
