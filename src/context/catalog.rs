@@ -177,7 +177,10 @@ mod tests {
             ModelInfo::new("local-*", 4_096, 512),
         );
         assert_eq!(c.lookup("gpt-4o").unwrap().context_window, 1_000);
-        assert_eq!(c.lookup("gpt-4o-2024-08-06").unwrap().context_window, 128_000);
+        assert_eq!(
+            c.lookup("gpt-4o-2024-08-06").unwrap().context_window,
+            128_000
+        );
         assert_eq!(c.lookup("local-llama").unwrap().context_window, 4_096);
     }
 

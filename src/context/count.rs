@@ -222,7 +222,10 @@ mod tests {
         let r = req(
             json!({"model": "gpt-4o", "messages": [{"role": "user", "name": "bob", "content": "Hello, world!"}]}),
         );
-        assert_eq!(count_request(&r, Tokenizer::for_model("gpt-4o")).per_message, [10]);
+        assert_eq!(
+            count_request(&r, Tokenizer::for_model("gpt-4o")).per_message,
+            [10]
+        );
     }
 
     #[test]
@@ -250,8 +253,14 @@ mod tests {
         assert!(!c.exact);
         // Framing 3 + "user" + the text, each cl100k's count times 1.18, rounded up.
         assert_eq!(c.per_message, [3 + 2 + 5]);
-        assert_eq!(Tokenizer::for_model("gemini-2.5-pro"), Tokenizer::Estimate(GEMINI));
-        assert_eq!(Tokenizer::for_model("llama-3"), Tokenizer::Estimate(GENERIC));
+        assert_eq!(
+            Tokenizer::for_model("gemini-2.5-pro"),
+            Tokenizer::Estimate(GEMINI)
+        );
+        assert_eq!(
+            Tokenizer::for_model("llama-3"),
+            Tokenizer::Estimate(GENERIC)
+        );
     }
 
     /// The factors hold on the calibration corpus: at most 5 % of its texts under-counted per

@@ -150,9 +150,7 @@ fn tokenizer(model: &str, info: &ModelInfo) -> Tokenizer {
 }
 
 fn fit(req: &ChatRequest, counted: &Counted, info: &ModelInfo, model: &str, trim: bool) -> Plan {
-    let reserved = req
-        .max_tokens
-        .map_or(info.max_output_tokens, |(_, n)| n);
+    let reserved = req.max_tokens.map_or(info.max_output_tokens, |(_, n)| n);
     let budget = info.budget(reserved);
     let total = counted.total();
     let overflow = |needed| Overflow {
@@ -298,7 +296,9 @@ mod tests {
         };
         assert!(note.trimmed_turns > 0);
         assert!(note.prompt_tokens <= c.lookup("trims").unwrap().target(100));
-        let raw = trimmed.raw.as_ref().unwrap()["messages"].as_array().unwrap();
+        let raw = trimmed.raw.as_ref().unwrap()["messages"]
+            .as_array()
+            .unwrap();
         // The system prompt is top-level and stays; the history opens with a user turn; the
         // latest turn is last; every tool_result still follows its tool_use.
         assert_eq!(trimmed.raw.as_ref().unwrap()["system"], "be brief");
@@ -340,10 +340,8 @@ mod tests {
         assert_eq!(turns(f.plan("trims")), turns(f.plan("trims")));
         // A system prompt larger than the window: nothing can be cut to fit.
         let mut big = anthropic(1, 1);
-        big.messages[0] = crate::protocol::Message::new(
-            crate::protocol::Role::System,
-            "rules ".repeat(2_000),
-        );
+        big.messages[0] =
+            crate::protocol::Message::new(crate::protocol::Role::System, "rules ".repeat(2_000));
         let mut f = Fitter::new(&big, &c, None).unwrap();
         let Plan::Exceeds {
             overflow: o,

@@ -69,7 +69,9 @@ fn groups(messages: &[Message]) -> (Vec<std::ops::Range<usize>>, Vec<bool>) {
         let source = |k: usize| messages[k].source;
         match groups.last_mut() {
             Some(prev)
-                if prev.end == start && source(start).is_some() && source(start) == source(start - 1) =>
+                if prev.end == start
+                    && source(start).is_some()
+                    && source(start) == source(start - 1) =>
             {
                 prev.end = i;
             }
@@ -133,7 +135,11 @@ pub fn trim(
     let mut now = total;
     let mut removed = 0;
     let mut dropped = vec![false; messages.len()];
-    let removable = groups.iter().zip(&protected).filter(|(_, p)| !**p).map(|(g, _)| g);
+    let removable = groups
+        .iter()
+        .zip(&protected)
+        .filter(|(_, p)| !**p)
+        .map(|(g, _)| g);
     for g in removable {
         // Enough is gone, and the history now opens with a user turn.
         let opens_well = groups

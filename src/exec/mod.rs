@@ -51,7 +51,10 @@ impl serde::Serialize for AttemptRecord {
         use serde::ser::SerializeMap;
         let mut m = s.serialize_map(Some(5))?;
         // No channel: a step skipped before any channel was chosen (a context fallback).
-        m.serialize_entry("channel", &(!self.channel.is_empty()).then_some(&*self.channel))?;
+        m.serialize_entry(
+            "channel",
+            &(!self.channel.is_empty()).then_some(&*self.channel),
+        )?;
         m.serialize_entry("model", &*self.model)?;
         m.serialize_entry("status", &self.status)?;
         m.serialize_entry("reason", self.reason())?;

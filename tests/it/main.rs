@@ -6,6 +6,7 @@ mod affinity;
 mod anthropic;
 mod chains;
 mod cli;
+mod context;
 mod credentials;
 mod errors;
 mod failover;
