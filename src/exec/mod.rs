@@ -896,10 +896,10 @@ fn translated(mut f: Failure, ch: &Channel, req: &ChatRequest) -> Failure {
 /// says it: its own class, so a larger context fallback may take the request.
 fn overflowed(mut f: Failure, ch: &Channel) -> Failure {
     if f.class == OutcomeClass::ClientError
-        && f.passthrough
-            .as_ref()
-            .is_some_and(|p| outcome::context_exceeded(ch.kind.protocol(), p))
+        && let Some(p) = f.passthrough.as_mut()
+        && outcome::context_exceeded(ch.kind.protocol(), p)
     {
+        p.context_window = true;
         f.class = OutcomeClass::ContextWindow;
     }
     f

@@ -82,6 +82,9 @@ pub struct Passthrough {
     pub status: u16,
     pub body: Bytes,
     pub content_type: Option<String>,
+    /// The upstream said the prompt exceeds the model's context window: a client of another
+    /// protocol is told so in its own terms (OpenAI's code, Anthropic's message).
+    pub context_window: bool,
 }
 
 /// One failed attempt, classified.
@@ -185,6 +188,7 @@ pub fn classify(err: UpstreamError) -> Failure {
                     status,
                     body,
                     content_type,
+                    context_window: false,
                 });
             Failure {
                 class,
@@ -243,6 +247,7 @@ mod tests {
             status,
             body: Bytes::from_static(body.as_bytes()),
             content_type: None,
+            context_window: false,
         };
         let openai = p(
             400,

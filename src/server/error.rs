@@ -144,11 +144,37 @@ impl IntoResponse for ApiError {
                 .and_then(|c| HeaderValue::from_str(c).ok())
                 .unwrap_or(HeaderValue::from_static("application/json"));
             // For another protocol's envelope: the upstream's own message about the request.
-            let message = serde_json::from_slice::<serde_json::Value>(&p.body)
-                .ok()
+            let parsed = serde_json::from_slice::<serde_json::Value>(&p.body).ok();
+            let mut message = parsed
+                .as_ref()
                 .and_then(|v| v.pointer("/error/message")?.as_str().map(str::to_string))
                 .unwrap_or_else(|| self.to_string());
-            let mut resp = (status, [(header::CONTENT_TYPE, ct)], p.body.clone()).into_response();
+            // Anthropic's and Gemini's envelopes are not OpenAI's: an OpenAI client gets the
+            // message in its own, with the code SDKs and agents act on for a context overflow.
+            let foreign = parsed
+                .as_ref()
+                .is_some_and(|v| v["type"] == "error" || v["error"]["status"].is_string());
+            let body = if foreign {
+                let code = if p.context_window {
+                    "context_length_exceeded"
+                } else {
+                    self.code()
+                };
+                let e = error_body(&message, "invalid_request_error", code, None, None);
+                bytes::Bytes::from(e.to_string())
+            } else {
+                p.body.clone()
+            };
+            // Claude Code and the Anthropic SDK recognise an overflow by Anthropic's wording.
+            if p.context_window && !message.starts_with("prompt is too long") {
+                message = format!("prompt is too long: {message}");
+            }
+            let ct = if foreign {
+                HeaderValue::from_static("application/json")
+            } else {
+                ct
+            };
+            let mut resp = (status, [(header::CONTENT_TYPE, ct)], body).into_response();
             // A loop found downstream is final here too.
             if p.status == 508 {
                 resp.headers_mut()

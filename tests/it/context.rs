@@ -344,30 +344,69 @@ async fn a_request_too_long_for_its_model_goes_to_the_first_larger_fallback() {
 
 #[tokio::test]
 async fn an_upstream_context_error_moves_to_the_fallback_and_otherwise_reaches_the_client() {
-    let overflow = json!({"error": {"message": "This model's maximum context length is 2000 tokens.",
-        "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}});
-    let small = answering(400, overflow.clone()).await;
-    let big = mock(text_spec("big")).await;
-    // Our count says it fits `small` (2 turns); the upstream disagrees.
-    let gw = gateway(&format!(
-        "{}{}{CATALOG}{SMALL}",
-        models_channel("s", &format!("http://{small}/v1"), &["small", "tight"], ""),
-        models_channel("b", &big.base_url(), &["big"], ""),
-    ))
-    .await;
-    let resp = gw.chat(openai_history("small", 2)).await;
-    assert_eq!(resp.status(), 200);
-    assert_eq!(header(&resp, "x-switchyard-model"), "big");
-    let v: Value = resp.json().await.unwrap();
-    assert_eq!(
-        reasons(&v["switchyard"]["failover"]["attempts"]),
-        ["context_window", "ok"]
-    );
-    // A route without fallbacks: the upstream's answer is the client's, as it came.
-    let resp = gw.chat(openai_history("tight", 2)).await;
-    assert_eq!(resp.status(), 400);
-    let v: Value = resp.json().await.unwrap();
-    assert_eq!(v, overflow);
+    // Each provider's own way of saying it: OpenAI by code; Anthropic and Gemini, which have
+    // no code for it, by their documented messages.
+    let cases = [
+        (
+            "openai",
+            json!({"error": {"message": "This model's maximum context length is 2000 tokens.",
+                "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}),
+        ),
+        (
+            "anthropic",
+            json!({"type": "error", "error": {"type": "invalid_request_error",
+                "message": "prompt is too long: 2300 tokens > 2000 maximum"}}),
+        ),
+        (
+            "gemini",
+            json!({"error": {"code": 400, "status": "INVALID_ARGUMENT",
+                "message": "The input token count (2300) exceeds the maximum number of tokens allowed (2000)."}}),
+        ),
+    ];
+    for (provider, overflow) in cases {
+        let small = answering(400, overflow.clone()).await;
+        let big = mock(text_spec("big")).await;
+        // Our count says it fits `small` (2 turns); the upstream disagrees.
+        let gw = gateway(&format!(
+            "[[channels]]\nname = \"s\"\nprovider = \"{provider}\"\nbase_url = \"http://{small}/v1\"\n\
+             api_keys = [\"{UPSTREAM_KEY}\"]\nmodels = [\"small\", \"tight\"]\n\n{}{CATALOG}{SMALL}",
+            models_channel("b", &big.base_url(), &["big"], ""),
+        ))
+        .await;
+        let resp = gw.chat(openai_history("small", 2)).await;
+        assert_eq!(resp.status(), 200, "{provider}");
+        assert_eq!(header(&resp, "x-switchyard-model"), "big");
+        let v: Value = resp.json().await.unwrap();
+        assert_eq!(
+            reasons(&v["switchyard"]["failover"]["attempts"]),
+            ["context_window", "ok"],
+            "{provider}"
+        );
+        // A route without fallbacks: the upstream's answer is the client's, its message kept.
+        let resp = gw.chat(openai_history("tight", 2)).await;
+        assert_eq!(resp.status(), 400, "{provider}");
+        let v: Value = resp.json().await.unwrap();
+        // In the client's envelope, with the code OpenAI SDKs and agents act on.
+        assert_eq!(
+            v["error"]["message"], overflow["error"]["message"],
+            "{provider}"
+        );
+        assert_eq!(v["error"]["code"], "context_length_exceeded", "{provider}");
+        // An Anthropic client (Claude Code) is told in Anthropic's words.
+        let resp = gw
+            .post_as(
+                "/v1/messages",
+                KEY,
+                &[],
+                json!({"model": "tight", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}),
+            )
+            .await;
+        assert_eq!(resp.status(), 400);
+        let v: Value = resp.json().await.unwrap();
+        assert_eq!(v["error"]["type"], "invalid_request_error", "{provider}");
+        let m = v["error"]["message"].as_str().unwrap();
+        assert!(m.starts_with("prompt is too long"), "{provider}: {m}");
+    }
 }
 
 #[tokio::test]
