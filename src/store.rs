@@ -51,6 +51,10 @@ pub struct LogRow {
     pub session: Option<String>,
     /// What the request did to its session's binding: `new`, `kept`, `moved`.
     pub affinity: Option<&'static str>,
+    /// Prompt tokens as sent, when the request was counted (trimming or context fallbacks).
+    pub prompt_tokens: Option<u64>,
+    /// Whole groups of history trimming removed.
+    pub trimmed_turns: Option<u64>,
 }
 
 const SCHEMA: &str = "
@@ -76,13 +80,21 @@ CREATE INDEX IF NOT EXISTS requests_ts ON requests (ts_ms);
 ";
 
 /// Columns added after the first schema, for databases created before them.
-const MIGRATIONS: [(&str, &str); 3] = [
+const MIGRATIONS: [(&str, &str); 5] = [
     (
         "translation",
         "ALTER TABLE requests ADD COLUMN translation TEXT",
     ),
     ("session", "ALTER TABLE requests ADD COLUMN session TEXT"),
     ("affinity", "ALTER TABLE requests ADD COLUMN affinity TEXT"),
+    (
+        "prompt_tokens",
+        "ALTER TABLE requests ADD COLUMN prompt_tokens INTEGER",
+    ),
+    (
+        "trimmed_turns",
+        "ALTER TABLE requests ADD COLUMN trimmed_turns INTEGER",
+    ),
 ];
 
 enum LogMsg {
@@ -188,7 +200,7 @@ impl RequestLog {
             .prepare(
                 "SELECT id, ts_ms, key_name, endpoint, requested_model, served_model, channel, status,
                         outcome, attempts, stream, total_ms, ttfb_ms, input_tokens, output_tokens, tokens_per_s,
-                        translation, session, affinity
+                        translation, session, affinity, prompt_tokens, trimmed_turns
                  FROM requests ORDER BY ts_ms DESC, rowid DESC LIMIT ?1",
             )
             .map_err(sqlite)?;
@@ -215,6 +227,8 @@ impl RequestLog {
                     "translation": r.get::<_, Option<String>>(16)?,
                     "session": r.get::<_, Option<String>>(17)?,
                     "affinity": r.get::<_, Option<String>>(18)?,
+                    "prompt_tokens": r.get::<_, Option<i64>>(19)?,
+                    "trimmed_turns": r.get::<_, Option<i64>>(20)?,
                 }))
             })
             .map_err(sqlite)?;
@@ -273,8 +287,9 @@ fn write_batch(conn: &mut Connection, rows: &[LogRow]) -> rusqlite::Result<()> {
         let mut stmt = tx.prepare_cached(
             "INSERT OR REPLACE INTO requests (id, ts_ms, key_name, endpoint, requested_model, served_model,
                 channel, status, outcome, attempts, stream, total_ms, ttfb_ms, input_tokens, output_tokens, tokens_per_s,
-                translation, session, affinity)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
+                translation, session, affinity, prompt_tokens, trimmed_turns)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19,
+                ?20, ?21)",
         )?;
         for r in rows {
             stmt.execute(params![
@@ -297,6 +312,8 @@ fn write_batch(conn: &mut Connection, rows: &[LogRow]) -> rusqlite::Result<()> {
                 r.translation,
                 r.session,
                 r.affinity,
+                r.prompt_tokens.map(|v| v as i64),
+                r.trimmed_turns.map(|v| v as i64),
             ])?;
         }
     }

@@ -215,6 +215,8 @@ impl Ctx {
             total_ms: self.started.elapsed().as_millis() as u64,
             session: self.session.clone(),
             affinity: self.affinity,
+            prompt_tokens: self.report.context.map(|c| c.prompt_tokens),
+            trimmed_turns: self.report.context.map(|c| c.trimmed_turns as u64),
             ..LogRow::default()
         }
     }

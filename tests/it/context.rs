@@ -149,6 +149,11 @@ async fn an_openai_request_is_trimmed_only_when_asked_and_keeps_system_and_lates
         resp.json::<Value>().await.unwrap()["choices"][0]["message"]["content"],
         "ok"
     );
+    // The log keeps what was sent: counted and trimmed for the second request only.
+    let rows = gw.admin_requests().await;
+    assert_eq!(rows[0]["trimmed_turns"], turns);
+    assert_eq!(rows[0]["prompt_tokens"], tokens);
+    assert!(rows[1]["trimmed_turns"].is_null());
 
     // A bad value is the client's mistake, in its envelope.
     let resp = gw
