@@ -286,6 +286,53 @@ pub fn explain(
     })
 }
 
+/// What fitting `req` to each model of the chain would do, for `explain`: counted, the
+/// window, and whether it goes as is, trimmed, to a context fallback, or is refused. `None`
+/// per step where nothing asks for counting.
+pub fn explain_context(
+    snap: &Snapshot,
+    key: &GatewayKey,
+    chain: &Chain,
+    req: &ChatRequest,
+    trim: Option<bool>,
+) -> Vec<Value> {
+    let Some(mut f) = Fitter::new(req, &snap.catalog, trim.or(key.trim.then_some(true))) else {
+        return vec![Value::Null; chain.steps.len()];
+    };
+    chain
+        .steps
+        .iter()
+        .map(|step| {
+            let window = snap.catalog.lookup(&step.model).map(|i| i.context_window);
+            match f.plan(&step.model) {
+                Plan::AsIs => Value::Null,
+                Plan::Fit { request, note } => json!({
+                    "action": if request.is_some() { "trim" } else { "as_is" },
+                    "context_window": window,
+                    "prompt_tokens": note.prompt_tokens,
+                    "trimmed_turns": note.trimmed_turns,
+                    "exact": note.exact,
+                }),
+                Plan::Exceeds { overflow, trimming } => {
+                    let fallback = f.fallback(&step.model, &[step.model.clone()]);
+                    json!({
+                        "action": match (&fallback, trimming) {
+                            (Some(_), _) => "context_fallback",
+                            (None, true) => "context_length_exceeded",
+                            // Not trimmed and nothing larger fits: the upstream judges.
+                            (None, false) => "as_is",
+                        },
+                        "fallback": fallback.as_deref(),
+                        "context_window": overflow.context_window,
+                        "prompt_tokens": overflow.needed,
+                        "prompt_tokens_budget": overflow.budget,
+                    })
+                }
+            }
+        })
+        .collect()
+}
+
 /// Backoff before an in-channel retry: exponential with full jitter on top, or the upstream's
 /// Retry-After when it gave one, capped.
 fn backoff(

@@ -942,7 +942,17 @@ async fn route_explain(State(state): State<AppState>, headers: HeaderMap, body: 
     let model = model.to_string();
     match resolve(&mut ctx, &snap, &spec, &model, true, &decisions) {
         Ok((key, chain)) => {
-            let plan = exec::explain(&snap, &state.health, key, &chain, &decisions);
+            let mut plan = exec::explain(&snap, &state.health, key, &chain, &decisions);
+            let trim = match trim_choice(&headers) {
+                Ok(t) => t,
+                Err(e) => return fail(ctx, e),
+            };
+            if let (Some(req), Some(steps)) = (&parsed, plan["chain"].as_array_mut()) {
+                let fits = exec::explain_context(&snap, key, &chain, req, trim);
+                for (step, fit) in steps.iter_mut().zip(fits) {
+                    step["context"] = fit;
+                }
+            }
             axum::Json(plan).into_response()
         }
         Err(e) => fail(ctx, e),

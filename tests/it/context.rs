@@ -341,6 +341,26 @@ async fn a_request_too_long_for_its_model_goes_to_the_first_larger_fallback() {
     assert!(attempts[0]["channel"].is_null());
     assert_eq!(small.requests(), 1);
     assert_eq!(big.requests(), 1);
+    // The route preview says so without calling anyone.
+    let plan: Value = gw
+        .post_as("/v1/route/explain", KEY, &[], openai_history("small", 30))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let c = &plan["chain"][0]["context"];
+    assert_eq!(c["action"], "context_fallback", "{plan}");
+    assert_eq!(c["fallback"], "big");
+    assert_eq!(c["context_window"], 2000);
+    assert!(c["prompt_tokens"].as_u64().unwrap() > c["prompt_tokens_budget"].as_u64().unwrap());
+    let plan: Value = gw
+        .post_as("/v1/route/explain", KEY, &[], openai_history("small", 2))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(plan["chain"][0]["context"]["action"], "as_is", "{plan}");
+    assert_eq!(big.requests(), 1);
     assert_eq!(
         big.received()[0].body["messages"].as_array().unwrap().len(),
         62
