@@ -314,7 +314,7 @@ pub fn explain_context(
                     "exact": note.exact,
                 }),
                 Plan::Exceeds { overflow, trimming } => {
-                    let fallback = f.fallback(&step.model, &[step.model.clone()]);
+                    let fallback = f.fallback(&step.model, std::slice::from_ref(&step.model));
                     json!({
                         "action": match (&fallback, trimming) {
                             (Some(_), _) => "context_fallback",
