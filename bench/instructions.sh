@@ -9,6 +9,7 @@
 #   bench/instructions.sh /tmp/base/release/switchyard target/release/switchyard
 #   STREAM=1 N1=100 N2=400 bench/instructions.sh
 #   SESSION=1 bench/instructions.sh     # every request in one session (affinity, in memory)
+#   TRIM=1 bench/instructions.sh        # the key trims: every request is counted (and fits)
 #
 # Needs: valgrind, python3. Loopback only.
 set -euo pipefail
@@ -18,6 +19,7 @@ N1=${N1:-100}
 N2=${N2:-600}
 STREAM=${STREAM:-0}
 SESSION=${SESSION:-0}
+TRIM=${TRIM:-0}
 GW_PORT=${GW_PORT:-18090}
 MOCK_PORT=${MOCK_PORT:-18091}
 command -v valgrind >/dev/null || { echo "valgrind not found: apt-get install valgrind" >&2; exit 1; }
@@ -61,6 +63,10 @@ base_url = "http://127.0.0.1:$MOCK_PORT/v1"
 api_keys = ["sk-upstream-bench"]
 models = ["bench"]
 TOML
+if [ "$TRIM" = 1 ]; then
+  sed -i 's/^key = "sk-bench-key-000000"$/&\ntrim = true/' "$work/gw.toml"
+  printf '[[models]]\nname = "bench"\ncontext_window = 128000\nmax_output_tokens = 4096\n' >>"$work/gw.toml"
+fi
 
 wait_port() {
   for _ in $(seq 1 300); do
