@@ -139,6 +139,7 @@ async fn run(cmd: Command) -> Result<(), Box<dyn std::error::Error>> {
             ));
             // Semantic routers named in the chain decide by the prompt, as the endpoint does.
             let mut decisions = Vec::new();
+            let mut request = None;
             if let Some(p) = prompt {
                 let req = switchyard::protocol::openai::request_from_value(serde_json::json!({
                     "model": model[0], "messages": [{"role": "user", "content": p}]
@@ -153,13 +154,17 @@ async fn run(cmd: Command) -> Result<(), Box<dyn std::error::Error>> {
                         decisions.push(semantic.decide(&snap, &health, i, &req).await);
                     }
                 }
+                request = Some(req);
             } else if let Some(name) = model.iter().find(|m| snap.router(m).is_some()) {
                 return Err(
                     format!("{name} is a semantic router: give --prompt to decide by").into(),
                 );
             }
             let chain = switchyard::router::chain(&snap, gkey, &spec, &model[0], true, &decisions)?;
-            let plan = switchyard::exec::explain(&snap, &health, gkey, &chain, &decisions);
+            let mut plan = switchyard::exec::explain(&snap, &health, gkey, &chain, &decisions);
+            if let Some(req) = &request {
+                switchyard::exec::explain_context_into(&mut plan, &snap, gkey, &chain, req, None);
+            }
             println!("{}", serde_json::to_string_pretty(&plan)?);
             Ok(())
         }

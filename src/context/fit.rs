@@ -47,6 +47,8 @@ pub struct Overflow {
     pub budget: u64,
     pub context_window: u64,
     pub reserved: u64,
+    /// Counted with the model's own tokenizer (else estimated).
+    pub exact: bool,
 }
 
 pub struct Fitter<'a> {
@@ -108,17 +110,24 @@ impl<'a> Fitter<'a> {
         plan
     }
 
-    /// The first of `model`'s context fallbacks, not yet tried, with a larger window, that the
-    /// request fits (trimmed if trimming is on for it).
-    pub fn fallback(&mut self, model: &str, tried: &[Arc<str>]) -> Option<Arc<str>> {
-        let info = self.catalog.lookup(model)?;
-        let window = info.context_window;
-        for fb in info.context_fallbacks.clone() {
+    /// The first of `route`'s context fallbacks, not yet tried, with a larger window than
+    /// `than` (the model that did not take the request), usable by the caller, that the request
+    /// fits (trimmed if trimming is on for it).
+    pub fn fallback(
+        &mut self,
+        route: &str,
+        than: &str,
+        tried: &[Arc<str>],
+        usable: impl Fn(&str) -> bool,
+    ) -> Option<Arc<str>> {
+        let fallbacks = self.catalog.lookup(route)?.context_fallbacks.clone();
+        let window = self.catalog.lookup(than).map_or(0, |i| i.context_window);
+        for fb in fallbacks {
             let larger = self
                 .catalog
                 .lookup(&fb)
                 .is_some_and(|i| i.context_window > window);
-            if !larger || tried.contains(&fb) {
+            if !larger || tried.contains(&fb) || !usable(&fb) {
                 continue;
             }
             if matches!(self.plan_counted(&fb, true), Plan::Fit { .. }) {
@@ -159,6 +168,7 @@ fn fit(req: &ChatRequest, counted: &Counted, info: &ModelInfo, model: &str, trim
         budget,
         context_window: info.context_window,
         reserved,
+        exact: counted.exact,
     };
     let note = |prompt_tokens, trimmed_turns| Note {
         prompt_tokens,
@@ -213,14 +223,21 @@ fn trim_request(
             Protocol::OpenAiChat => return raw.clone(),
         };
         // Trimming removes whole groups, and a client message split in two is one group: a raw
-        // message is kept exactly when its canonical parts are.
+        // message goes exactly when its canonical parts went. One with no canonical part (empty
+        // content, only blocks the canonical form skips) is never ours to remove.
         let kept: std::collections::HashSet<u32> =
             messages.iter().filter_map(|m| m.source).collect();
+        let dropped: std::collections::HashSet<u32> = req
+            .messages
+            .iter()
+            .filter_map(|m| m.source)
+            .filter(|s| !kept.contains(s))
+            .collect();
         let mut raw = raw.clone();
         if let Some(Value::Array(items)) = raw.get_mut(list) {
             let mut i = 0u32;
             items.retain(|_| {
-                let keep = kept.contains(&i);
+                let keep = !dropped.contains(&i);
                 i += 1;
                 keep
             });
@@ -367,8 +384,16 @@ mod tests {
             }
         ));
         // `tiny` is listed first but is smaller; `big` fits.
-        assert_eq!(f.fallback("small", &[]).as_deref(), Some("big"));
-        assert_eq!(f.fallback("small", &["big".into()]), None);
+        let any = |_: &str| true;
+        assert_eq!(
+            f.fallback("small", "small", &[], any).as_deref(),
+            Some("big")
+        );
+        assert_eq!(f.fallback("small", "small", &["big".into()], any), None);
+        // Not usable by the caller (another group's model): not chosen.
+        assert_eq!(f.fallback("small", "small", &[], |m| m != "big"), None);
+        // Larger than the model that refused it, not only than the route's own.
+        assert_eq!(f.fallback("small", "big", &[], any), None);
         // A short request fits as it is.
         let short = anthropic(0, 1);
         let mut f = Fitter::new(&short, &c, None).unwrap();

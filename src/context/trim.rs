@@ -78,12 +78,20 @@ fn groups(messages: &[Message]) -> (Vec<std::ops::Range<usize>>, Vec<bool>) {
             _ => groups.push(start..i),
         }
     }
-    // The latest user turn and the last exchange (what the model answers next) stay.
+    // The last exchange (what the model answers next), the latest user turn and the latest
+    // group a user message opens stay. The last two differ when a client message carries tool
+    // results and text together (Claude Code's): the text is the latest user message, inside a
+    // tool exchange, and the task that opened the loop must still open the history.
     let last = groups.len().saturating_sub(1);
+    let opened_by_user = groups
+        .iter()
+        .rposition(|g| messages[g.start].role == Role::User);
     let protected = groups
         .iter()
         .enumerate()
-        .map(|(g, r)| g == last || latest_user.is_some_and(|u| r.contains(&u)))
+        .map(|(g, r)| {
+            g == last || Some(g) == opened_by_user || latest_user.is_some_and(|u| r.contains(&u))
+        })
         .collect();
     (groups, protected)
 }
@@ -283,6 +291,28 @@ mod tests {
         ];
         let t = trim(&h, &[10; 6], 0, 55, 45).unwrap();
         assert_eq!(t.kept, [0, 5]);
+        assert_eq!(t.removed_groups, 2);
+    }
+
+    #[test]
+    fn tool_results_sent_with_text_keep_the_task_opening_the_history() {
+        // Claude Code's shape: the task, then exchanges whose results come in a client message
+        // with text (one source, so the text is a user message inside the exchange's group).
+        let mut h = vec![msg(Role::User)];
+        h[0].source = Some(0);
+        for k in 0..4u32 {
+            let mut c = call();
+            c.source = Some(1 + 2 * k);
+            let mut r = msg(Role::Tool);
+            r.source = Some(2 + 2 * k);
+            let mut t = msg(Role::User);
+            t.source = Some(2 + 2 * k);
+            h.extend([c, r, t]);
+        }
+        let t = trim(&h, &[10; 13], 0, 100, 70).unwrap();
+        // The task stays first; the oldest exchanges go, each whole with its text.
+        assert_eq!(t.kept[0], 0);
+        assert_eq!(t.kept[1..], [7, 8, 9, 10, 11, 12]);
         assert_eq!(t.removed_groups, 2);
     }
 }

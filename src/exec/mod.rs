@@ -168,9 +168,10 @@ pub enum ExecError {
     #[error("the upstream rejected the request (HTTP {})", .0.status)]
     Rejected(Passthrough),
     /// Trimming is on and the instructions, tools and latest turn alone exceed the window.
+    // Worded as Anthropic words it: Claude Code and the Anthropic SDK act on that prefix.
     #[error(
-        "this request needs at least {} prompt tokens (instructions, tools and the latest turn, which are never trimmed); {}'s context window of {} tokens leaves {} after {} reserved for the reply",
-        .0.needed, .0.model, .0.context_window, .0.budget, .0.reserved
+        "prompt is too long: {} tokens > {} maximum for {} (its context window of {} tokens less {} reserved for the reply; the instructions, tools and latest turn are never trimmed)",
+        .0.needed, .0.budget, .0.model, .0.context_window, .0.reserved
     )]
     ContextTooLong(Overflow),
 }
@@ -286,10 +287,28 @@ pub fn explain(
     })
 }
 
+/// Adds to an `explain` plan, per chain step where the request is counted, what fitting it to
+/// that model would do (`context`).
+pub fn explain_context_into(
+    plan: &mut Value,
+    snap: &Snapshot,
+    key: &GatewayKey,
+    chain: &Chain,
+    req: &ChatRequest,
+    trim: Option<bool>,
+) {
+    if let Some(steps) = plan["chain"].as_array_mut() {
+        let fits = explain_context(snap, key, chain, req, trim);
+        for (step, fit) in steps.iter_mut().zip(fits).filter(|(_, f)| !f.is_null()) {
+            step["context"] = fit;
+        }
+    }
+}
+
 /// What fitting `req` to each model of the chain would do, for `explain`: counted, the
-/// window, and whether it goes as is, trimmed, to a context fallback, or is refused. `None`
+/// window, and whether it goes as is, trimmed, to a context fallback, or is refused. `Null`
 /// per step where nothing asks for counting.
-pub fn explain_context(
+fn explain_context(
     snap: &Snapshot,
     key: &GatewayKey,
     chain: &Chain,
@@ -314,7 +333,12 @@ pub fn explain_context(
                     "exact": note.exact,
                 }),
                 Plan::Exceeds { overflow, trimming } => {
-                    let fallback = f.fallback(&step.model, std::slice::from_ref(&step.model));
+                    let fallback = f.fallback(
+                        &step.model,
+                        &step.model,
+                        std::slice::from_ref(&step.model),
+                        |m| snap.serves(key, m, true),
+                    );
                     json!({
                         "action": match (&fallback, trimming) {
                             (Some(_), _) => "context_fallback",
@@ -463,13 +487,22 @@ where
     health.retries.request(&snap.server.retry_budget);
     let steps = &route.chain.steps;
     let mut retry_after: Option<Duration> = None;
+    // Models a context fallback already ran: a later step naming one is not run again.
+    let mut ran_as_fallback: Vec<Arc<str>> = Vec::new();
+    // The last step refused before any call because not even its minimum fit.
+    let mut refused: Option<Overflow> = None;
     for step in steps {
-        let before = report.attempts.len();
+        if ran_as_fallback.contains(&step.model) {
+            continue;
+        }
         // Set when the retry budget refused a call: a deliberate block, which ends the chain.
         let mut blocked = false;
-        // The model tried for this step: the step's own, or a context fallback of it.
+        // The model tried for this step: the step's own, or a context fallback of its route.
         let mut current = std::borrow::Cow::Borrowed(step);
         let mut too_small: Vec<Arc<str>> = Vec::new();
+        // Where the attempts of the model being tried start (a fallback starts anew).
+        let mut from = report.attempts.len();
+        let usable = |m: &str| snap.serves(route.key, m, true);
         let result = loop {
             let mut body = None;
             let mut note = None;
@@ -482,9 +515,13 @@ where
                     }
                     Plan::Exceeds { overflow, trimming } => {
                         too_small.push(current.model.clone());
-                        if let Some(fb) = f.fallback(&current.model, &too_small) {
+                        if let Some(fb) =
+                            f.fallback(&step.model, &current.model, &too_small, usable)
+                        {
                             report.attempts.push(context_skip(&current.model));
                             current = std::borrow::Cow::Owned(fallback_step(&current, fb));
+                            ran_as_fallback.push(current.model.clone());
+                            from = report.attempts.len();
                             continue;
                         }
                         if trimming {
@@ -494,7 +531,7 @@ where
                         note = Some(Note {
                             prompt_tokens: overflow.needed,
                             trimmed_turns: 0,
-                            exact: false,
+                            exact: overflow.exact,
                         });
                     }
                 }
@@ -515,7 +552,7 @@ where
             )
             .await;
             // The upstream said the prompt is too long for this model: a larger one may take it.
-            let overflowed = report.attempts[before..]
+            let overflowed = report.attempts[from..]
                 .last()
                 .is_some_and(|a| a.class == Some(OutcomeClass::ContextWindow));
             if r.is_err()
@@ -523,8 +560,10 @@ where
                 && let Some(f) = fitter.as_mut()
             {
                 too_small.push(current.model.clone());
-                if let Some(fb) = f.fallback(&current.model, &too_small) {
+                if let Some(fb) = f.fallback(&step.model, &current.model, &too_small, usable) {
                     current = std::borrow::Cow::Owned(fallback_step(&current, fb));
+                    ran_as_fallback.push(current.model.clone());
+                    from = report.attempts.len();
                     continue;
                 }
             }
@@ -540,16 +579,23 @@ where
         if let ExecError::AllRateLimited { retry_after: ra } = &err {
             retry_after = Some(retry_after.map_or(*ra, |r| r.min(*ra)));
         }
+        // Judged on the calls to the model tried last, not a context skip before it.
         let in_on = || {
-            report.attempts[before..]
+            report.attempts[from..]
                 .iter()
                 .filter_map(|a| a.class)
                 .all(|c| c.fail_on().is_some_and(|f| route.chain.on.contains(f)))
         };
+        refused = None;
         let moves_on = !blocked
-            && match &err {
+            && match err {
                 ExecError::Route(RouteError::NoAvailableChannel(_)) => true,
                 ExecError::AllRateLimited { .. } | ExecError::AllAttemptsFailed => in_on(),
+                // A later, larger model of the chain may take what this one cannot.
+                ExecError::ContextTooLong(ref o) => {
+                    refused = Some(o.clone());
+                    true
+                }
                 // The deadline, the client's own mistake, a loop: final as they are.
                 _ => false,
             };
@@ -563,6 +609,9 @@ where
                 _ => spent(report, retry_after, &route.chain.requested_model),
             });
         }
+    }
+    if let Some(o) = refused {
+        return Err(ExecError::ContextTooLong(o));
     }
     Err(spent(report, retry_after, &route.chain.requested_model))
 }
@@ -605,11 +654,11 @@ fn spent(report: &Report, retry_after: Option<Duration>, requested: &str) -> Exe
 }
 
 /// Every attempt was a rate limit: now, or still cooling from an earlier 429 (a call the retry
-/// budget refused says nothing either way).
+/// budget refused, or a model passed over for its window, says nothing either way).
 fn all_rate_limited(attempts: &[AttemptRecord]) -> bool {
     let mut counted = attempts
         .iter()
-        .filter(|a| a.skip != Some(Skip::RetryBudget))
+        .filter(|a| !matches!(a.skip, Some(Skip::RetryBudget | Skip::ContextWindow)))
         .peekable();
     counted.peek().is_some()
         && counted.all(|a| {

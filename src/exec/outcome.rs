@@ -136,12 +136,24 @@ pub fn context_exceeded(protocol: crate::protocol::Protocol, p: &Passthrough) ->
     let Ok(v) = serde_json::from_slice::<serde_json::Value>(&p.body) else {
         return false;
     };
-    let e = &v["error"];
+    // vLLM puts its error at the top level (`{"object": "error", "message", "code": 400}`).
+    let e = if v["error"].is_object() {
+        &v["error"]
+    } else {
+        &v
+    };
     let message = e["message"].as_str().unwrap_or_default();
     match protocol {
-        Protocol::OpenAiChat => e["code"] == "context_length_exceeded",
+        // OpenAI's code; a compatible server without codes (vLLM) uses OpenAI's wording.
+        Protocol::OpenAiChat => {
+            e["code"] == "context_length_exceeded"
+                || (!e["code"].is_string()
+                    && message.starts_with("This model's maximum context length is"))
+        }
         Protocol::AnthropicMessages => {
-            e["type"] == "invalid_request_error" && message.starts_with("prompt is too long")
+            e["type"] == "invalid_request_error"
+                && (message.starts_with("prompt is too long")
+                    || message.starts_with("input length and `max_tokens` exceed context limit"))
         }
         Protocol::Gemini => {
             e["status"] == "INVALID_ARGUMENT"
@@ -264,6 +276,22 @@ mod tests {
         assert!(context_exceeded(Protocol::OpenAiChat, &openai));
         assert!(context_exceeded(Protocol::AnthropicMessages, &anthropic));
         assert!(context_exceeded(Protocol::Gemini, &gemini));
+        let vllm = p(
+            400,
+            r#"{"object":"error","message":"This model's maximum context length is 4096 tokens. However, you requested 5000 tokens.","type":"BadRequestError","param":null,"code":400}"#,
+        );
+        // vLLM sends a numeric code: the wording decides only when no string code is given.
+        assert!(context_exceeded(Protocol::OpenAiChat, &vllm));
+        let codeless = p(
+            400,
+            r#"{"error":{"message":"This model's maximum context length is 4096 tokens.","type":"invalid_request_error"}}"#,
+        );
+        assert!(context_exceeded(Protocol::OpenAiChat, &codeless));
+        let output = p(
+            400,
+            r#"{"type":"error","error":{"type":"invalid_request_error","message":"input length and `max_tokens` exceed context limit: 188240 + 21333 > 200000, decrease input length or `max_tokens` and try again"}}"#,
+        );
+        assert!(context_exceeded(Protocol::AnthropicMessages, &output));
         // Another provider's shape, another 400, or the same words without OpenAI's code.
         assert!(!context_exceeded(Protocol::OpenAiChat, &anthropic));
         let other = p(

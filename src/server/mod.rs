@@ -947,11 +947,8 @@ async fn route_explain(State(state): State<AppState>, headers: HeaderMap, body: 
                 Ok(t) => t,
                 Err(e) => return fail(ctx, e),
             };
-            if let (Some(req), Some(steps)) = (&parsed, plan["chain"].as_array_mut()) {
-                let fits = exec::explain_context(&snap, key, &chain, req, trim);
-                for (step, fit) in steps.iter_mut().zip(fits) {
-                    step["context"] = fit;
-                }
+            if let Some(req) = &parsed {
+                exec::explain_context_into(&mut plan, &snap, key, &chain, req, trim);
             }
             axum::Json(plan).into_response()
         }

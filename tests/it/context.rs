@@ -489,3 +489,72 @@ async fn a_fallback_must_have_a_known_window() {
     assert!(err.contains("models[0].context_fallbacks[0]"), "{err}");
     assert!(err.contains("[[models]]"), "{err}");
 }
+
+#[tokio::test]
+async fn after_a_context_fallback_fails_the_chain_goes_on_and_fallbacks_stay_within_the_keys_groups()
+ {
+    let overflow = json!({"error": {"message": "This model's maximum context length is 2000 tokens.",
+        "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}});
+    let small = answering(400, overflow.clone()).await;
+    let big = mock(faulty("x", status(503))).await;
+    let other = mock(text_spec("other")).await;
+    let channels = format!(
+        "{}{}{}{CATALOG}{SMALL}",
+        models_channel("s", &format!("http://{small}/v1"), &["small"], ""),
+        models_channel("b", &big.base_url(), &["big"], "groups = [\"premium\"]"),
+        models_channel("o", &other.base_url(), &["other"], ""),
+    );
+    // `small` overflows upstream, its fallback `big` fails, the chain's next model serves.
+    let gw = gateway(&channels).await;
+    let mut body = openai_history("small", 2);
+    body["models"] = json!(["small", "other"]);
+    let resp = gw.chat(body.clone()).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(header(&resp, "x-switchyard-model"), "other");
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(
+        reasons(&v["switchyard"]["failover"]["attempts"]),
+        ["context_window", "server_error", "ok"]
+    );
+    // A key that cannot use `big` gets no fallback: the upstream's answer, not a 404 for a
+    // model it never named.
+    let gw = gateway_full("", "groups = [\"default\"]", &channels).await;
+    let resp = gw.chat(openai_history("small", 2)).await;
+    assert_eq!(resp.status(), 400);
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v, overflow);
+}
+
+#[tokio::test]
+async fn a_request_too_long_for_the_first_model_of_a_chain_is_served_by_a_larger_one() {
+    let tight = mock(text_spec("tight")).await;
+    let big = mock(text_spec("big")).await;
+    let gw = gateway_full(
+        "",
+        "trim = true",
+        &format!(
+            "{}{}{CATALOG}",
+            models_channel("t", &tight.base_url(), &["tight"], ""),
+            models_channel("b", &big.base_url(), &["big"], ""),
+        ),
+    )
+    .await;
+    let huge = "word ".repeat(3000);
+    let body = json!({"models": ["tight", "big"], "max_tokens": 100,
+        "messages": [{"role": "system", "content": huge}, {"role": "user", "content": "hi"}]});
+    let resp = gw.chat(body).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(header(&resp, "x-switchyard-model"), "big");
+    assert_eq!(tight.requests(), 0);
+    // Alone, the same request is refused in the client's terms.
+    let body = json!({"model": "tight", "max_tokens": 100,
+        "messages": [{"role": "system", "content": huge}, {"role": "user", "content": "hi"}]});
+    let e = error_envelope(gw.chat(body).await, 400).await;
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("prompt is too long: "),
+        "{e}"
+    );
+}
