@@ -219,8 +219,8 @@ fn trim_request(
         let list = match req.origin {
             Protocol::AnthropicMessages => "messages",
             Protocol::Gemini => "contents",
-            // OpenAI's path keeps no raw body.
-            Protocol::OpenAiChat => return raw.clone(),
+            // OpenAI's paths keep no raw body.
+            Protocol::OpenAiChat | Protocol::OpenAiResponses => return raw.clone(),
         };
         // Trimming removes whole groups, and a client message split in two is one group: a raw
         // message goes exactly when its canonical parts went. One with no canonical part (empty

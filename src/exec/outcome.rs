@@ -145,7 +145,7 @@ pub fn context_exceeded(protocol: crate::protocol::Protocol, p: &Passthrough) ->
     let message = e["message"].as_str().unwrap_or_default();
     match protocol {
         // OpenAI's code; a compatible server without codes (vLLM) uses OpenAI's wording.
-        Protocol::OpenAiChat => {
+        Protocol::OpenAiChat | Protocol::OpenAiResponses => {
             e["code"] == "context_length_exceeded"
                 || (!e["code"].is_string()
                     && message.starts_with("This model's maximum context length is"))

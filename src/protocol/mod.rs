@@ -9,6 +9,7 @@ pub mod anthropic;
 pub mod chain;
 pub mod gemini;
 pub mod openai;
+pub mod responses;
 
 #[cfg(test)]
 mod golden;
@@ -21,6 +22,8 @@ pub enum Protocol {
     OpenAiChat,
     AnthropicMessages,
     Gemini,
+    /// OpenAI's Responses API: a client protocol only (read into an OpenAI chat request).
+    OpenAiResponses,
 }
 
 /// A client's mistake in the request body. Maps to 400 `invalid_request_error` with `param`.

@@ -42,6 +42,9 @@ pub enum ApiError {
         name: &'static str,
         expected: &'static str,
     },
+    /// A Responses request continuing a response this gateway does not have.
+    #[error("previous response with id {0:?} not found")]
+    PreviousResponseNotFound(String),
     /// Gateways chained into each other: refused so retries cannot multiply down the chain.
     #[error("routing loop detected: the request has passed {hops} gateways (the limit is {max})")]
     LoopDetected { hops: u32, max: u32 },
@@ -54,7 +57,7 @@ impl ApiError {
             ApiError::InvalidJson(_) | ApiError::Invalid(_) | ApiError::BodyRead => 400,
             ApiError::TooLarge { .. } => 413,
             ApiError::BodyTimeout => 408,
-            ApiError::NotFound(_) => 404,
+            ApiError::NotFound(_) | ApiError::PreviousResponseNotFound(_) => 404,
             ApiError::MethodNotAllowed => 405,
             ApiError::Exec { err, .. } => err.status(),
             ApiError::Admin(_) => 400,
@@ -74,6 +77,7 @@ impl ApiError {
             ApiError::BodyRead => "body_read_error",
             ApiError::BodyTimeout => "request_body_timeout",
             ApiError::NotFound(_) => "not_found",
+            ApiError::PreviousResponseNotFound(_) => "previous_response_not_found",
             ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::Exec { err, .. } => err.code(),
             ApiError::Admin(_) => "invalid_config",
@@ -101,7 +105,8 @@ impl ApiError {
     /// The error in the client's own protocol's envelope (same status and headers).
     pub fn render(self, protocol: Protocol) -> Response {
         let mut resp = self.into_response();
-        if protocol == Protocol::OpenAiChat {
+        // The Responses API shares OpenAI's error envelope.
+        if matches!(protocol, Protocol::OpenAiChat | Protocol::OpenAiResponses) {
             return resp;
         }
         // Same status and headers; the body rewritten into Anthropic's envelope. The message
@@ -186,6 +191,7 @@ impl IntoResponse for ApiError {
         let message = self.to_string();
         let param = match &self {
             ApiError::Invalid(e) => e.param.clone(),
+            ApiError::PreviousResponseNotFound(_) => Some("previous_response_id".into()),
             _ => None,
         };
         let extra = match &self {

@@ -49,6 +49,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/messages", post(messages))
+        .route("/v1/responses", post(responses))
         .route("/v1beta/models/{model_action}", post(generate_content))
         .route("/v1/models/{model_action}", post(generate_content))
         .route("/v1/embeddings", post(embeddings))
@@ -166,6 +167,8 @@ struct Ctx {
     logged: bool,
     /// The client's protocol: errors and answers are written in it.
     protocol: Protocol,
+    /// For a Responses API client: what its answer repeats, and what reading it dropped.
+    responses: Option<Box<crate::protocol::responses::Echo>>,
 }
 
 impl Ctx {
@@ -188,6 +191,7 @@ impl Ctx {
             semantic: None,
             logged: false,
             protocol: Protocol::OpenAiChat,
+            responses: None,
         }
     }
 
@@ -442,6 +446,30 @@ async fn chat_completions(
     }
 }
 
+/// OpenAI Responses API: read into a chat request (stateless), served by any channel, answered
+/// as a Response object or its event stream.
+async fn responses(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    let mut ctx = Ctx::new(&state, "responses");
+    ctx.protocol = Protocol::OpenAiResponses;
+    let parsed = match read_chat_json(&mut ctx, &headers, body).await {
+        Ok((v, spec)) => match crate::protocol::responses::previous_response_id(&v) {
+            // Nothing is stored yet: a continuation is always of an unknown response.
+            Some(id) => Err(ApiError::PreviousResponseNotFound(id.to_string())),
+            None => crate::protocol::responses::request_from_value(v)
+                .map(|r| (r, spec))
+                .map_err(ApiError::from),
+        },
+        Err(e) => Err(e),
+    };
+    match parsed {
+        Ok(((req, echo), spec)) => {
+            ctx.responses = Some(Box::new(echo));
+            Box::pin(serve_chat(&state, &headers, ctx, req, spec)).await
+        }
+        Err(e) => fail(ctx, e),
+    }
+}
+
 /// Anthropic Messages (`anthropic-version` and `anthropic-beta` headers are accepted and not
 /// needed): translated to the canonical request, served by any channel, answered as Anthropic.
 async fn messages(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
@@ -508,15 +536,20 @@ async fn generate_content(
 }
 
 /// `lossless`, or `lossy (<what>)`: what reaching the serving channel's protocol dropped.
-fn translation(snap: &Snapshot, report: &Report, req: &crate::protocol::ChatRequest) -> String {
+fn translation(snap: &Snapshot, ctx: &Ctx, req: &crate::protocol::ChatRequest) -> String {
+    let report = &ctx.report;
     let target = report
         .served
         .as_ref()
         .and_then(|s| snap.channels.iter().find(|c| c.name == s.channel))
         .map(|c| c.kind.protocol());
-    let lost = target
+    let mut lost = target
         .map(|t| req.translation_losses(t))
         .unwrap_or_default();
+    // What reading a Responses request as a chat request dropped (hosted tools...).
+    if let Some(e) = &ctx.responses {
+        lost.extend(e.losses.iter().cloned());
+    }
     if lost.is_empty() {
         "lossless".into()
     } else {
@@ -674,16 +707,22 @@ async fn serve_chat(
         return match result {
             Ok(committed) => {
                 let ttfb = ctx.started.elapsed();
-                let translated = translation(&snap, &ctx.report, &req);
+                let translated = translation(&snap, &ctx, &req);
                 let mut row = ctx.take_row(200, "ok");
                 row.translation = Some(translated.clone());
-                let wire = match ctx.protocol {
-                    Protocol::OpenAiChat => sse::Wire::OpenAi,
-                    Protocol::AnthropicMessages => sse::Wire::Anthropic {
+                let wire = match (ctx.protocol, ctx.responses.take()) {
+                    (Protocol::OpenAiResponses, Some(echo)) => sse::Wire::Responses {
+                        enc: Box::new(crate::protocol::responses::StreamEncoder::new(
+                            *echo,
+                            req.model.clone(),
+                        )),
+                    },
+                    (Protocol::OpenAiChat | Protocol::OpenAiResponses, _) => sse::Wire::OpenAi,
+                    (Protocol::AnthropicMessages, _) => sse::Wire::Anthropic {
                         enc: Box::default(),
                         model: req.model.clone(),
                     },
-                    Protocol::Gemini => sse::Wire::Gemini {
+                    (Protocol::Gemini, _) => sse::Wire::Gemini {
                         enc: Box::default(),
                         model: req.model.clone(),
                     },
@@ -723,10 +762,22 @@ async fn serve_chat(
         Ok(resp) => {
             let ext = ctx.report.body_extension();
             let body = match ctx.protocol {
-                Protocol::OpenAiChat => serde_json::to_vec(&openai::ResponseBody {
-                    resp: &resp,
-                    report: ext.as_ref(),
-                }),
+                Protocol::OpenAiResponses if ctx.responses.is_some() => {
+                    let echo = ctx.responses.as_deref();
+                    let mut v = echo.map_or(Value::Null, |e| {
+                        crate::protocol::responses::response_to_value(&resp, e, &req.model)
+                    });
+                    if let (Some(ext), Some(obj)) = (ext, v.as_object_mut()) {
+                        obj.insert("switchyard".into(), ext);
+                    }
+                    serde_json::to_vec(&v)
+                }
+                Protocol::OpenAiChat | Protocol::OpenAiResponses => {
+                    serde_json::to_vec(&openai::ResponseBody {
+                        resp: &resp,
+                        report: ext.as_ref(),
+                    })
+                }
                 Protocol::Gemini => match &resp.raw {
                     // From a Gemini upstream: its own body, thought signatures and all.
                     Some(raw) if raw.protocol == Protocol::Gemini => serde_json::to_vec(&raw.body),
@@ -745,7 +796,7 @@ async fn serve_chat(
                 }
             }
             .unwrap_or_default();
-            let translated = translation(&snap, &ctx.report, &req);
+            let translated = translation(&snap, &ctx, &req);
             let mut row = ctx.take_row(200, "ok");
             row.translation = Some(translated.clone());
             row.ttfb_ms = Some(row.total_ms);

@@ -15,7 +15,7 @@ use futures_util::{Stream, StreamExt};
 use crate::exec::{Committed, OutcomeClass, Relay, RelayItem};
 use crate::protocol::StreamChunk;
 use crate::protocol::openai::{ChunkBody, error_body};
-use crate::protocol::{anthropic, gemini};
+use crate::protocol::{anthropic, gemini, responses};
 use crate::store::{LogRow, RequestLog};
 
 /// How the stream ended, for the log.
@@ -102,6 +102,10 @@ pub enum Wire {
         enc: Box<gemini::StreamEncoder>,
         model: String,
     },
+    /// Responses API events.
+    Responses {
+        enc: Box<responses::StreamEncoder>,
+    },
 }
 
 struct SseBody {
@@ -174,6 +178,7 @@ impl SseBody {
                     }
                     Wire::Anthropic { enc, model } => enc.chunk(&c, model, out),
                     Wire::Gemini { enc, model } => enc.chunk(&c, model, out),
+                    Wire::Responses { enc } => enc.chunk(&c, out),
                 }
             }
             Some(RelayItem::Fault(class)) => {
@@ -183,6 +188,10 @@ impl SseBody {
                     Wire::OpenAi => out.extend_from_slice(&error_frame(class)),
                     Wire::Anthropic { enc, .. } => enc.fault(fault_message(class).1, out),
                     Wire::Gemini { enc, .. } => enc.fault(fault_message(class).1, out),
+                    Wire::Responses { enc } => {
+                        let (code, message) = fault_message(class);
+                        enc.fault(code, message, out);
+                    }
                 }
             }
             None => {
@@ -192,6 +201,7 @@ impl SseBody {
                     Wire::OpenAi => out.extend_from_slice(b"data: [DONE]\n\n"),
                     Wire::Anthropic { enc, .. } => enc.done(out),
                     Wire::Gemini { enc, model } => enc.done(model, out),
+                    Wire::Responses { enc } => enc.done(out),
                 }
             }
         }

@@ -2,8 +2,9 @@
 
 Starts three standalone mocks (one answering text, one a tool call, one reasoning then text; each speaks
 OpenAI, Anthropic and Gemini) and a gateway whose models route to channels of kind openai,
-anthropic and gemini. Then drives the gateway with the openai, anthropic and google-genai
-SDKs: plain, streaming, tools and streamed tools, in every client x channel combination; the
+anthropic and gemini. Then drives the gateway with the openai (Chat Completions and Responses),
+anthropic and google-genai SDKs: plain, streaming, tools and streamed tools, in every client x
+channel combination; the
 anthropic SDK also gets every provider's reasoning as thinking blocks and sends them back.
 Any warning is an error. Prints 'N passed, N failed' and exits non-zero on a failure.
 
@@ -128,6 +129,37 @@ def check_anthropic(url, kind):
     assert m.content[-1].text == TEXT, m
 
 
+def check_responses(url, kind):
+    """The Responses API (Codex's) through every channel kind: plain, streamed, a tool call, and
+    streamed tool arguments, then the call's output sent back as history."""
+    c = openai.OpenAI(base_url=url + "/v1", api_key=KEY, max_retries=0)
+    r = c.responses.create(model=f"{kind}-text", input="hi", instructions="Be brief.")
+    assert r.output_text == TEXT and r.status == "completed", r
+    assert r.usage.output_tokens > 0, r
+    events = list(c.responses.create(model=f"{kind}-text", input=[{"role": "user", "content": "hi"}], stream=True))
+    types_ = [e.type for e in events]
+    assert types_[:2] == ["response.created", "response.in_progress"], types_
+    assert types_[-1] == "response.completed", types_
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == TEXT, types_
+    assert events[-1].response.output_text == TEXT, events[-1]
+    assert [e.sequence_number for e in events] == list(range(len(events))), types_
+    tools = [{"type": "function", "name": "weather", "parameters": {"type": "object"}}]
+    r = c.responses.create(model=f"{kind}-tools", input="w", tools=tools)
+    call = [o for o in r.output if o.type == "function_call"][0]
+    assert call.name == "weather" and json.loads(call.arguments) == TOOL_ARGS, r
+    with c.responses.stream(model=f"{kind}-tools", input="w", tools=tools) as st:
+        args = "".join(e.delta for e in st if e.type == "response.function_call_arguments.delta")
+        final = st.get_final_response()
+    assert json.loads(args) == TOOL_ARGS, args
+    call = [o for o in final.output if o.type == "function_call"][0]
+    assert json.loads(call.arguments) == TOOL_ARGS, final
+    # The round trip a coding agent makes: its call and the call's output, sent back whole.
+    history = [{"role": "user", "content": "w"}, call.model_dump(exclude_none=True),
+               {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}]
+    r = c.responses.create(model=f"{kind}-text", input=history, tools=tools, store=False)
+    assert r.output_text == TEXT, r
+
+
 def check_gemini(url, kind):
     c = genai.Client(api_key=KEY, http_options=types.HttpOptions(base_url=url))
     r = c.models.generate_content(model=f"{kind}-text", contents="hi")
@@ -147,7 +179,8 @@ def check_gemini(url, kind):
 
 def run(url):
     passed = failed = 0
-    for client, check in (("openai", check_openai), ("anthropic", check_anthropic), ("gemini", check_gemini)):
+    for client, check in (("openai", check_openai), ("openai responses", check_responses),
+                          ("anthropic", check_anthropic), ("gemini", check_gemini)):
         for kind in ("openai", "anthropic", "gemini"):
             name = f"{client} SDK -> {kind} channel"
             try:

@@ -1,0 +1,859 @@
+//! OpenAI Responses API (`POST /v1/responses`) ↔ the canonical request, response and stream.
+//!
+//! A Responses request is stateless here (the client sends its whole history, as Codex does
+//! with `store: false`): its input items become Chat Completions messages (instructions first,
+//! a function call and the assistant text before it one turn, each call output a tool message),
+//! its fields their Chat Completions equivalents (`max_output_tokens`, `text.format`,
+//! `reasoning.effort`), and it is then read as an OpenAI chat request, so every channel kind
+//! serves it. Hosted tools (web search, file search...) have no Chat Completions form: they are
+//! dropped and named in `x-switchyard-translation`. `custom` tools (free-form input) travel as
+//! functions with one `input` string and come back as `custom_tool_call`s.
+//!
+//! Answers are rebuilt as Responses objects; streams as the documented event sequence:
+//! `response.created`, `response.in_progress`, per output item `response.output_item.added`,
+//! its part and delta events, `response.output_item.done`, and `response.completed` (or
+//! `response.incomplete` at the token limit, `response.failed` after a fault).
+
+use serde_json::{Map, Value, json};
+
+use super::{ChatRequest, ChatResponse, Content, InvalidRequest, StreamChunk, ToolCall, Usage};
+
+/// What the answer must echo of the request, and what reading it dropped.
+#[derive(Debug, Clone)]
+pub struct Echo {
+    pub id: String,
+    pub created_at: u64,
+    /// The request's own fields the Response object repeats (instructions, tools...).
+    fields: Map<String, Value>,
+    /// Names of `custom` tools: a call to one is answered as a `custom_tool_call`.
+    custom_tools: Vec<String>,
+    /// Named by field or tool type, never by value.
+    pub losses: Vec<String>,
+}
+
+/// Request fields a Response object repeats as sent.
+const ECHOED: &[&str] = &[
+    "instructions",
+    "max_output_tokens",
+    "metadata",
+    "parallel_tool_calls",
+    "prompt_cache_key",
+    "reasoning",
+    "service_tier",
+    "store",
+    "temperature",
+    "text",
+    "tool_choice",
+    "tools",
+    "top_p",
+    "truncation",
+    "user",
+];
+
+/// Fields with the same name and meaning in Chat Completions: passed on as they are.
+const SAME_IN_CHAT: &[&str] = &[
+    "temperature",
+    "top_p",
+    "stream",
+    "parallel_tool_calls",
+    "prompt_cache_key",
+    "user",
+    "service_tier",
+    "safety_identifier",
+    "metadata",
+    "top_logprobs",
+];
+
+fn bad(param: &str, message: impl Into<String>) -> InvalidRequest {
+    InvalidRequest::new(param, message)
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn random_hex(n: usize) -> String {
+    let mut rng = fastrand::Rng::new();
+    (0..n)
+        .map(|_| char::from_digit(rng.u32(0..16), 16).unwrap_or('0'))
+        .collect()
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The `previous_response_id` a request continues from, if any (nothing is stored yet, so the
+/// server answers 404 for every one).
+pub fn previous_response_id(body: &Value) -> Option<&str> {
+    body.get("previous_response_id").and_then(Value::as_str)
+}
+
+/// A Responses request body → the canonical request (origin: OpenAI chat) and its echo.
+pub fn request_from_value(body: Value) -> Result<(ChatRequest, Echo), InvalidRequest> {
+    let Value::Object(mut m) = body else {
+        return Err(InvalidRequest {
+            param: None,
+            message: "the request body must be a JSON object".into(),
+        });
+    };
+    let mut fields = Map::new();
+    for k in ECHOED {
+        if let Some(v) = m.get(*k) {
+            fields.insert((*k).into(), v.clone());
+        }
+    }
+    let mut losses = Vec::new();
+    let mut chat = Map::new();
+    match m.remove("model") {
+        Some(Value::String(s)) if !s.is_empty() => {
+            chat.insert("model".into(), Value::String(s));
+        }
+        Some(Value::String(_)) | None | Some(Value::Null) => {
+            return Err(bad("model", "is required"));
+        }
+        Some(other) => {
+            return Err(bad(
+                "model",
+                format!("expected a string, got {}", kind(&other)),
+            ));
+        }
+    }
+    for k in SAME_IN_CHAT {
+        if let Some(v) = m.remove(*k).filter(|v| !v.is_null()) {
+            chat.insert((*k).into(), v);
+        }
+    }
+    if let Some(n) = m.remove("max_output_tokens").filter(|v| !v.is_null()) {
+        chat.insert("max_completion_tokens".into(), n);
+    }
+    if let Some(effort) = m
+        .get("reasoning")
+        .and_then(|r| r.get("effort"))
+        .filter(|e| !e.is_null())
+    {
+        chat.insert("reasoning_effort".into(), effort.clone());
+    }
+    if let Some(format) = m.get("text").and_then(|t| t.get("format")) {
+        match format.get("type").and_then(Value::as_str) {
+            Some("json_schema") => {
+                let mut schema = Map::new();
+                for k in ["name", "schema", "strict", "description"] {
+                    if let Some(v) = format.get(k) {
+                        schema.insert(k.into(), v.clone());
+                    }
+                }
+                chat.insert(
+                    "response_format".into(),
+                    json!({"type": "json_schema", "json_schema": schema}),
+                );
+            }
+            Some("json_object") => {
+                chat.insert("response_format".into(), json!({"type": "json_object"}));
+            }
+            _ => {}
+        }
+    }
+    let mut custom_tools = Vec::new();
+    if let Some(tools) = m.remove("tools").filter(|v| !v.is_null()) {
+        let Value::Array(tools) = tools else {
+            return Err(bad(
+                "tools",
+                format!("expected an array, got {}", kind(&tools)),
+            ));
+        };
+        let mut out = Vec::new();
+        for (i, t) in tools.into_iter().enumerate() {
+            match t.get("type").and_then(Value::as_str) {
+                Some("function") => {
+                    let name = t.get("name").and_then(Value::as_str).unwrap_or_default();
+                    if name.is_empty() {
+                        return Err(bad(&format!("tools[{i}].name"), "is required"));
+                    }
+                    let mut f = Map::new();
+                    for k in ["name", "description", "parameters", "strict"] {
+                        if let Some(v) = t.get(k).filter(|v| !v.is_null()) {
+                            f.insert(k.into(), v.clone());
+                        }
+                    }
+                    out.push(json!({"type": "function", "function": f}));
+                }
+                Some("custom") => {
+                    let name = t.get("name").and_then(Value::as_str).unwrap_or_default();
+                    custom_tools.push(name.to_string());
+                    out.push(json!({"type": "function", "function": {
+                        "name": name,
+                        "description": t.get("description").cloned().unwrap_or(Value::Null),
+                        "parameters": {"type": "object", "properties": {"input": {"type": "string"}},
+                                       "required": ["input"]},
+                    }}));
+                }
+                Some(other) => losses.push(format!("{other} tool")),
+                None => return Err(bad(&format!("tools[{i}].type"), "is required")),
+            }
+        }
+        if !out.is_empty() {
+            chat.insert("tools".into(), Value::Array(out));
+        }
+    }
+    if let Some(tc) = m.remove("tool_choice").filter(|v| !v.is_null()) {
+        let choice = match &tc {
+            Value::String(_) => Some(tc.clone()),
+            Value::Object(o) => match o.get("type").and_then(Value::as_str) {
+                Some("function" | "custom") => o
+                    .get("name")
+                    .map(|n| json!({"type": "function", "function": {"name": n}})),
+                // Forcing a hosted tool: it is not there any more, let the model choose.
+                _ => Some(json!("auto")),
+            },
+            _ => None,
+        };
+        if let Some(c) = choice.filter(|_| chat.contains_key("tools")) {
+            chat.insert("tool_choice".into(), c);
+        }
+    }
+    let mut messages: Vec<Value> = Vec::new();
+    if let Some(i) = m.remove("instructions").filter(|v| !v.is_null()) {
+        match i {
+            Value::String(s) => messages.push(json!({"role": "system", "content": s})),
+            other => {
+                return Err(bad(
+                    "instructions",
+                    format!("expected a string, got {}", kind(&other)),
+                ));
+            }
+        }
+    }
+    match m.remove("input") {
+        Some(Value::String(s)) => messages.push(json!({"role": "user", "content": s})),
+        Some(Value::Array(items)) => {
+            for (i, item) in items.into_iter().enumerate() {
+                input_item(item, i, &mut messages, &mut losses)?;
+            }
+        }
+        None | Some(Value::Null) => return Err(bad("input", "is required")),
+        Some(other) => {
+            return Err(bad(
+                "input",
+                format!(
+                    "expected a string or an array of items, got {}",
+                    kind(&other)
+                ),
+            ));
+        }
+    }
+    if messages.is_empty() {
+        return Err(bad("input", "must contain at least one message"));
+    }
+    chat.insert("messages".into(), Value::Array(messages));
+    // The rest (include, store, truncation, stream_options...) is the Responses API's own.
+    let mut req = super::openai::request_from_value(Value::Object(chat))?;
+    // Usage is always part of `response.completed`.
+    req.stream_include_usage = true;
+    losses.sort();
+    losses.dedup();
+    Ok((
+        req,
+        Echo {
+            id: format!("resp_{}", random_hex(32)),
+            created_at: now_secs(),
+            fields,
+            custom_tools,
+            losses,
+        },
+    ))
+}
+
+/// One input item → Chat Completions messages (a call joins the assistant turn before it).
+fn input_item(
+    item: Value,
+    i: usize,
+    out: &mut Vec<Value>,
+    losses: &mut Vec<String>,
+) -> Result<(), InvalidRequest> {
+    let at = |f: &str| format!("input[{i}].{f}");
+    let Value::Object(o) = item else {
+        return Err(bad(
+            &format!("input[{i}]"),
+            format!("expected an object, got {}", kind(&item)),
+        ));
+    };
+    let ty = o.get("type").and_then(Value::as_str);
+    let call = |call_id: &Value, name: &Value, arguments: String| json!({"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}});
+    let push_call = |out: &mut Vec<Value>, c: Value| {
+        // Calls after the assistant's text (or other calls) are one turn.
+        if let Some(last) = out.last_mut().filter(|l| l["role"] == "assistant") {
+            if !last["tool_calls"].is_array() {
+                last["tool_calls"] = json!([]);
+            }
+            if let Some(a) = last["tool_calls"].as_array_mut() {
+                a.push(c);
+            }
+        } else {
+            out.push(json!({"role": "assistant", "content": null, "tool_calls": [c]}));
+        }
+    };
+    match ty {
+        None | Some("message") => {
+            let role = o.get("role").and_then(Value::as_str).unwrap_or_default();
+            if !matches!(role, "user" | "assistant" | "system" | "developer") {
+                return Err(bad(
+                    &at("role"),
+                    format!("expected user, assistant, system or developer, got {role:?}"),
+                ));
+            }
+            let content = match o.get("content") {
+                Some(Value::String(s)) => Value::String(s.clone()),
+                Some(Value::Array(parts)) => {
+                    let mut out_parts = Vec::new();
+                    for (j, p) in parts.iter().enumerate() {
+                        out_parts.extend(content_part(p, &at(&format!("content[{j}]")), losses)?);
+                    }
+                    Value::Array(out_parts)
+                }
+                _ => return Err(bad(&at("content"), "is required")),
+            };
+            out.push(json!({"role": role, "content": content}));
+        }
+        Some("function_call") => {
+            let args = o
+                .get("arguments")
+                .and_then(Value::as_str)
+                .unwrap_or("{}")
+                .to_string();
+            push_call(
+                out,
+                call(&o["call_id"], o.get("name").unwrap_or(&Value::Null), args),
+            );
+        }
+        Some("custom_tool_call") => {
+            let input = o.get("input").and_then(Value::as_str).unwrap_or_default();
+            let args = json!({ "input": input }).to_string();
+            push_call(
+                out,
+                call(&o["call_id"], o.get("name").unwrap_or(&Value::Null), args),
+            );
+        }
+        Some("function_call_output" | "custom_tool_call_output") => {
+            let output = match o.get("output") {
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Array(parts)) => parts
+                    .iter()
+                    .filter_map(|p| p.get("text").and_then(Value::as_str))
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+                Some(other) => other.to_string(),
+                None => String::new(),
+            };
+            out.push(json!({"role": "tool", "tool_call_id": o["call_id"], "content": output}));
+        }
+        // Reasoning the client kept (encrypted for its own provider): not readable elsewhere.
+        Some("reasoning") => {}
+        Some(other) => losses.push(format!("{other} input items")),
+    }
+    Ok(())
+}
+
+/// A Responses content part → Chat Completions content parts.
+fn content_part(
+    p: &Value,
+    path: &str,
+    losses: &mut Vec<String>,
+) -> Result<Option<Value>, InvalidRequest> {
+    Ok(match p.get("type").and_then(Value::as_str) {
+        Some("input_text" | "output_text" | "text") => Some(json!({
+            "type": "text",
+            "text": p.get("text").and_then(Value::as_str).unwrap_or_default(),
+        })),
+        Some("refusal") => Some(json!({
+            "type": "text",
+            "text": p.get("refusal").and_then(Value::as_str).unwrap_or_default(),
+        })),
+        Some("input_image") => match p.get("image_url").and_then(Value::as_str) {
+            Some(url) => {
+                let mut image = json!({ "url": url });
+                if let Some(d) = p.get("detail").filter(|d| !d.is_null()) {
+                    image["detail"] = d.clone();
+                }
+                Some(json!({"type": "image_url", "image_url": image}))
+            }
+            None => {
+                losses.push("images by file_id".into());
+                None
+            }
+        },
+        Some("input_file") => {
+            let mut file = Map::new();
+            for k in ["file_id", "file_data", "filename"] {
+                if let Some(v) = p.get(k) {
+                    file.insert(k.into(), v.clone());
+                }
+            }
+            Some(json!({"type": "file", "file": file}))
+        }
+        Some(_) => {
+            losses.push("content parts of other types".into());
+            None
+        }
+        None => return Err(bad(&format!("{path}.type"), "is required")),
+    })
+}
+
+/// The Response object's fields that do not depend on the answer.
+fn skeleton(echo: &Echo, model: &str, status: &str) -> Value {
+    let mut r = json!({
+        "id": echo.id,
+        "object": "response",
+        "created_at": echo.created_at,
+        "status": status,
+        "error": null,
+        "incomplete_details": null,
+        "instructions": null,
+        "max_output_tokens": null,
+        "model": model,
+        "output": [],
+        "parallel_tool_calls": true,
+        "previous_response_id": null,
+        "reasoning": {"effort": null, "summary": null},
+        "store": false,
+        "temperature": null,
+        "text": {"format": {"type": "text"}},
+        "tool_choice": "auto",
+        "tools": [],
+        "top_p": null,
+        "truncation": "disabled",
+        "usage": null,
+        "metadata": {},
+    });
+    for (k, v) in &echo.fields {
+        r[k.as_str()] = v.clone();
+    }
+    r
+}
+
+fn usage_json(u: &Usage) -> Value {
+    let input = u.input_tokens.unwrap_or(0);
+    let output = u.output_tokens.unwrap_or(0);
+    let reasoning = u
+        .extra
+        .get("completion_tokens_details")
+        .and_then(|d| d.get("reasoning_tokens"))
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    json!({
+        "input_tokens": input,
+        "input_tokens_details": {"cached_tokens": u.cached_tokens.unwrap_or(0)},
+        "output_tokens": output,
+        "output_tokens_details": {"reasoning_tokens": reasoning},
+        "total_tokens": u.total_tokens.unwrap_or(input + output),
+    })
+}
+
+/// `completed`, or `incomplete` with its reason, from a finish reason.
+fn status_of(finish: Option<&str>) -> (&'static str, Value) {
+    match finish {
+        Some("length") => ("incomplete", json!({"reason": "max_output_tokens"})),
+        Some("content_filter") => ("incomplete", json!({"reason": "content_filter"})),
+        _ => ("completed", Value::Null),
+    }
+}
+
+fn message_item(id: &str, text: &str, status: &str) -> Value {
+    json!({"type": "message", "id": id, "status": status, "role": "assistant",
+        "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]})
+}
+
+fn reasoning_item(id: &str, text: &str) -> Value {
+    json!({"type": "reasoning", "id": id,
+        "summary": [{"type": "summary_text", "text": text}]})
+}
+
+impl Echo {
+    /// A tool call as its output item: a `custom_tool_call` for a custom tool (its `input`
+    /// taken back out of the arguments), else a `function_call`.
+    fn call_item(&self, id: &str, call_id: &str, name: &str, args: &str, status: &str) -> Value {
+        if self.custom_tools.iter().any(|t| t == name) {
+            let input = serde_json::from_str::<Value>(args)
+                .ok()
+                .and_then(|v| v.get("input").and_then(Value::as_str).map(str::to_string))
+                .unwrap_or_else(|| args.to_string());
+            return json!({"type": "custom_tool_call", "id": id, "call_id": call_id,
+                "name": name, "input": input, "status": status});
+        }
+        json!({"type": "function_call", "id": id, "call_id": call_id, "name": name,
+            "arguments": args, "status": status})
+    }
+}
+
+/// The canonical answer → a Response object.
+pub fn response_to_value(resp: &ChatResponse, echo: &Echo, model: &str) -> Value {
+    let choice = resp.choices.first();
+    let (status, incomplete) = status_of(choice.and_then(|c| c.finish_reason.as_deref()));
+    let mut r = skeleton(echo, resp.model.as_deref().unwrap_or(model), status);
+    r["incomplete_details"] = incomplete;
+    let mut output = Vec::new();
+    let tag = &echo.id[5..];
+    if let Some(c) = choice {
+        if let Some(reasoning) = c.message.reasoning.as_deref().filter(|t| !t.is_empty()) {
+            output.push(reasoning_item(&format!("rs_{tag}"), reasoning));
+        }
+        let text = c.message.content.as_ref().map(Content::text);
+        if let Some(t) = text.filter(|t| !t.is_empty()) {
+            output.push(message_item(&format!("msg_{tag}"), &t, "completed"));
+        }
+        for (n, call) in c.message.tool_calls.iter().enumerate() {
+            if let ToolCall::Function {
+                id,
+                name,
+                arguments,
+                ..
+            } = call
+            {
+                let call_id = id.clone().unwrap_or_else(|| format!("call_{tag}_{n}"));
+                output.push(echo.call_item(
+                    &format!("fc_{tag}_{n}"),
+                    &call_id,
+                    name,
+                    arguments.as_deref().unwrap_or("{}"),
+                    "completed",
+                ));
+            }
+        }
+    }
+    r["output"] = Value::Array(output);
+    if let Some(u) = &resp.usage {
+        r["usage"] = usage_json(u);
+    }
+    r
+}
+
+/// The item being streamed.
+#[derive(Debug)]
+enum Open {
+    Reasoning {
+        index: usize,
+        id: String,
+        text: String,
+    },
+    Message {
+        index: usize,
+        id: String,
+        text: String,
+    },
+    Call {
+        index: usize,
+        id: String,
+        call_id: String,
+        name: String,
+        args: String,
+        /// The upstream's tool-call index.
+        upstream: u32,
+        /// A custom tool's input is sent whole when the call ends.
+        custom: bool,
+    },
+}
+
+/// Canonical stream chunks → Responses events, one state machine per stream.
+#[derive(Debug)]
+pub struct StreamEncoder {
+    echo: Echo,
+    model: String,
+    seq: u64,
+    started: bool,
+    open: Option<Open>,
+    output: Vec<Value>,
+    usage: Option<Usage>,
+    finish: Option<String>,
+    calls: usize,
+}
+
+impl StreamEncoder {
+    pub fn new(echo: Echo, model: String) -> Self {
+        StreamEncoder {
+            echo,
+            model,
+            seq: 0,
+            started: false,
+            open: None,
+            output: Vec::new(),
+            usage: None,
+            finish: None,
+            calls: 0,
+        }
+    }
+
+    fn event(&mut self, out: &mut Vec<u8>, ty: &str, mut data: Value) {
+        data["type"] = ty.into();
+        data["sequence_number"] = self.seq.into();
+        self.seq += 1;
+        out.extend_from_slice(b"event: ");
+        out.extend_from_slice(ty.as_bytes());
+        out.extend_from_slice(b"\ndata: ");
+        out.extend_from_slice(data.to_string().as_bytes());
+        out.extend_from_slice(b"\n\n");
+    }
+
+    fn start(&mut self, out: &mut Vec<u8>) {
+        if self.started {
+            return;
+        }
+        self.started = true;
+        let r = skeleton(&self.echo, &self.model, "in_progress");
+        self.event(out, "response.created", json!({ "response": r }));
+        let r = skeleton(&self.echo, &self.model, "in_progress");
+        self.event(out, "response.in_progress", json!({ "response": r }));
+    }
+
+    fn tag(&self) -> String {
+        self.echo.id[5..].to_string()
+    }
+
+    /// Ends the open item: its closing events and `output_item.done`.
+    fn close(&mut self, out: &mut Vec<u8>) {
+        let Some(open) = self.open.take() else {
+            return;
+        };
+        let (index, item) = match open {
+            Open::Reasoning { index, id, text } => {
+                let part = json!({"type": "summary_text", "text": text});
+                self.event(
+                    out,
+                    "response.reasoning_summary_text.done",
+                    json!({"item_id": id, "output_index": index, "summary_index": 0, "text": text}),
+                );
+                self.event(
+                    out,
+                    "response.reasoning_summary_part.done",
+                    json!({"item_id": id, "output_index": index, "summary_index": 0, "part": part}),
+                );
+                (index, reasoning_item(&id, &text))
+            }
+            Open::Message { index, id, text } => {
+                let part =
+                    json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []});
+                self.event(
+                    out,
+                    "response.output_text.done",
+                    json!({"item_id": id, "output_index": index, "content_index": 0,
+                        "text": text, "logprobs": []}),
+                );
+                self.event(
+                    out,
+                    "response.content_part.done",
+                    json!({"item_id": id, "output_index": index, "content_index": 0, "part": part}),
+                );
+                (index, message_item(&id, &text, "completed"))
+            }
+            Open::Call {
+                index,
+                id,
+                call_id,
+                name,
+                args,
+                custom,
+                ..
+            } => {
+                let item = self
+                    .echo
+                    .call_item(&id, &call_id, &name, &args, "completed");
+                if custom {
+                    let mut added = item.clone();
+                    added["input"] = "".into();
+                    added["status"] = "in_progress".into();
+                    self.event(
+                        out,
+                        "response.output_item.added",
+                        json!({"output_index": index, "item": added}),
+                    );
+                    let input = item["input"].clone();
+                    self.event(
+                        out,
+                        "response.custom_tool_call_input.delta",
+                        json!({"item_id": id, "output_index": index, "delta": input}),
+                    );
+                    self.event(
+                        out,
+                        "response.custom_tool_call_input.done",
+                        json!({"item_id": id, "output_index": index, "input": input}),
+                    );
+                } else {
+                    self.event(
+                        out,
+                        "response.function_call_arguments.done",
+                        json!({"item_id": id, "output_index": index, "arguments": args}),
+                    );
+                }
+                (index, item)
+            }
+        };
+        self.event(
+            out,
+            "response.output_item.done",
+            json!({"output_index": index, "item": item}),
+        );
+        self.output.push(item);
+    }
+
+    pub fn chunk(&mut self, c: &StreamChunk, out: &mut Vec<u8>) {
+        if let Some(u) = &c.usage {
+            self.usage = Some(u.clone());
+        }
+        if let Some(m) = &c.model {
+            self.model.clone_from(m);
+        }
+        let Some(choice) = c.choices.first() else {
+            return;
+        };
+        self.start(out);
+        let d = &choice.delta;
+        let tag = self.tag();
+        if let Some(r) = d.reasoning.as_deref().filter(|r| !r.is_empty()) {
+            if !matches!(self.open, Some(Open::Reasoning { .. })) {
+                self.close(out);
+                let index = self.output.len();
+                let id = format!("rs_{tag}_{index}");
+                self.event(
+                    out,
+                    "response.output_item.added",
+                    json!({"output_index": index,
+                        "item": {"type": "reasoning", "id": id, "summary": []}}),
+                );
+                self.event(
+                    out,
+                    "response.reasoning_summary_part.added",
+                    json!({"item_id": id, "output_index": index, "summary_index": 0,
+                        "part": {"type": "summary_text", "text": ""}}),
+                );
+                self.open = Some(Open::Reasoning {
+                    index,
+                    id,
+                    text: String::new(),
+                });
+            }
+            if let Some(Open::Reasoning { index, id, text }) = &mut self.open {
+                text.push_str(r);
+                let data =
+                    json!({"item_id": id, "output_index": index, "summary_index": 0, "delta": r});
+                self.event(out, "response.reasoning_summary_text.delta", data);
+            }
+        }
+        if let Some(t) = d.content.as_deref().filter(|t| !t.is_empty()) {
+            if !matches!(self.open, Some(Open::Message { .. })) {
+                self.close(out);
+                let index = self.output.len();
+                let id = format!("msg_{tag}_{index}");
+                self.event(
+                    out,
+                    "response.output_item.added",
+                    json!({"output_index": index, "item": {"type": "message", "id": id,
+                        "status": "in_progress", "role": "assistant", "content": []}}),
+                );
+                self.event(
+                    out,
+                    "response.content_part.added",
+                    json!({"item_id": id, "output_index": index, "content_index": 0,
+                        "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}}),
+                );
+                self.open = Some(Open::Message {
+                    index,
+                    id,
+                    text: String::new(),
+                });
+            }
+            if let Some(Open::Message { index, id, text }) = &mut self.open {
+                text.push_str(t);
+                let data = json!({"item_id": id, "output_index": index, "content_index": 0,
+                    "delta": t, "logprobs": []});
+                self.event(out, "response.output_text.delta", data);
+            }
+        }
+        for tc in &d.tool_calls {
+            let same = matches!(&self.open, Some(Open::Call { upstream, .. }) if *upstream == tc.index)
+                && tc.id.is_none();
+            if !same {
+                self.close(out);
+                let index = self.output.len();
+                let name = tc.name.clone().unwrap_or_default();
+                let call_id = tc
+                    .id
+                    .clone()
+                    .unwrap_or_else(|| format!("call_{tag}_{}", self.calls));
+                let id = format!("fc_{tag}_{}", self.calls);
+                self.calls += 1;
+                let custom = self.echo.custom_tools.contains(&name);
+                if !custom {
+                    self.event(
+                        out,
+                        "response.output_item.added",
+                        json!({"output_index": index, "item": {"type": "function_call", "id": id,
+                            "call_id": call_id, "name": name, "arguments": "", "status": "in_progress"}}),
+                    );
+                }
+                self.open = Some(Open::Call {
+                    index,
+                    id,
+                    call_id,
+                    name,
+                    args: String::new(),
+                    upstream: tc.index,
+                    custom,
+                });
+            }
+            if let Some(a) = tc.arguments.as_deref().filter(|a| !a.is_empty())
+                && let Some(Open::Call {
+                    index,
+                    id,
+                    args,
+                    custom,
+                    ..
+                }) = &mut self.open
+            {
+                args.push_str(a);
+                if !*custom {
+                    let data = json!({"item_id": id, "output_index": index, "delta": a});
+                    self.event(out, "response.function_call_arguments.delta", data);
+                }
+            }
+        }
+        if let Some(f) = &choice.finish_reason {
+            self.finish = Some(f.clone());
+        }
+    }
+
+    /// The end of a complete stream: the open item closed, then the whole response.
+    pub fn done(&mut self, out: &mut Vec<u8>) {
+        self.start(out);
+        self.close(out);
+        let (status, incomplete) = status_of(self.finish.as_deref());
+        let mut r = skeleton(&self.echo, &self.model, status);
+        r["incomplete_details"] = incomplete;
+        r["output"] = Value::Array(std::mem::take(&mut self.output));
+        if let Some(u) = &self.usage {
+            r["usage"] = usage_json(u);
+        }
+        let ty = if status == "incomplete" {
+            "response.incomplete"
+        } else {
+            "response.completed"
+        };
+        self.event(out, ty, json!({ "response": r }));
+    }
+
+    /// A fault after the stream began: `response.failed`, and nothing after it.
+    pub fn fault(&mut self, code: &str, message: &str, out: &mut Vec<u8>) {
+        self.start(out);
+        let mut r = skeleton(&self.echo, &self.model, "failed");
+        r["output"] = Value::Array(std::mem::take(&mut self.output));
+        r["error"] = json!({"code": code, "message": message});
+        self.event(out, "response.failed", json!({ "response": r }));
+    }
+}
