@@ -15,6 +15,7 @@ mod health;
 mod hygiene;
 mod latency;
 mod local_embedder;
+mod responses;
 mod semantic;
 mod shared;
 mod streaming;

@@ -1,0 +1,260 @@
+//! The Responses API (`POST /v1/responses`), as Codex speaks it: input items read into the
+//! upstream's chat request, answers and event streams in the documented shape, failover before
+//! the first event, `response.failed` after a fault, and errors in OpenAI's envelope.
+
+use serde_json::{Value, json};
+use switchyard::provider::mock::{Fault, MockSpec, MockToolCall};
+
+use crate::support::*;
+
+async fn create(gw: &Gateway, body: Value) -> reqwest::Response {
+    gw.post_as("/v1/responses", KEY, &[], body).await
+}
+
+/// `event:` names and `data:` payloads of a Responses SSE body.
+fn events(body: &str) -> Vec<(String, Value)> {
+    body.split("\n\n")
+        .filter(|e| !e.trim().is_empty())
+        .map(|ev| {
+            let name = ev
+                .lines()
+                .find_map(|l| l.strip_prefix("event: "))
+                .unwrap_or_default()
+                .to_string();
+            let data = ev
+                .lines()
+                .find_map(|l| l.strip_prefix("data: "))
+                .and_then(|d| serde_json::from_str(d).ok())
+                .unwrap_or(Value::Null);
+            (name, data)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_codex_turn_reaches_a_chat_upstream_as_one_conversation() {
+    let up = mock(text_spec("done")).await;
+    let gw = gateway(&openai_channel("a", &up.base_url(), 1, "")).await;
+    let body = json!({
+        "model": "m", "instructions": "You are Codex.", "store": false,
+        "include": ["reasoning.encrypted_content"], "prompt_cache_key": "sess-1",
+        "max_output_tokens": 300, "reasoning": {"effort": "high", "summary": "auto"},
+        "text": {"format": {"type": "json_schema", "name": "out", "schema": {"type": "object"}, "strict": true}},
+        "tools": [
+            {"type": "function", "name": "shell", "description": "Run a command",
+             "parameters": {"type": "object", "properties": {"command": {"type": "array", "items": {"type": "string"}}}}},
+            {"type": "web_search"}
+        ],
+        "tool_choice": "auto", "parallel_tool_calls": false,
+        "input": [
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "list files"}]},
+            {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "opaque"},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Listing."}]},
+            {"type": "function_call", "call_id": "call_1", "name": "shell", "arguments": "{\"command\":[\"ls\"]}"},
+            {"type": "function_call_output", "call_id": "call_1", "output": "a.rs\nb.rs"}
+        ]
+    });
+    let resp = create(&gw, body).await;
+    assert_eq!(resp.status(), 200);
+    // The hosted tool could not go to a chat upstream, and the client is told.
+    assert_eq!(
+        header(&resp, "x-switchyard-translation"),
+        "lossy (web_search tool)"
+    );
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["object"], "response");
+    assert_eq!(v["status"], "completed");
+    assert!(v["id"].as_str().unwrap().starts_with("resp_"));
+    assert_eq!(v["output"][0]["type"], "message");
+    assert_eq!(v["output"][0]["content"][0]["text"], "done");
+    // The request's own settings are repeated, as the API does.
+    assert_eq!(v["instructions"], "You are Codex.");
+    assert_eq!(v["max_output_tokens"], 300);
+    assert_eq!(v["tools"].as_array().unwrap().len(), 2);
+    assert!(v["usage"]["output_tokens"].as_u64().unwrap() > 0);
+
+    let got = &up.received()[0].body;
+    assert_eq!(
+        got["messages"],
+        json!([
+            {"role": "system", "content": "You are Codex."},
+            {"role": "user", "content": [{"type": "text", "text": "list files"}]},
+            {"role": "assistant", "content": [{"type": "text", "text": "Listing."}], "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "shell", "arguments": "{\"command\":[\"ls\"]}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "a.rs\nb.rs"}
+        ])
+    );
+    assert_eq!(got["max_completion_tokens"], 300);
+    assert_eq!(got["reasoning_effort"], "high");
+    assert_eq!(got["prompt_cache_key"], "sess-1");
+    assert_eq!(got["parallel_tool_calls"], false);
+    assert_eq!(got["response_format"]["json_schema"]["name"], "out");
+    assert_eq!(got["tools"].as_array().unwrap().len(), 1);
+    assert_eq!(got["tools"][0]["function"]["name"], "shell");
+    // The Responses API's own fields stay behind.
+    for k in [
+        "include",
+        "store",
+        "input",
+        "instructions",
+        "text",
+        "reasoning",
+    ] {
+        assert!(got.get(k).is_none(), "{k} reached the chat upstream");
+    }
+}
+
+#[tokio::test]
+async fn a_stream_fails_over_before_its_first_event_and_follows_the_documented_order() {
+    let (_a, _b, gw) = two_tiers(
+        ("dead", faulty("x", status(500)), ""),
+        (
+            "live",
+            MockSpec {
+                chunks: 2,
+                tool_call: Some(MockToolCall {
+                    name: "shell".into(),
+                    arguments: r#"{"command":["ls"]}"#.into(),
+                }),
+                ..MockSpec::default()
+            },
+        ),
+    )
+    .await;
+    let resp = create(
+        &gw,
+        json!({"model": "m", "stream": true, "input": "list",
+            "tools": [{"type": "function", "name": "shell", "parameters": {"type": "object"}}]}),
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(header(&resp, "x-switchyard-channel"), "live");
+    let evs = events(&resp.text().await.unwrap());
+    let names: Vec<&str> = evs.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names.first().copied(),
+        Some("response.created"),
+        "{names:?}"
+    );
+    assert_eq!(names[1], "response.in_progress");
+    assert_eq!(names[2], "response.output_item.added");
+    assert_eq!(names.last().copied(), Some("response.completed"));
+    let i_done = names
+        .iter()
+        .position(|n| *n == "response.function_call_arguments.done")
+        .unwrap();
+    assert_eq!(names[i_done + 1], "response.output_item.done");
+    // Every event names itself and is numbered in order.
+    for (i, (n, d)) in evs.iter().enumerate() {
+        assert_eq!(d["type"], n.as_str());
+        assert_eq!(d["sequence_number"], i);
+    }
+    let args: String = evs
+        .iter()
+        .filter(|(n, _)| n == "response.function_call_arguments.delta")
+        .map(|(_, d)| d["delta"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(args, r#"{"command":["ls"]}"#);
+    let done = &evs.last().unwrap().1["response"];
+    assert_eq!(done["status"], "completed");
+    assert_eq!(done["output"][0]["type"], "function_call");
+    assert_eq!(done["output"][0]["name"], "shell");
+    assert!(done["output"][0]["call_id"].as_str().is_some());
+    assert!(done["usage"]["total_tokens"].as_u64().is_some());
+}
+
+#[tokio::test]
+async fn a_fault_after_the_first_event_ends_the_stream_with_response_failed() {
+    let up = mock(MockSpec {
+        fault: Some(Fault {
+            cut_after: Some(1),
+            ..Fault::default()
+        }),
+        ..text_spec("one two three four")
+    })
+    .await;
+    let gw = gateway(&openai_channel("a", &up.base_url(), 1, "")).await;
+    let resp = create(&gw, json!({"model": "m", "stream": true, "input": "hi"})).await;
+    assert_eq!(resp.status(), 200);
+    let evs = events(&resp.text().await.unwrap());
+    let (last, data) = evs.last().unwrap();
+    assert_eq!(last, "response.failed", "{evs:?}");
+    assert_eq!(data["response"]["status"], "failed");
+    assert_eq!(data["response"]["error"]["code"], "stream_interrupted");
+    assert!(!evs.iter().any(|(n, _)| n == "response.completed"));
+}
+
+#[tokio::test]
+async fn custom_tools_go_as_functions_and_come_back_as_custom_tool_calls() {
+    let up = mock(MockSpec {
+        chunks: 2,
+        tool_call: Some(MockToolCall {
+            name: "apply_patch".into(),
+            arguments: r#"{"input":"*** Begin Patch\n*** End Patch"}"#.into(),
+        }),
+        ..MockSpec::default()
+    })
+    .await;
+    let gw = gateway(&openai_channel("a", &up.base_url(), 1, "")).await;
+    let body = json!({"model": "m", "input": [
+            {"role": "user", "content": "patch it"},
+            {"type": "custom_tool_call", "call_id": "c0", "name": "apply_patch", "input": "earlier"},
+            {"type": "custom_tool_call_output", "call_id": "c0", "output": "ok"}],
+        "tools": [{"type": "custom", "name": "apply_patch", "description": "Apply a patch"}]});
+    let v: Value = create(&gw, body.clone()).await.json().await.unwrap();
+    let item = &v["output"][0];
+    assert_eq!(item["type"], "custom_tool_call", "{v}");
+    assert_eq!(item["input"], "*** Begin Patch\n*** End Patch");
+    let got = &up.received()[0].body;
+    assert_eq!(got["tools"][0]["function"]["name"], "apply_patch");
+    assert_eq!(
+        got["messages"][1]["tool_calls"][0]["function"]["arguments"],
+        r#"{"input":"earlier"}"#
+    );
+    // Streamed: the whole input in one delta, then done, inside the item's events.
+    let mut stream = body;
+    stream["stream"] = true.into();
+    let evs = events(&create(&gw, stream).await.text().await.unwrap());
+    let done = evs
+        .iter()
+        .find(|(n, _)| n == "response.custom_tool_call_input.done")
+        .expect("custom input done");
+    assert_eq!(done.1["input"], "*** Begin Patch\n*** End Patch");
+    assert_eq!(evs.last().unwrap().0, "response.completed");
+}
+
+#[tokio::test]
+async fn bad_requests_and_unknown_continuations_get_openais_envelope() {
+    let up = mock(text_spec("x")).await;
+    let gw = gateway(&openai_channel("a", &up.base_url(), 1, "")).await;
+    let e = error_envelope(create(&gw, json!({"model": "m"})).await, 400).await;
+    assert_eq!(e["param"], "input");
+    let e = error_envelope(
+        create(
+            &gw,
+            json!({"model": "m", "input": [{"role": "robot", "content": "x"}]}),
+        )
+        .await,
+        400,
+    )
+    .await;
+    assert_eq!(e["param"], "input[0].role");
+    let e = error_envelope(
+        create(
+            &gw,
+            json!({"model": "m", "input": "hi", "previous_response_id": "resp_123"}),
+        )
+        .await,
+        404,
+    )
+    .await;
+    assert_eq!(e["code"], "previous_response_not_found");
+    assert_eq!(e["param"], "previous_response_id");
+    let e = error_envelope(
+        create(&gw, json!({"model": "nope", "input": "hi"})).await,
+        404,
+    )
+    .await;
+    assert_eq!(e["code"], "model_not_found");
+    assert_eq!(up.requests(), 0);
+}
