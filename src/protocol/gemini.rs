@@ -178,6 +178,21 @@ pub fn request_from_value(
                 _ => json!("auto"),
             })
         });
+    // Generation settings with no canonical field (responseSchema, thinkingConfig, topK...):
+    // named among the request's own fields, so that crossing protocols says they stayed behind.
+    // (A Gemini channel gets the client's body as is.)
+    for k in gc
+        .and_then(Value::as_object)
+        .into_iter()
+        .flat_map(|g| g.keys())
+    {
+        if !matches!(
+            k.as_str(),
+            "maxOutputTokens" | "temperature" | "topP" | "stopSequences"
+        ) {
+            m.insert(format!("generationConfig.{k}"), Value::Null);
+        }
+    }
     Ok(ChatRequest {
         model: model.to_string(),
         messages,

@@ -24,6 +24,9 @@ pub struct Session {
 /// a client cannot make the gateway hash megabytes per request.
 const MAX_ID: usize = 512;
 
+/// Headers that name a session, in order of preference.
+const SESSION_HEADERS: [&str; 3] = ["x-session-id", "x-claude-code-session-id", "session-id"];
+
 /// The request's session, if it names one (or implicit affinity is on and it has a first user
 /// message).
 pub fn session(
@@ -32,11 +35,14 @@ pub fn session(
     key_name: &str,
     implicit: bool,
 ) -> Option<Session> {
-    let header = headers
-        .get("x-session-id")
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-        .filter(|v| !v.is_empty() && v.len() <= MAX_ID);
+    // Ours first, then what coding agents send on their own: Claude Code's, then Codex's.
+    let header = SESSION_HEADERS.iter().find_map(|h| {
+        headers
+            .get(*h)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|v| !v.is_empty() && v.len() <= MAX_ID)
+    });
     if let Some(id) = header {
         return Some(hashed(key_name, "header", &[id.as_bytes()]));
     }

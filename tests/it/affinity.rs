@@ -297,3 +297,45 @@ async fn a_briefly_unavailable_bound_channel_keeps_the_binding() {
     gw.clock.advance(Duration::from_secs(601));
     assert_eq!(session_turn(&gw, "s").await, (200, bound, "kept".into()));
 }
+
+#[tokio::test]
+async fn coding_agents_own_session_headers_bind_their_conversations() {
+    let (_m, gw) = three_equal(["", "", ""]).await;
+    // Claude Code's header on the Anthropic API (with its `?beta=true`), Codex's on the
+    // Responses API: each keeps its conversation on one channel.
+    let claude =
+        json!({"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]});
+    let codex = json!({"model": "m", "input": "hi", "store": false});
+    for (path, header_name, body) in [
+        ("/v1/messages?beta=true", "x-claude-code-session-id", claude),
+        ("/v1/responses", "session-id", codex),
+    ] {
+        let mut first = None;
+        for turn in 0..8 {
+            let resp = gw
+                .post_as(path, KEY, &[(header_name, "agent-session-7")], body.clone())
+                .await;
+            assert_eq!(resp.status(), 200, "{path}");
+            let ch = header(&resp, "x-switchyard-channel").to_string();
+            let aff = header(&resp, "x-switchyard-affinity").to_string();
+            match &first {
+                None => {
+                    // The same id through another header is the same session.
+                    assert_eq!(
+                        aff,
+                        if path.contains("messages") {
+                            "new"
+                        } else {
+                            "kept"
+                        }
+                    );
+                    first = Some(ch);
+                }
+                Some(f) => {
+                    assert_eq!(&ch, f, "{path} turn {turn}");
+                    assert_eq!(aff, "kept");
+                }
+            }
+        }
+    }
+}

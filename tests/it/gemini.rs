@@ -226,3 +226,24 @@ async fn same_protocol_answers_pass_through_with_thought_signatures() {
     assert_eq!(sse_text(&text), "42.");
     assert!(text.contains("Thinking it over."), "{text}");
 }
+
+#[tokio::test]
+async fn a_gemini_cli_request_is_served_across_protocols_and_says_what_stayed_behind() {
+    let up = mock(text_spec("{\"a\": \"b\"}")).await;
+    let gw = gateway(&openai_channel("gpt", &up.base_url(), 1, "")).await;
+    // Gemini CLI's JSON-mode call: an empty declarations list and a response schema.
+    let body = json!({"contents": [{"role": "user", "parts": [{"text": "next speaker?"}]}],
+        "tools": [{"functionDeclarations": []}],
+        "generationConfig": {"temperature": 0, "responseMimeType": "application/json",
+            "responseSchema": {"type": "OBJECT", "properties": {"a": {"type": "STRING"}}}}});
+    let key = format!("key={KEY}");
+    let resp = generate(&gw, false, body, &key).await;
+    assert_eq!(resp.status(), 200);
+    let t = header(&resp, "x-switchyard-translation").to_string();
+    assert!(t.contains("generationConfig.responseSchema"), "{t}");
+    assert!(!t.contains("temperature"), "{t}");
+    let got = &up.received()[0].body;
+    assert_eq!(got["temperature"], 0);
+    assert!(got.get("tools").is_none(), "{got}");
+    assert!(got.to_string().find("generationConfig").is_none(), "{got}");
+}
