@@ -486,6 +486,10 @@ pub struct ChannelConfig {
     /// `false`: sessions are never bound to this channel.
     #[serde(default = "default_true")]
     pub affinity: bool,
+    /// `openai` channels: the upstream serves the Responses API (`{base_url}/responses`), so a
+    /// Responses client's request goes to it as sent, not translated to Chat Completions.
+    #[serde(default)]
+    pub responses: bool,
     pub mock: Option<MockSpec>,
 }
 

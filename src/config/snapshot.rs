@@ -139,6 +139,8 @@ pub struct Channel {
     pub groups: Vec<Arc<str>>,
     /// Sessions may be bound to this channel.
     pub affinity: bool,
+    /// The upstream serves the Responses API: Responses requests reach it as sent.
+    pub responses: bool,
     pub upstream: Upstream,
 }
 
@@ -549,6 +551,7 @@ pub(crate) fn compile(
                 c.groups.iter().map(|g| g.as_str().into()).collect()
             },
             affinity: c.affinity,
+            responses: c.responses,
             upstream,
         });
     }

@@ -215,24 +215,31 @@ fn trim_request(
         target,
     )?;
     let messages: Vec<_> = t.kept.iter().map(|&i| req.messages[i].clone()).collect();
+    let mut kept = vec![false; req.messages.len()];
+    t.kept.iter().for_each(|&i| kept[i] = true);
     let raw = req.raw.as_ref().map(|raw| {
         let list = match req.origin {
             Protocol::AnthropicMessages => "messages",
             Protocol::Gemini => "contents",
-            // OpenAI's paths keep no raw body.
-            Protocol::OpenAiChat | Protocol::OpenAiResponses => return raw.clone(),
+            Protocol::OpenAiResponses => "input",
+            // OpenAI's chat path keeps no raw body.
+            Protocol::OpenAiChat => return raw.clone(),
         };
-        // Trimming removes whole groups, and a client message split in two is one group: a raw
-        // message goes exactly when its canonical parts went. One with no canonical part (empty
-        // content, only blocks the canonical form skips) is never ours to remove.
-        let kept: std::collections::HashSet<u32> =
-            messages.iter().filter_map(|m| m.source).collect();
-        let dropped: std::collections::HashSet<u32> = req
-            .messages
-            .iter()
-            .filter_map(|m| m.source)
-            .filter(|s| !kept.contains(s))
-            .collect();
+        // Each canonical message owns the raw items from just after the previous one's up to
+        // its own source: a client message split in two is one group, so it goes whole, and an
+        // item with no canonical form (a Responses reasoning item, an empty Anthropic turn) goes
+        // with the message it precedes. Items after the last message are never ours to cut.
+        let mut dropped = std::collections::HashSet::new();
+        let mut next = 0u32;
+        for (k, m) in req.messages.iter().enumerate() {
+            let Some(s) = m.source else {
+                continue;
+            };
+            if !kept[k] {
+                dropped.extend(next..=s);
+            }
+            next = next.max(s + 1);
+        }
         let mut raw = raw.clone();
         if let Some(Value::Array(items)) = raw.get_mut(list) {
             let mut i = 0u32;

@@ -1190,16 +1190,7 @@ pub struct StreamDecoder {
     tool_index: std::collections::HashMap<u64, u32>,
 }
 
-/// What one Anthropic event means.
-pub enum Decoded {
-    Chunk(Box<StreamChunk>),
-    /// Nothing for the client (ping, block stops).
-    Nothing,
-    /// `message_stop`: the answer is complete.
-    End,
-    /// `event: error` from the upstream.
-    Error,
-}
+pub use super::Decoded;
 
 impl StreamDecoder {
     fn chunk(

@@ -26,6 +26,13 @@ pub enum Protocol {
     OpenAiResponses,
 }
 
+impl Protocol {
+    /// Whether a request of this origin carries Chat Completions fields in `extra`.
+    pub fn speaks_chat(self) -> bool {
+        matches!(self, Protocol::OpenAiChat | Protocol::OpenAiResponses)
+    }
+}
+
 /// A client's mistake in the request body. Maps to 400 `invalid_request_error` with `param`.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{message}")]
@@ -342,7 +349,7 @@ impl ChatRequest {
     /// What translating this request to `target` cannot carry: empty when nothing is lost.
     /// Named by field, never by value (it goes into a header and the log).
     pub fn translation_losses(&self, target: Protocol) -> Vec<String> {
-        if self.origin == target {
+        if self.origin == target || (target == Protocol::OpenAiChat && self.origin.speaks_chat()) {
             return Vec::new();
         }
         // The client's own protocol fields stay behind (OpenAI's go only to OpenAI).
@@ -435,6 +442,19 @@ pub struct ChatResponse {
     pub extra: Map<String, Value>,
     /// The upstream's own body, answered as is to a client of the same protocol.
     pub raw: Option<RawBody>,
+}
+
+/// What one upstream stream event means, as a protocol's decoder reads it.
+pub enum Decoded {
+    Chunk(Box<StreamChunk>),
+    /// The last chunk: the answer is complete with it (Responses' `response.completed`).
+    Last(Box<StreamChunk>),
+    /// Nothing canonical (pings, block stops, lifecycle events).
+    Nothing,
+    /// The answer is complete (Anthropic's `message_stop`).
+    End,
+    /// An error event from the upstream.
+    Error,
 }
 
 /// An upstream's whole answer, tagged with its protocol.

@@ -436,8 +436,9 @@ impl Serialize for RequestBody<'_> {
         }
         let want_usage = r.stream && (self.force_usage || r.stream_include_usage);
         let mut wrote_options = false;
-        // Another protocol's own fields (Anthropic's metadata, top_k...) mean nothing here.
-        let same = r.origin == super::Protocol::OpenAiChat;
+        // Another protocol's own fields (Anthropic's metadata, top_k...) mean nothing here; a
+        // Responses request's were made Chat Completions fields when it was read.
+        let same = r.origin.speaks_chat();
         for (k, v) in r.extra.iter().filter(|_| same) {
             if k == "stream_options" {
                 if !r.stream {

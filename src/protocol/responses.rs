@@ -100,6 +100,8 @@ pub fn previous_response_id(body: &Value) -> Option<&str> {
 
 /// A Responses request body → the canonical request (origin: OpenAI chat) and its echo.
 pub fn request_from_value(body: Value) -> Result<(ChatRequest, Echo), InvalidRequest> {
+    // The client's body as sent, for a channel that speaks the Responses API itself.
+    let raw = body.clone();
     let Value::Object(mut m) = body else {
         return Err(InvalidRequest {
             param: None,
@@ -222,9 +224,14 @@ pub fn request_from_value(body: Value) -> Result<(ChatRequest, Echo), InvalidReq
         }
     }
     let mut messages: Vec<Value> = Vec::new();
+    // Per message: the input item it starts at (trimming cuts the raw input by these).
+    let mut sources: Vec<Option<u32>> = Vec::new();
     if let Some(i) = m.remove("instructions").filter(|v| !v.is_null()) {
         match i {
-            Value::String(s) => messages.push(json!({"role": "system", "content": s})),
+            Value::String(s) => {
+                messages.push(json!({"role": "system", "content": s}));
+                sources.push(None);
+            }
             other => {
                 return Err(bad(
                     "instructions",
@@ -234,10 +241,14 @@ pub fn request_from_value(body: Value) -> Result<(ChatRequest, Echo), InvalidReq
         }
     }
     match m.remove("input") {
-        Some(Value::String(s)) => messages.push(json!({"role": "user", "content": s})),
+        Some(Value::String(s)) => {
+            messages.push(json!({"role": "user", "content": s}));
+            sources.push(None);
+        }
         Some(Value::Array(items)) => {
             for (i, item) in items.into_iter().enumerate() {
                 input_item(item, i, &mut messages, &mut losses)?;
+                sources.resize(messages.len(), Some(i as u32));
             }
         }
         None | Some(Value::Null) => return Err(bad("input", "is required")),
@@ -257,8 +268,13 @@ pub fn request_from_value(body: Value) -> Result<(ChatRequest, Echo), InvalidReq
     chat.insert("messages".into(), Value::Array(messages));
     // The rest (include, store, truncation, stream_options...) is the Responses API's own.
     let mut req = super::openai::request_from_value(Value::Object(chat))?;
+    for (msg, s) in req.messages.iter_mut().zip(sources) {
+        msg.source = s;
+    }
     // Usage is always part of `response.completed`.
     req.stream_include_usage = true;
+    req.origin = super::Protocol::OpenAiResponses;
+    req.raw = Some(raw);
     losses.sort();
     losses.dedup();
     Ok((
@@ -574,6 +590,8 @@ pub struct StreamEncoder {
     usage: Option<Usage>,
     finish: Option<String>,
     calls: usize,
+    /// The upstream speaks the Responses API too: its events are written as they came.
+    passthrough: bool,
 }
 
 impl StreamEncoder {
@@ -588,6 +606,7 @@ impl StreamEncoder {
             usage: None,
             finish: None,
             calls: 0,
+            passthrough: false,
         }
     }
 
@@ -704,6 +723,17 @@ impl StreamEncoder {
     }
 
     pub fn chunk(&mut self, c: &StreamChunk, out: &mut Vec<u8>) {
+        if let Some(raw) = c
+            .raw
+            .as_ref()
+            .filter(|r| r.protocol == super::Protocol::OpenAiResponses)
+        {
+            // Numbered by the upstream from 0, one per event: a fault after it goes on counting.
+            self.passthrough = true;
+            self.seq += 1;
+            raw.write(out);
+            return;
+        }
         if let Some(u) = &c.usage {
             self.usage = Some(u.clone());
         }
@@ -831,6 +861,10 @@ impl StreamEncoder {
 
     /// The end of a complete stream: the open item closed, then the whole response.
     pub fn done(&mut self, out: &mut Vec<u8>) {
+        if self.passthrough {
+            // The upstream's own `response.completed` went out already.
+            return;
+        }
         self.start(out);
         self.close(out);
         let (status, incomplete) = status_of(self.finish.as_deref());
@@ -850,10 +884,212 @@ impl StreamEncoder {
 
     /// A fault after the stream began: `response.failed`, and nothing after it.
     pub fn fault(&mut self, code: &str, message: &str, out: &mut Vec<u8>) {
-        self.start(out);
+        if !self.passthrough {
+            self.start(out);
+        }
         let mut r = skeleton(&self.echo, &self.model, "failed");
         r["output"] = Value::Array(std::mem::take(&mut self.output));
         r["error"] = json!({"code": code, "message": message});
         self.event(out, "response.failed", json!({ "response": r }));
+    }
+}
+
+/// A Responses API answer (from an upstream that speaks it) → the canonical answer, with the
+/// body itself kept for a Responses client.
+pub fn response_from_value(v: Value) -> Result<ChatResponse, super::InvalidUpstream> {
+    let Some(items) = v.get("output").and_then(Value::as_array) else {
+        return Err(super::InvalidUpstream {
+            what: "response",
+            message: "missing output array".into(),
+        });
+    };
+    let mut text = String::new();
+    let mut reasoning = String::new();
+    let mut calls = Vec::new();
+    for item in items {
+        match item["type"].as_str() {
+            Some("message") => {
+                for p in item["content"].as_array().into_iter().flatten() {
+                    text.push_str(p["text"].as_str().unwrap_or_default());
+                }
+            }
+            Some("reasoning") => {
+                for p in item["summary"].as_array().into_iter().flatten() {
+                    reasoning.push_str(p["text"].as_str().unwrap_or_default());
+                }
+            }
+            Some(kind @ ("function_call" | "custom_tool_call")) => {
+                let arguments = if kind == "function_call" {
+                    item["arguments"].as_str().unwrap_or("{}").to_string()
+                } else {
+                    json!({"input": item["input"]}).to_string()
+                };
+                calls.push(ToolCall::Function {
+                    id: item["call_id"].as_str().map(str::to_string),
+                    name: item["name"].as_str().unwrap_or_default().to_string(),
+                    arguments: Some(arguments),
+                    extra: Map::new(),
+                });
+            }
+            _ => {}
+        }
+    }
+    let finish = finish_of(&v, !calls.is_empty());
+    let message = super::Message {
+        content: (!text.is_empty()).then_some(Content::Text(text)),
+        tool_calls: calls,
+        reasoning: (!reasoning.is_empty()).then_some(reasoning),
+        ..super::Message::new(super::Role::Assistant, "")
+    };
+    Ok(ChatResponse {
+        id: v["id"].as_str().map(str::to_string),
+        model: v["model"].as_str().map(str::to_string),
+        created: v["created_at"].as_u64(),
+        choices: vec![super::Choice {
+            index: 0,
+            message,
+            finish_reason: Some(finish.into()),
+            extra: Map::new(),
+        }],
+        usage: usage_from(&v["usage"]),
+        extra: Map::new(),
+        raw: Some(super::RawBody {
+            protocol: super::Protocol::OpenAiResponses,
+            body: v,
+        }),
+    })
+}
+
+/// The chat finish reason a Response's status says.
+fn finish_of(response: &Value, called: bool) -> &'static str {
+    match (
+        response["status"].as_str(),
+        response["incomplete_details"]["reason"].as_str(),
+    ) {
+        (Some("incomplete"), Some("max_output_tokens")) => "length",
+        (Some("incomplete"), Some("content_filter")) => "content_filter",
+        _ if called => "tool_calls",
+        _ => "stop",
+    }
+}
+
+fn usage_from(u: &Value) -> Option<Usage> {
+    let input = u.get("input_tokens")?.as_u64();
+    Some(Usage {
+        input_tokens: input,
+        output_tokens: u["output_tokens"].as_u64(),
+        total_tokens: u["total_tokens"].as_u64(),
+        cached_tokens: u["input_tokens_details"]["cached_tokens"].as_u64(),
+        extra: Map::new(),
+    })
+}
+
+/// Responses API stream events (from an upstream that speaks it) → canonical chunks: text,
+/// reasoning and tool-call deltas for the commit point and the log; lifecycle events carry
+/// nothing canonical. Ends with `response.completed` (or `.incomplete`).
+#[derive(Debug, Default)]
+pub struct StreamDecoder {
+    id: Option<String>,
+    model: Option<String>,
+    called: bool,
+}
+
+impl StreamDecoder {
+    fn chunk(
+        &self,
+        delta: super::Delta,
+        finish: Option<String>,
+        usage: Option<Usage>,
+    ) -> Box<StreamChunk> {
+        Box::new(StreamChunk {
+            id: self.id.clone(),
+            model: self.model.clone(),
+            created: None,
+            choices: vec![super::ChunkChoice {
+                index: 0,
+                delta,
+                finish_reason: finish,
+                extra: Map::new(),
+            }],
+            usage,
+            extra: Map::new(),
+            raw: None,
+        })
+    }
+
+    pub fn event(&mut self, event: &str, data: &Value) -> super::Decoded {
+        use super::{Decoded, Delta, ToolCallDelta};
+        let ty = data["type"].as_str().unwrap_or(event);
+        let index = data["output_index"].as_u64().unwrap_or(0) as u32;
+        let delta = |f: &dyn Fn(&mut Delta)| {
+            let mut d = Delta::default();
+            f(&mut d);
+            d
+        };
+        match ty {
+            "response.created" => {
+                self.id = data["response"]["id"].as_str().map(str::to_string);
+                self.model = data["response"]["model"].as_str().map(str::to_string);
+                Decoded::Nothing
+            }
+            "response.output_text.delta" => {
+                let t = data["delta"].as_str().unwrap_or_default().to_string();
+                Decoded::Chunk(self.chunk(delta(&|d| d.content = Some(t.clone())), None, None))
+            }
+            "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
+                let t = data["delta"].as_str().unwrap_or_default().to_string();
+                Decoded::Chunk(self.chunk(delta(&|d| d.reasoning = Some(t.clone())), None, None))
+            }
+            "response.output_item.added"
+                if matches!(
+                    data["item"]["type"].as_str(),
+                    Some("function_call" | "custom_tool_call")
+                ) =>
+            {
+                self.called = true;
+                let item = &data["item"];
+                let call = ToolCallDelta {
+                    index,
+                    id: item["call_id"].as_str().map(str::to_string),
+                    kind: Some("function".into()),
+                    function: true,
+                    name: item["name"].as_str().map(str::to_string),
+                    arguments: None,
+                    extra: Map::new(),
+                };
+                Decoded::Chunk(self.chunk(
+                    delta(&|d| d.tool_calls = vec![call.clone()]),
+                    None,
+                    None,
+                ))
+            }
+            "response.function_call_arguments.delta" | "response.custom_tool_call_input.delta" => {
+                let call = ToolCallDelta {
+                    index,
+                    id: None,
+                    kind: None,
+                    function: true,
+                    name: None,
+                    arguments: data["delta"].as_str().map(str::to_string),
+                    extra: Map::new(),
+                };
+                Decoded::Chunk(self.chunk(
+                    delta(&|d| d.tool_calls = vec![call.clone()]),
+                    None,
+                    None,
+                ))
+            }
+            "response.completed" | "response.incomplete" => {
+                let r = &data["response"];
+                let finish = finish_of(r, self.called);
+                Decoded::Last(self.chunk(
+                    Delta::default(),
+                    Some(finish.into()),
+                    usage_from(&r["usage"]),
+                ))
+            }
+            "response.failed" | "error" => Decoded::Error,
+            _ => Decoded::Nothing,
+        }
     }
 }

@@ -2,22 +2,15 @@
 //! `anthropic-version`; answers and SSE events decoded into canonical types.
 
 use std::fmt;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 
-use bytes::Bytes;
-use eventsource_stream::{EventStream, Eventsource};
-use futures_util::{Stream, StreamExt};
 use reqwest::Url;
 use reqwest::header::{CONTENT_TYPE, HeaderValue};
 use serde_json::Value;
 
 use super::{ChunkStream, UpstreamError};
 use crate::config::Secret;
-use crate::protocol::anthropic::{Decoded, StreamDecoder, request_to_value, response_from_value};
-use crate::protocol::{
-    ChatRequest, ChatResponse, InvalidUpstream, Protocol, RawBody, RawEvent, StreamChunk,
-};
+use crate::protocol::anthropic::{StreamDecoder, request_to_value, response_from_value};
+use crate::protocol::{ChatRequest, ChatResponse, InvalidUpstream, Protocol, RawBody};
 
 const VERSION: &str = "2023-06-01";
 
@@ -122,81 +115,16 @@ impl Anthropic {
             o.insert("stream".into(), Value::Bool(true));
         }
         let resp = self.post(&body, cred, req.hops).await?;
-        Ok(Box::pin(Events {
-            inner: resp.bytes_stream().eventsource(),
-            decoder: StreamDecoder::default(),
-            keep_raw: req.origin == Protocol::AnthropicMessages,
-            done: false,
-        }))
+        Ok(Box::pin(super::Events::new(
+            resp,
+            StreamDecoder::default(),
+            (req.origin == Protocol::AnthropicMessages).then_some(Protocol::AnthropicMessages),
+            "stream ended before message_stop",
+        )))
     }
 
     pub async fn models(&self, cred: Option<usize>) -> Result<(), UpstreamError> {
         super::openai::send(self.headers(self.client.get(self.models_url.clone()), cred)?).await?;
         Ok(())
-    }
-}
-
-/// Anthropic SSE events → canonical chunks; ends at `message_stop`. An end before it is a
-/// broken stream.
-struct Events<S> {
-    inner: EventStream<S>,
-    decoder: StreamDecoder,
-    /// The client speaks Anthropic too: every event also goes on as is.
-    keep_raw: bool,
-    done: bool,
-}
-
-impl<S> Stream for Events<S>
-where
-    S: Stream<Item = Result<Bytes, reqwest::Error>> + Unpin,
-{
-    type Item = Result<StreamChunk, UpstreamError>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        if self.done {
-            return Poll::Ready(None);
-        }
-        loop {
-            match std::task::ready!(self.inner.poll_next_unpin(cx)) {
-                Some(Ok(ev)) => {
-                    let Ok(data) = serde_json::from_str::<Value>(&ev.data) else {
-                        continue; // keep-alives and blank events
-                    };
-                    let raw = self.keep_raw.then_some(RawEvent {
-                        protocol: Protocol::AnthropicMessages,
-                        event: Some(ev.event),
-                        data: ev.data,
-                    });
-                    match (self.decoder.event(&data), raw) {
-                        (Decoded::Chunk(mut c), raw) => {
-                            c.raw = raw;
-                            return Poll::Ready(Some(Ok(*c)));
-                        }
-                        (Decoded::Nothing, Some(raw)) => {
-                            return Poll::Ready(Some(Ok(StreamChunk::raw_only(raw))));
-                        }
-                        (Decoded::Nothing, None) => continue,
-                        (Decoded::End, _) => {
-                            self.done = true;
-                            return Poll::Ready(None);
-                        }
-                        (Decoded::Error, _) => {
-                            self.done = true;
-                            return Poll::Ready(Some(Err(UpstreamError::StreamError)));
-                        }
-                    }
-                }
-                Some(Err(e)) => {
-                    self.done = true;
-                    return Poll::Ready(Some(Err(UpstreamError::Broken(e.to_string()))));
-                }
-                None => {
-                    self.done = true;
-                    return Poll::Ready(Some(Err(UpstreamError::Broken(
-                        "stream ended before message_stop".into(),
-                    ))));
-                }
-            }
-        }
     }
 }

@@ -696,6 +696,8 @@ impl MockServer {
                 post(embeddings),
             )
             .route("/messages", post(messages))
+            .route("/v1/responses", post(responses))
+            .route("/responses", post(responses))
             .route("/chat/completions", post(chat))
             .route("/v1/embeddings", post(embeddings))
             .route("/embeddings", post(embeddings))
@@ -883,6 +885,23 @@ async fn messages(
     answer(state, incoming, Proto::Anthropic).await
 }
 
+/// The Responses API, answered from the same reply as chat completions.
+async fn responses(
+    State(state): State<Arc<MockState>>,
+    uri: axum::http::Uri,
+    version: axum::http::Version,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let incoming = Incoming {
+        uri,
+        version,
+        headers,
+        body,
+    };
+    answer(state, incoming, Proto::Responses).await
+}
+
 /// Gemini `models/{model}:generateContent` and `:streamGenerateContent`.
 async fn generate(
     State(state): State<Arc<MockState>>,
@@ -918,6 +937,7 @@ enum Proto {
     OpenAi,
     Anthropic,
     Gemini { model: String, stream: bool },
+    Responses,
 }
 
 async fn answer(state: Arc<MockState>, incoming: Incoming, proto: Proto) -> Response {
@@ -938,17 +958,23 @@ async fn answer(state: Arc<MockState>, incoming: Incoming, proto: Proto) -> Resp
         Proto::Anthropic => "/messages",
         Proto::Gemini { .. } => "/generateContent",
         Proto::OpenAi => "/chat/completions",
+        Proto::Responses => "/responses",
     };
     let (n, spec, v) = match begin(&state, path, incoming) {
         Ok(b) => b,
         Err(resp) => return *resp,
     };
+    let mut echo = None;
     let parsed = match &proto {
         Proto::Anthropic => crate::protocol::anthropic::request_from_value(v),
         Proto::Gemini { model, stream } => {
             crate::protocol::gemini::request_from_value(v, model, *stream)
         }
         Proto::OpenAi => crate::protocol::openai::request_from_value(v),
+        Proto::Responses => crate::protocol::responses::request_from_value(v).map(|(r, e)| {
+            echo = Some(e);
+            r
+        }),
     };
     let req = match parsed {
         Ok(r) => r,
@@ -996,7 +1022,11 @@ async fn answer(state: Arc<MockState>, incoming: Incoming, proto: Proto) -> Resp
         if behaviour == Behaviour::Empty {
             resp.choices.clear();
         }
-        let body = if anthropic {
+        let body = if let Some(e) = &echo {
+            serde_json::to_vec(&crate::protocol::responses::response_to_value(
+                &resp, e, &model,
+            ))
+        } else if anthropic {
             serde_json::to_vec(&crate::protocol::anthropic::response_to_value(
                 &resp, &model,
             ))
@@ -1011,18 +1041,31 @@ async fn answer(state: Arc<MockState>, incoming: Incoming, proto: Proto) -> Resp
         .unwrap_or_default();
         return ([(header::CONTENT_TYPE, "application/json")], body).into_response();
     }
-    let include_usage = req.stream_include_usage || anthropic || gemini;
+    let responses = echo.is_some();
+    let include_usage = req.stream_include_usage || anthropic || gemini || responses;
     let mut chunks = reply_chunks(&spec, &model, &req, n);
     if !include_usage {
         chunks.pop();
     }
     let mut encoder = crate::protocol::anthropic::StreamEncoder::default();
     let mut gemini_encoder = crate::protocol::gemini::StreamEncoder::default();
+    let mut responses_encoder =
+        echo.map(|e| crate::protocol::responses::StreamEncoder::new(e, model.clone()));
     let model_name = model.clone();
     let items = schedule(&spec, behaviour, chunks);
     let ends_clean = matches!(behaviour, Behaviour::Normal | Behaviour::Empty);
     let body = paced(items)
         .map(move |p| match p {
+            Paced::Chunk(c) if responses_encoder.is_some() => {
+                let mut out = Vec::new();
+                if let Some(enc) = responses_encoder.as_mut() {
+                    enc.chunk(&c, &mut out);
+                    if c.is_usage_only() {
+                        enc.done(&mut out);
+                    }
+                }
+                Ok(Bytes::from(out))
+            }
             Paced::Chunk(c) if gemini => {
                 let mut out = Vec::new();
                 gemini_encoder.chunk(&c, &model_name, &mut out);
@@ -1054,9 +1097,10 @@ async fn answer(state: Arc<MockState>, incoming: Incoming, proto: Proto) -> Resp
             }
             Paced::Break => Err(std::io::Error::other("mock cut the stream")),
         })
-        .chain(stream::iter((ends_clean && !anthropic && !gemini).then(
-            || Ok::<_, std::io::Error>(Bytes::from_static(b"data: [DONE]\n\n")),
-        )))
+        .chain(stream::iter(
+            (ends_clean && !anthropic && !gemini && !responses)
+                .then(|| Ok::<_, std::io::Error>(Bytes::from_static(b"data: [DONE]\n\n"))),
+        ))
         .chain(stream::once(async move {
             // Reached only when the whole stream was sent: not an abort.
             guard.done = true;

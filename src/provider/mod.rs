@@ -54,6 +54,117 @@ pub enum UpstreamError {
 
 pub type ChunkStream = Pin<Box<dyn Stream<Item = Result<StreamChunk, UpstreamError>> + Send>>;
 
+/// A protocol's stream decoder: one SSE event (its name and parsed data) at a time.
+pub trait Decoder {
+    fn decode(&mut self, event: &str, data: &serde_json::Value) -> crate::protocol::Decoded;
+}
+
+impl Decoder for crate::protocol::anthropic::StreamDecoder {
+    fn decode(&mut self, _: &str, data: &serde_json::Value) -> crate::protocol::Decoded {
+        self.event(data)
+    }
+}
+
+impl Decoder for crate::protocol::responses::StreamDecoder {
+    fn decode(&mut self, event: &str, data: &serde_json::Value) -> crate::protocol::Decoded {
+        self.event(event, data)
+    }
+}
+
+/// Upstream SSE events → canonical chunks, for protocols whose stream says when it is complete
+/// (an end before that is a broken stream). With `raw`, every event also goes on as it came,
+/// for a client that speaks the upstream's protocol.
+type ByteStream = Pin<Box<dyn Stream<Item = Result<bytes::Bytes, reqwest::Error>> + Send>>;
+
+pub struct Events<D> {
+    inner: eventsource_stream::EventStream<ByteStream>,
+    decoder: D,
+    raw: Option<crate::protocol::Protocol>,
+    end_missing: &'static str,
+    done: bool,
+}
+
+impl<D: Decoder> Events<D> {
+    pub fn new(
+        resp: reqwest::Response,
+        decoder: D,
+        raw: Option<crate::protocol::Protocol>,
+        end_missing: &'static str,
+    ) -> Self {
+        use eventsource_stream::Eventsource;
+        let bytes: ByteStream = Box::pin(resp.bytes_stream());
+        Events {
+            inner: bytes.eventsource(),
+            decoder,
+            raw,
+            end_missing,
+            done: false,
+        }
+    }
+}
+
+impl<D: Decoder + Unpin> Stream for Events<D> {
+    type Item = Result<StreamChunk, UpstreamError>;
+
+    fn poll_next(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        use crate::protocol::{Decoded, RawEvent};
+        use futures_util::StreamExt;
+        use std::task::Poll;
+        if self.done {
+            return Poll::Ready(None);
+        }
+        loop {
+            match std::task::ready!(self.inner.poll_next_unpin(cx)) {
+                Some(Ok(ev)) => {
+                    let Ok(data) = serde_json::from_str::<serde_json::Value>(&ev.data) else {
+                        continue; // keep-alives and blank events
+                    };
+                    let decoded = self.decoder.decode(&ev.event, &data);
+                    let raw = self.raw.map(|protocol| RawEvent {
+                        protocol,
+                        event: Some(ev.event),
+                        data: ev.data,
+                    });
+                    let chunk = |mut c: Box<StreamChunk>, raw| {
+                        c.raw = raw;
+                        Poll::Ready(Some(Ok(*c)))
+                    };
+                    match (decoded, raw) {
+                        (Decoded::Chunk(c), raw) => return chunk(c, raw),
+                        (Decoded::Last(c), raw) => {
+                            self.done = true;
+                            return chunk(c, raw);
+                        }
+                        (Decoded::Nothing, Some(raw)) => {
+                            return Poll::Ready(Some(Ok(StreamChunk::raw_only(raw))));
+                        }
+                        (Decoded::Nothing, None) => continue,
+                        (Decoded::End, _) => {
+                            self.done = true;
+                            return Poll::Ready(None);
+                        }
+                        (Decoded::Error, _) => {
+                            self.done = true;
+                            return Poll::Ready(Some(Err(UpstreamError::StreamError)));
+                        }
+                    }
+                }
+                Some(Err(e)) => {
+                    self.done = true;
+                    return Poll::Ready(Some(Err(UpstreamError::Broken(e.to_string()))));
+                }
+                None => {
+                    self.done = true;
+                    return Poll::Ready(Some(Err(UpstreamError::Broken(self.end_missing.into()))));
+                }
+            }
+        }
+    }
+}
+
 /// Shared pooled HTTP clients, one per distinct transport setting, kept across reloads so a
 /// config swap does not drop warm connections.
 #[derive(Clone, Default)]
@@ -170,8 +281,12 @@ impl Upstream {
                     }
                     (_, None) => None,
                 };
-                let o =
+                if c.responses && c.provider != ProviderKind::Openai {
+                    return Err(("responses", "only for provider = \"openai\"".into()));
+                }
+                let mut o =
                     openai::OpenAi::new(url, &keys, c.stream_usage, azure, client).map_err(bad)?;
+                o.serve_responses(c.responses);
                 Ok(Upstream::OpenAi(o))
             }
             ProviderKind::Mock => {

@@ -15,7 +15,9 @@ use serde_json::Value;
 use super::{ChunkStream, UpstreamError, parse_retry_after};
 use crate::config::Secret;
 use crate::protocol::openai::{EmbeddingsBody, RequestBody, chunk_from_value, response_from_value};
-use crate::protocol::{ChatRequest, ChatResponse, EmbeddingsRequest, InvalidUpstream, StreamChunk};
+use crate::protocol::{
+    ChatRequest, ChatResponse, EmbeddingsRequest, InvalidUpstream, Protocol, StreamChunk,
+};
 
 /// Largest upstream error body kept (for a 400 passed back to the client).
 const MAX_ERROR_BODY: usize = 64 * 1024;
@@ -27,6 +29,8 @@ pub struct OpenAi {
     chat_url: Url,
     embeddings_url: Url,
     models_url: Url,
+    /// Set when the upstream serves the Responses API: Responses clients' requests go here.
+    responses_url: Option<Box<Url>>,
     /// Azure OpenAI: the `api-version`; the upstream model name is the deployment.
     azure: Option<String>,
     keys: Vec<Secret>,
@@ -65,12 +69,46 @@ impl OpenAi {
             chat_url: endpoint("chat/completions"),
             embeddings_url: endpoint("embeddings"),
             models_url: endpoint("models"),
+            responses_url: None,
             base: base.clone(),
             azure,
             keys: keys.iter().map(|k| Secret::new(k.as_str())).collect(),
             stream_usage,
             client,
         })
+    }
+
+    /// The upstream serves the Responses API (`{base}/responses`).
+    pub fn serve_responses(&mut self, on: bool) {
+        self.responses_url = on.then(|| {
+            let mut u = self.base.clone();
+            u.set_path(&format!(
+                "{}/responses",
+                self.base.path().trim_end_matches('/')
+            ));
+            Box::new(u)
+        });
+    }
+
+    /// A Responses client's own body, for an upstream that speaks it: only the model rewritten
+    /// (and `stream` as this attempt wants it).
+    fn responses_body<'r>(
+        &'r self,
+        req: &'r ChatRequest,
+        model: &str,
+    ) -> Option<(&'r Url, Vec<u8>)> {
+        let url = self.responses_url.as_ref()?;
+        let Some(Value::Object(raw)) = req
+            .raw
+            .as_ref()
+            .filter(|_| req.origin == Protocol::OpenAiResponses)
+        else {
+            return None;
+        };
+        let mut body = raw.clone();
+        body.insert("model".into(), Value::String(model.into()));
+        body.insert("stream".into(), Value::Bool(req.stream));
+        Some((url, serde_json::to_vec(&body).ok()?))
     }
 
     async fn post(
@@ -105,6 +143,11 @@ impl OpenAi {
         model: &str,
         cred: Option<usize>,
     ) -> Result<ChatResponse, UpstreamError> {
+        if let Some((url, body)) = self.responses_body(req, model) {
+            let resp = self.post(url, body, false, cred, req.hops).await?;
+            let v = read_json(resp, "response").await?;
+            return Ok(crate::protocol::responses::response_from_value(v)?);
+        }
         let body = serialize(&RequestBody {
             req,
             model,
@@ -122,6 +165,15 @@ impl OpenAi {
         model: &str,
         cred: Option<usize>,
     ) -> Result<ChunkStream, UpstreamError> {
+        if let Some((url, body)) = self.responses_body(req, model) {
+            let resp = self.post(url, body, true, cred, req.hops).await?;
+            return Ok(Box::pin(super::Events::new(
+                resp,
+                crate::protocol::responses::StreamDecoder::default(),
+                Some(Protocol::OpenAiResponses),
+                "stream ended before response.completed",
+            )));
+        }
         let body = serialize(&RequestBody {
             req,
             model,

@@ -538,11 +538,15 @@ async fn generate_content(
 /// `lossless`, or `lossy (<what>)`: what reaching the serving channel's protocol dropped.
 fn translation(snap: &Snapshot, ctx: &Ctx, req: &crate::protocol::ChatRequest) -> String {
     let report = &ctx.report;
-    let target = report
+    let channel = report
         .served
         .as_ref()
-        .and_then(|s| snap.channels.iter().find(|c| c.name == s.channel))
-        .map(|c| c.kind.protocol());
+        .and_then(|s| snap.channels.iter().find(|c| c.name == s.channel));
+    // A Responses request to an upstream that speaks the Responses API went as it was sent.
+    if ctx.responses.is_some() && channel.is_some_and(|c| c.responses) {
+        return "lossless".into();
+    }
+    let target = channel.map(|c| c.kind.protocol());
     let mut lost = target
         .map(|t| req.translation_losses(t))
         .unwrap_or_default();
@@ -764,9 +768,16 @@ async fn serve_chat(
             let body = match ctx.protocol {
                 Protocol::OpenAiResponses if ctx.responses.is_some() => {
                     let echo = ctx.responses.as_deref();
-                    let mut v = echo.map_or(Value::Null, |e| {
-                        crate::protocol::responses::response_to_value(&resp, e, &req.model)
-                    });
+                    let mut v = match (&resp.raw, echo) {
+                        // From an upstream that speaks it: its own Response, as it came.
+                        (Some(raw), _) if raw.protocol == Protocol::OpenAiResponses => {
+                            raw.body.clone()
+                        }
+                        (_, Some(e)) => {
+                            crate::protocol::responses::response_to_value(&resp, e, &req.model)
+                        }
+                        (_, None) => Value::Null,
+                    };
                     if let (Some(ext), Some(obj)) = (ext, v.as_object_mut()) {
                         obj.insert("switchyard".into(), ext);
                     }

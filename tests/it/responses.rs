@@ -258,3 +258,118 @@ async fn bad_requests_and_unknown_continuations_get_openais_envelope() {
     assert_eq!(e["code"], "model_not_found");
     assert_eq!(up.requests(), 0);
 }
+
+/// An `openai` channel that serves the Responses API itself.
+fn responses_channel(name: &str, base: &str, prio: u32) -> String {
+    openai_channel(name, base, prio, "responses = true")
+}
+
+#[tokio::test]
+async fn a_responses_upstream_gets_the_clients_body_and_its_answer_comes_back_as_is() {
+    let up = mock(text_spec("straight")).await;
+    let gw = gateway(&responses_channel("r", &up.base_url(), 1)).await;
+    let body = json!({"model": "m", "store": false, "include": ["reasoning.encrypted_content"],
+        "tools": [{"type": "web_search"}, {"type": "function", "name": "shell", "parameters": {"type": "object"}}],
+        "input": [{"role": "user", "content": "hi"},
+                  {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "opaque"}]});
+    let resp = create(&gw, body.clone()).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(header(&resp, "x-switchyard-translation"), "lossless");
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["output"][0]["content"][0]["text"], "straight");
+    let got = &up.received()[0];
+    assert_eq!(got.path, "/responses");
+    // Everything the client sent, hosted tools and encrypted reasoning included.
+    let mut expect = body;
+    expect["stream"] = false.into();
+    assert_eq!(got.body, expect);
+
+    // Streamed: the upstream's events, as they came, numbered by it.
+    let mut stream = got.body.clone();
+    stream["stream"] = true.into();
+    let text = create(&gw, stream).await.text().await.unwrap();
+    let evs = events(&text);
+    assert_eq!(evs[0].0, "response.created");
+    assert_eq!(evs.last().unwrap().0, "response.completed");
+    for (i, (_, d)) in evs.iter().enumerate() {
+        assert_eq!(d["sequence_number"], i);
+    }
+    // The ids are the upstream's own (it made the response), not ones the gateway minted.
+    let upstream_id = evs[0].1["response"]["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        evs.last().unwrap().1["response"]["id"],
+        upstream_id.as_str()
+    );
+}
+
+#[tokio::test]
+async fn a_dead_responses_upstream_fails_over_to_a_chat_channel_by_translation() {
+    let dead = mock(faulty("x", status(503))).await;
+    let chat = mock(text_spec("translated")).await;
+    let gw = gateway(&format!(
+        "{}{}",
+        responses_channel("r", &dead.base_url(), 1),
+        openai_channel("c", &chat.base_url(), 2, "")
+    ))
+    .await;
+    let body = json!({"model": "m", "stream": true, "input": "hi",
+        "tools": [{"type": "web_search"}, {"type": "function", "name": "shell", "parameters": {"type": "object"}}]});
+    let resp = create(&gw, body).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(header(&resp, "x-switchyard-channel"), "c");
+    assert_eq!(
+        header(&resp, "x-switchyard-translation"),
+        "lossy (web_search tool)"
+    );
+    let evs = events(&resp.text().await.unwrap());
+    assert_eq!(evs.last().unwrap().0, "response.completed");
+    assert_eq!(
+        evs.last().unwrap().1["response"]["output"][0]["content"][0]["text"],
+        "translated"
+    );
+    assert_eq!(dead.received()[0].path, "/responses");
+    assert_eq!(chat.received()[0].path, "/chat/completions");
+}
+
+#[tokio::test]
+async fn trimming_cuts_a_responses_input_by_whole_exchanges() {
+    let up = mock(text_spec("ok")).await;
+    let gw = gateway_full(
+        "",
+        "trim = true",
+        &format!(
+            "{}[[models]]\nname = \"m\"\ncontext_window = 2000\nmax_output_tokens = 200\n",
+            responses_channel("r", &up.base_url(), 1)
+        ),
+    )
+    .await;
+    let filler = "the quick brown fox jumps over the lazy dog ".repeat(8);
+    let mut input = vec![json!({"role": "user", "content": "refactor the parser"})];
+    for i in 0..20 {
+        input.push(json!({"type": "reasoning", "id": format!("rs_{i}"), "summary": [], "encrypted_content": "x"}));
+        input.push(json!({"type": "function_call", "call_id": format!("c{i}"), "name": "shell", "arguments": "{}"}));
+        input.push(
+            json!({"type": "function_call_output", "call_id": format!("c{i}"), "output": filler}),
+        );
+    }
+    let resp = create(
+        &gw,
+        json!({"model": "m", "instructions": "agent", "input": input}),
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+    let turns: usize = header(&resp, "x-switchyard-trimmed-turns").parse().unwrap();
+    assert!(turns > 0);
+    let sent = up.received()[0].body["input"].as_array().unwrap().clone();
+    assert_eq!(sent.len(), 61 - 3 * turns);
+    // The task stays first; each kept call has its reasoning before it and its output after.
+    assert_eq!(sent[0]["content"], "refactor the parser");
+    for w in sent[1..].chunks(3) {
+        assert_eq!(w[0]["type"], "reasoning");
+        assert_eq!(w[1]["type"], "function_call");
+        assert_eq!(w[2]["type"], "function_call_output");
+        assert_eq!(w[1]["call_id"], w[2]["call_id"]);
+    }
+    assert_eq!(sent.last().unwrap()["call_id"], "c19");
+    assert_eq!(up.received()[0].body["instructions"], "agent");
+}

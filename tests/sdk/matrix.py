@@ -34,6 +34,7 @@ KEY = "sk-matrix-key-0001"
 TEXT = "Hello from the matrix."
 TOOL_ARGS = {"city": "Paris"}
 REASONING = "Thinking it over."
+KINDS = ("openai", "anthropic", "gemini", "responses")
 
 
 def spawn(args, marker):
@@ -64,12 +65,14 @@ def main():
         procs += [text_mock, tool_mock]
         root = lambda url: url.rsplit("/v1", 1)[0]  # noqa: E731
         channels = ""
-        for kind in ("openai", "anthropic", "gemini"):
+        for kind in KINDS:
             for purpose, url in (("text", text_url), ("tools", tool_url), ("reason", reason_url)):
                 base = root(url) + ("/v1beta" if kind == "gemini" else "/v1")
+                # `responses`: an OpenAI channel that serves the Responses API itself.
+                provider, extra = ("openai", "responses = true\n") if kind == "responses" else (kind, "")
                 channels += (
-                    f'[[channels]]\nname = "{kind}-{purpose}"\nprovider = "{kind}"\nbase_url = "{base}"\n'
-                    f'api_keys = ["sk-upstream-matrix"]\nmodels = ["{kind}-{purpose}"]\n\n'
+                    f'[[channels]]\nname = "{kind}-{purpose}"\nprovider = "{provider}"\nbase_url = "{base}"\n'
+                    f'api_keys = ["sk-upstream-matrix"]\nmodels = ["{kind}-{purpose}"]\n{extra}\n'
                 )
         config = os.path.join(work, "gw.toml")
         with open(config, "w") as f:
@@ -181,7 +184,7 @@ def run(url):
     passed = failed = 0
     for client, check in (("openai", check_openai), ("openai responses", check_responses),
                           ("anthropic", check_anthropic), ("gemini", check_gemini)):
-        for kind in ("openai", "anthropic", "gemini"):
+        for kind in KINDS:
             name = f"{client} SDK -> {kind} channel"
             try:
                 check(url, kind)
