@@ -167,6 +167,11 @@ pub enum ExecError {
     /// The upstream judged the request itself malformed (400/413/422): its answer, as is.
     #[error("the upstream rejected the request (HTTP {})", .0.status)]
     Rejected(Passthrough),
+    /// A continued response lives only on its channel, which could not serve.
+    #[error(
+        "the response this request continues was made by channel {0}, which cannot serve now, and its conversation is not kept by the gateway (store: false, or the upstream keeps it): retry later, or send the whole conversation as input"
+    )]
+    PreviousResponseUnavailable(String),
     /// Trimming is on and the instructions, tools and latest turn alone exceed the window.
     // Worded as Anthropic words it: Claude Code and the Anthropic SDK act on that prefix.
     #[error(
@@ -186,6 +191,7 @@ impl ExecError {
             ExecError::Deadline => 504,
             ExecError::Rejected(p) => p.status,
             ExecError::ContextTooLong(_) => 400,
+            ExecError::PreviousResponseUnavailable(_) => 503,
         }
     }
 
@@ -199,6 +205,7 @@ impl ExecError {
             ExecError::Deadline => "request_timeout",
             ExecError::Rejected(_) => "upstream_rejected_request",
             ExecError::ContextTooLong(_) => "context_length_exceeded",
+            ExecError::PreviousResponseUnavailable(_) => "previous_response_unavailable",
         }
     }
 
@@ -426,6 +433,8 @@ pub struct Route<'a> {
     /// The request's own trimming choice (`x-switchyard-trim`); `None` leaves it to the key
     /// and the model's route.
     pub trim: Option<bool>,
+    /// The only channel that may serve (a continuation of a response only it keeps).
+    pub only: Option<&'a str>,
 }
 
 /// The caller's attempt timeouts for the model being tried (none: the channel's own).
@@ -477,6 +486,40 @@ async fn run<'s, T, F, Fut>(
     deadline: Instant,
     report: &mut Report,
     // Fits the request to each model's window (chat only; `None` when nothing asks for it).
+    fitter: Option<Fitter<'_>>,
+    call: F,
+) -> Result<(T, Option<Reservation>), ExecError>
+where
+    F: FnMut(&'s Channel, Arc<str>, Option<usize>, CallerLimits, Option<Arc<ChatRequest>>) -> Fut,
+    Fut: Future<Output = Result<T, Failure>>,
+{
+    let result = Box::pin(run_chain(
+        snap, health, route, estimate, deadline, report, fitter, call,
+    ))
+    .await;
+    match (result, route.only) {
+        // Only that channel could serve: say so, unless the request itself was at fault.
+        (
+            Err(
+                ExecError::AllAttemptsFailed
+                | ExecError::AllModelsFailed
+                | ExecError::AllRateLimited { .. }
+                | ExecError::Route(RouteError::NoAvailableChannel(_)),
+            ),
+            Some(only),
+        ) => Err(ExecError::PreviousResponseUnavailable(only.to_string())),
+        (r, _) => r,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run_chain<'s, T, F, Fut>(
+    snap: &'s Snapshot,
+    health: &Health,
+    route: Route<'_>,
+    estimate: u64,
+    deadline: Instant,
+    report: &mut Report,
     mut fitter: Option<Fitter<'_>>,
     mut call: F,
 ) -> Result<(T, Option<Reservation>), ExecError>
@@ -540,7 +583,7 @@ where
                 snap,
                 health,
                 route.key,
-                route.bound,
+                (route.bound, route.only),
                 route.shared,
                 &current,
                 (body, note),
@@ -675,7 +718,8 @@ async fn run_model<'s, T, F, Fut>(
     snap: &'s Snapshot,
     health: &Health,
     gkey: &GatewayKey,
-    bound: Option<&str>,
+    // The channel tried first, and the only one allowed.
+    (bound, only): (Option<&str>, Option<&str>),
     shared: Option<&crate::state::State>,
     step: &Step,
     // The request fitted to this model (`None`: the client's as is) and what fitting did.
@@ -710,6 +754,11 @@ where
         crate::config::Balance::RoundRobin => router::Pick::RoundRobin(&rotate),
     };
     let mut plan = router::plan(snap, gkey, model, &standing, pick)?;
+    if let Some(only) = only {
+        let named = |i: usize| snap.channels.get(i).is_some_and(|c| &*c.name == only);
+        plan.candidates.retain(|c| named(c.channel));
+        plan.skipped.retain(|s| named(s.channel));
+    }
     if let Some(i) = bound.and_then(|b| {
         snap.channels
             .iter()

@@ -1,7 +1,8 @@
 //! OpenAI Responses API (`POST /v1/responses`) ↔ the canonical request, response and stream.
 //!
-//! A Responses request is stateless here (the client sends its whole history, as Codex does
-//! with `store: false`): its input items become Chat Completions messages (instructions first,
+//! A Responses request is read whole (the client sends its history, as Codex does with
+//! `store: false`, or the server puts a kept conversation before its input for a
+//! `previous_response_id`): its input items become Chat Completions messages (instructions first,
 //! a function call and the assistant text before it one turn, each call output a tool message),
 //! its fields their Chat Completions equivalents (`max_output_tokens`, `text.format`,
 //! `reasoning.effort`), and it is then read as an OpenAI chat request, so every channel kind
@@ -29,6 +30,25 @@ pub struct Echo {
     custom_tools: Vec<String>,
     /// Named by field or tool type, never by value.
     pub losses: Vec<String>,
+    /// The client lets responses be kept (`store` is not `false`).
+    pub store: bool,
+    /// The conversation as sent (input items), to keep with the answer.
+    conversation: Vec<Value>,
+}
+
+impl Echo {
+    /// The conversation to keep after this answer: what was sent, then `output`; `None` when
+    /// the client said `store: false` or it is over the size cap.
+    pub fn kept_with(&self, output: &[Value]) -> Option<String> {
+        if !self.store {
+            return None;
+        }
+        let mut all = self.conversation.clone();
+        all.extend(output.iter().cloned());
+        serde_json::to_string(&all)
+            .ok()
+            .filter(|t| t.len() <= MAX_KEPT_BYTES)
+    }
 }
 
 /// Request fields a Response object repeats as sent.
@@ -92,16 +112,44 @@ fn now_secs() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// The `previous_response_id` a request continues from, if any (nothing is stored yet, so the
-/// server answers 404 for every one).
+/// The `previous_response_id` a request continues from, if any.
 pub fn previous_response_id(body: &Value) -> Option<&str> {
     body.get("previous_response_id").and_then(Value::as_str)
 }
+
+/// A request's `input` as items (a string is one user message).
+fn input_items(body: &Value) -> Vec<Value> {
+    match &body["input"] {
+        Value::String(s) => vec![json!({"role": "user", "content": s})],
+        Value::Array(items) => items.clone(),
+        _ => Vec::new(),
+    }
+}
+
+/// Continues a kept conversation: its items, then the request's own input, and no
+/// `previous_response_id` (the request is whole again, for any channel).
+pub fn continue_from(body: &mut Value, kept: &str) -> Result<(), InvalidRequest> {
+    let mut items: Vec<Value> = serde_json::from_str(kept).map_err(|_| InvalidRequest {
+        param: Some("previous_response_id".into()),
+        message: "the kept conversation of this response could not be read".into(),
+    })?;
+    items.extend(input_items(body));
+    if let Some(o) = body.as_object_mut() {
+        o.remove("previous_response_id");
+        o.insert("input".into(), Value::Array(items));
+    }
+    Ok(())
+}
+
+/// Largest kept conversation (JSON bytes); a longer one keeps only its channel.
+pub const MAX_KEPT_BYTES: usize = 1 << 20;
 
 /// A Responses request body → the canonical request (origin: OpenAI chat) and its echo.
 pub fn request_from_value(body: Value) -> Result<(ChatRequest, Echo), InvalidRequest> {
     // The client's body as sent, for a channel that speaks the Responses API itself.
     let raw = body.clone();
+    let conversation = input_items(&body);
+    let store = body.get("store") != Some(&Value::Bool(false));
     let Value::Object(mut m) = body else {
         return Err(InvalidRequest {
             param: None,
@@ -285,6 +333,8 @@ pub fn request_from_value(body: Value) -> Result<(ChatRequest, Echo), InvalidReq
             fields,
             custom_tools,
             losses,
+            store,
+            conversation,
         },
     ))
 }
@@ -870,7 +920,7 @@ impl StreamEncoder {
         let (status, incomplete) = status_of(self.finish.as_deref());
         let mut r = skeleton(&self.echo, &self.model, status);
         r["incomplete_details"] = incomplete;
-        r["output"] = Value::Array(std::mem::take(&mut self.output));
+        r["output"] = Value::Array(self.output.clone());
         if let Some(u) = &self.usage {
             r["usage"] = usage_json(u);
         }
@@ -880,6 +930,12 @@ impl StreamEncoder {
             "response.completed"
         };
         self.event(out, ty, json!({ "response": r }));
+    }
+
+    /// The response's id and the conversation to keep, once the stream completed: this
+    /// gateway's own answer (an upstream that speaks the API keeps its own).
+    pub fn completed(&self) -> Option<(String, Option<String>)> {
+        (!self.passthrough).then(|| (self.echo.id.clone(), self.echo.kept_with(&self.output)))
     }
 
     /// A fault after the stream began: `response.failed`, and nothing after it.

@@ -93,6 +93,11 @@ fn text(c: Option<&Content>) -> String {
 
 /// SHA-256 over length-prefixed pieces (so `ab`+`c` and `a`+`bc` differ): stable across
 /// processes and versions, which replicas sharing bindings need.
+/// The store's key for a response id, scoped to the gateway key like a session.
+pub fn response_key(key_name: &str, id: &str) -> String {
+    hashed(key_name, "response", &[id.as_bytes()]).key
+}
+
 fn hashed(key_name: &str, kind: &str, pieces: &[&[u8]]) -> Session {
     let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
     for p in [key_name.as_bytes(), kind.as_bytes()].iter().chain(pieces) {

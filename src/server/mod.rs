@@ -169,6 +169,9 @@ struct Ctx {
     protocol: Protocol,
     /// For a Responses API client: what its answer repeats, and what reading it dropped.
     responses: Option<Box<crate::protocol::responses::Echo>>,
+    /// A Responses request continuing a kept response: its channel, and whether only that
+    /// channel may serve (the conversation lives there, not here).
+    continuation: Option<(Arc<str>, bool)>,
 }
 
 impl Ctx {
@@ -192,6 +195,7 @@ impl Ctx {
             logged: false,
             protocol: Protocol::OpenAiChat,
             responses: None,
+            continuation: None,
         }
     }
 
@@ -452,12 +456,14 @@ async fn responses(State(state): State<AppState>, headers: HeaderMap, body: Body
     let mut ctx = Ctx::new(&state, "responses");
     ctx.protocol = Protocol::OpenAiResponses;
     let parsed = match read_chat_json(&mut ctx, &headers, body).await {
-        Ok((v, spec)) => match crate::protocol::responses::previous_response_id(&v) {
-            // Nothing is stored yet: a continuation is always of an unknown response.
-            Some(id) => Err(ApiError::PreviousResponseNotFound(id.to_string())),
-            None => crate::protocol::responses::request_from_value(v)
-                .map(|r| (r, spec))
-                .map_err(ApiError::from),
+        Ok((mut v, spec)) => match Box::pin(continuation(&state, &ctx, &mut v)).await {
+            Ok(cont) => {
+                ctx.continuation = cont;
+                crate::protocol::responses::request_from_value(v)
+                    .map(|r| (r, spec))
+                    .map_err(ApiError::from)
+            }
+            Err(e) => Err(e),
         },
         Err(e) => Err(e),
     };
@@ -468,6 +474,86 @@ async fn responses(State(state): State<AppState>, headers: HeaderMap, body: Body
         }
         Err(e) => fail(ctx, e),
     }
+}
+
+/// A `previous_response_id`: with the conversation kept here, the request becomes whole again
+/// (any channel may serve, the one that made the response first); without it, only that
+/// channel can continue it. An id this key never got → 404.
+async fn continuation(
+    state: &AppState,
+    ctx: &Ctx,
+    body: &mut Value,
+) -> Result<Option<(Arc<str>, bool)>, ApiError> {
+    let Some(id) = crate::protocol::responses::previous_response_id(body).map(str::to_string)
+    else {
+        return Ok(None);
+    };
+    let key = ctx.key.as_deref().unwrap_or_default();
+    let kept = state
+        .state
+        .response(&affinity::response_key(key, &id))
+        .await
+        .ok_or(ApiError::PreviousResponseNotFound(id))?;
+    match kept.items {
+        Some(items) => {
+            crate::protocol::responses::continue_from(body, &items)?;
+            Ok(Some((kept.channel, false)))
+        }
+        None => Ok(Some((kept.channel, true))),
+    }
+}
+
+/// Keeps a served Responses answer for continuations: the upstream's own id when the channel
+/// speaks the API (it keeps the conversation, if the client let it), else this gateway's, with
+/// the conversation (unless `store: false` or too large: then nothing can continue it).
+async fn keep_response(state: &AppState, ctx: &Ctx, id: Option<&str>, items: Option<String>) {
+    let (Some(echo), Some(served), Some(key)) =
+        (&ctx.responses, &ctx.report.served, ctx.key.as_deref())
+    else {
+        return;
+    };
+    let upstream_keeps = served_by_responses_channel(ctx);
+    let keep = if upstream_keeps {
+        echo.store
+    } else {
+        items.is_some()
+    };
+    let Some(id) = id.filter(|_| keep) else {
+        return;
+    };
+    let stored = crate::state::StoredResponse {
+        channel: served.channel.clone(),
+        items: items.filter(|_| !upstream_keeps).map(Into::into),
+    };
+    let ttl = ctx.snap.affinity.ttl;
+    Box::pin(
+        state
+            .state
+            .keep_response(&affinity::response_key(key, id), &stored, ttl),
+    )
+    .await;
+}
+
+/// The channel that served speaks the Responses API (it got the request as sent).
+fn served_by_responses_channel(ctx: &Ctx) -> bool {
+    ctx.report.served.as_ref().is_some_and(|s| {
+        ctx.snap
+            .channels
+            .iter()
+            .any(|c| c.name == s.channel && c.responses)
+    })
+}
+
+/// For a translated Responses stream the client lets be kept: where its conversation goes when
+/// the stream completes.
+fn keeper(state: &AppState, ctx: &Ctx, store: bool) -> Option<sse::Keeper> {
+    let served = ctx.report.served.as_ref()?;
+    (store && !served_by_responses_channel(ctx)).then(|| sse::Keeper {
+        state: state.state.clone(),
+        key: ctx.key.clone().unwrap_or_else(|| "".into()),
+        channel: served.channel.clone(),
+        ttl: ctx.snap.affinity.ttl,
+    })
 }
 
 /// Anthropic Messages (`anthropic-version` and `anthropic-beta` headers are accepted and not
@@ -684,12 +770,16 @@ async fn serve_chat(
         Ok(t) => t,
         Err(e) => return fail(ctx, e),
     };
+    // A continued response's channel comes first, before the session's.
+    let bound = ctx.continuation.as_ref().map(|(c, _)| c.clone());
+    let only = ctx.continuation.as_ref().filter(|(_, only)| *only);
     let route = exec::Route {
         key,
         chain: &chain,
-        bound: before.as_deref(),
+        bound: bound.as_deref().or(before.as_deref()),
         shared: Some(&state.state),
         trim,
+        only: only.map(|(c, _)| &**c),
     };
     req.hops = ctx.hops;
     let deadline = ctx.deadline();
@@ -711,11 +801,18 @@ async fn serve_chat(
         return match result {
             Ok(committed) => {
                 let ttfb = ctx.started.elapsed();
+                // An upstream that speaks the Responses API named its response before the first
+                // content: kept now. A translated one is kept when its stream completes.
+                if ctx.responses.is_some() && served_by_responses_channel(&ctx) {
+                    let upstream_id = committed.head.iter().find_map(|c| c.id.clone());
+                    keep_response(state, &ctx, upstream_id.as_deref(), None).await;
+                }
                 let translated = translation(&snap, &ctx, &req);
                 let mut row = ctx.take_row(200, "ok");
                 row.translation = Some(translated.clone());
                 let wire = match (ctx.protocol, ctx.responses.take()) {
                     (Protocol::OpenAiResponses, Some(echo)) => sse::Wire::Responses {
+                        keep: keeper(state, &ctx, echo.store),
                         enc: Box::new(crate::protocol::responses::StreamEncoder::new(
                             *echo,
                             req.model.clone(),
@@ -765,16 +862,23 @@ async fn serve_chat(
     match result {
         Ok(resp) => {
             let ext = ctx.report.body_extension();
+            // A Responses answer's id and the conversation to keep with it.
+            let mut kept: Option<(Option<String>, Option<String>)> = None;
             let body = match ctx.protocol {
                 Protocol::OpenAiResponses if ctx.responses.is_some() => {
                     let echo = ctx.responses.as_deref();
                     let mut v = match (&resp.raw, echo) {
                         // From an upstream that speaks it: its own Response, as it came.
                         (Some(raw), _) if raw.protocol == Protocol::OpenAiResponses => {
+                            kept = Some((raw.body["id"].as_str().map(str::to_string), None));
                             raw.body.clone()
                         }
                         (_, Some(e)) => {
-                            crate::protocol::responses::response_to_value(&resp, e, &req.model)
+                            let v =
+                                crate::protocol::responses::response_to_value(&resp, e, &req.model);
+                            let output = v["output"].as_array().map_or(&[][..], Vec::as_slice);
+                            kept = Some((Some(e.id.clone()), e.kept_with(output)));
+                            v
                         }
                         (_, None) => Value::Null,
                     };
@@ -807,6 +911,9 @@ async fn serve_chat(
                 }
             }
             .unwrap_or_default();
+            if let Some((id, items)) = kept {
+                keep_response(state, &ctx, id.as_deref(), items).await;
+            }
             let translated = translation(&snap, &ctx, &req);
             let mut row = ctx.take_row(200, "ok");
             row.translation = Some(translated.clone());
@@ -931,6 +1038,7 @@ async fn embeddings(State(state): State<AppState>, headers: HeaderMap, body: Bod
         bound: None,
         shared: Some(&state.state),
         trim: None,
+        only: None,
     };
     let deadline = ctx.deadline();
     match exec::embeddings(&snap, &state.health, route, &req, deadline, &mut ctx.report).await {

@@ -102,10 +102,34 @@ pub enum Wire {
         enc: Box<gemini::StreamEncoder>,
         model: String,
     },
-    /// Responses API events.
+    /// Responses API events; `keep`: where the conversation goes when the stream completes.
     Responses {
         enc: Box<responses::StreamEncoder>,
+        keep: Option<Keeper>,
     },
+}
+
+/// Keeps a translated Responses stream's conversation once it completed, for continuations.
+pub struct Keeper {
+    pub state: Arc<crate::state::State>,
+    pub key: Arc<str>,
+    pub channel: Arc<str>,
+    pub ttl: Duration,
+}
+
+impl Keeper {
+    fn keep(self, enc: &responses::StreamEncoder) {
+        let Some((id, Some(items))) = enc.completed() else {
+            return;
+        };
+        let stored = crate::state::StoredResponse {
+            channel: self.channel,
+            items: Some(items.into()),
+        };
+        let key = super::affinity::response_key(&self.key, &id);
+        // The client has its answer: keeping it must not hold the stream's end.
+        tokio::spawn(async move { self.state.keep_response(&key, &stored, self.ttl).await });
+    }
 }
 
 struct SseBody {
@@ -178,7 +202,7 @@ impl SseBody {
                     }
                     Wire::Anthropic { enc, model } => enc.chunk(&c, model, out),
                     Wire::Gemini { enc, model } => enc.chunk(&c, model, out),
-                    Wire::Responses { enc } => enc.chunk(&c, out),
+                    Wire::Responses { enc, .. } => enc.chunk(&c, out),
                 }
             }
             Some(RelayItem::Fault(class)) => {
@@ -188,7 +212,7 @@ impl SseBody {
                     Wire::OpenAi => out.extend_from_slice(&error_frame(class)),
                     Wire::Anthropic { enc, .. } => enc.fault(fault_message(class).1, out),
                     Wire::Gemini { enc, .. } => enc.fault(fault_message(class).1, out),
-                    Wire::Responses { enc } => {
+                    Wire::Responses { enc, .. } => {
                         let (code, message) = fault_message(class);
                         enc.fault(code, message, out);
                     }
@@ -201,7 +225,12 @@ impl SseBody {
                     Wire::OpenAi => out.extend_from_slice(b"data: [DONE]\n\n"),
                     Wire::Anthropic { enc, .. } => enc.done(out),
                     Wire::Gemini { enc, model } => enc.done(model, out),
-                    Wire::Responses { enc } => enc.done(out),
+                    Wire::Responses { enc, keep } => {
+                        enc.done(out);
+                        if let Some(k) = keep.take() {
+                            k.keep(enc);
+                        }
+                    }
                 }
             }
         }

@@ -4,12 +4,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::StateStore;
+use super::{StateStore, StoredResponse};
 use crate::health::Clock;
 
 /// Sessions kept at most; past it, expired ones are swept and then new bindings are refused
 /// (the request is served, just not bound) rather than growing without bound.
 const MAX_SESSIONS: usize = 1_000_000;
+/// Bytes of kept responses' items at most; past it, expired ones are swept and then new ones
+/// keep only their channel.
+const MAX_RESPONSE_BYTES: usize = 256 << 20;
 
 struct Entry {
     channel: Option<Arc<str>>,
@@ -22,6 +25,9 @@ struct Sessions {
     entries: HashMap<String, Entry>,
     /// (session, router) → the instance chosen, and until when.
     instances: HashMap<(String, Arc<str>), (Arc<str>, Instant)>,
+    /// Kept responses, until when, and the bytes of their items.
+    responses: HashMap<String, (StoredResponse, Instant)>,
+    response_bytes: usize,
     swept: Option<Instant>,
 }
 
@@ -63,6 +69,15 @@ impl Memory {
             map.swept = Some(now);
             map.entries.retain(|_, e| e.expires > now);
             map.instances.retain(|_, (_, t)| *t > now);
+            let mut freed = 0;
+            map.responses.retain(|_, (r, t)| {
+                let keep = *t > now;
+                if !keep {
+                    freed += r.items.as_ref().map_or(0, |i| i.len());
+                }
+                keep
+            });
+            map.response_bytes -= freed;
         }
     }
 
@@ -184,6 +199,33 @@ impl StateStore for Memory {
             (session.to_string(), router.into()),
             (instance.into(), now + ttl),
         );
+    }
+
+    async fn response(&self, id: &str) -> Option<StoredResponse> {
+        let now = self.clock.now();
+        let map = self.lock();
+        map.responses
+            .get(id)
+            .filter(|(_, t)| *t > now)
+            .map(|(r, _)| r.clone())
+    }
+
+    async fn keep_response(&self, id: &str, stored: &StoredResponse, ttl: Duration) {
+        let now = self.clock.now();
+        let mut map = self.lock();
+        let size = stored.items.as_ref().map_or(0, |i| i.len());
+        if map.response_bytes + size > MAX_RESPONSE_BYTES {
+            Self::sweep(&mut map, now);
+        }
+        let mut stored = stored.clone();
+        if map.response_bytes + size > MAX_RESPONSE_BYTES {
+            tracing::warn!("kept responses are at their memory cap; keeping only the channel");
+            stored.items = None;
+        }
+        map.response_bytes += stored.items.as_ref().map_or(0, |i| i.len());
+        if let Some((old, _)) = map.responses.insert(id.to_string(), (stored, now + ttl)) {
+            map.response_bytes -= old.items.as_ref().map_or(0, |i| i.len());
+        }
     }
 }
 

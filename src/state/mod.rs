@@ -45,6 +45,26 @@ pub trait StateStore: Send + Sync {
         instance: &str,
         ttl: Duration,
     ) -> impl Future<Output = ()> + Send;
+    /// A kept response (`id` already scoped to the gateway key and hashed).
+    fn response(&self, id: &str) -> impl Future<Output = Option<StoredResponse>> + Send;
+    fn keep_response(
+        &self,
+        id: &str,
+        stored: &StoredResponse,
+        ttl: Duration,
+    ) -> impl Future<Output = ()> + Send;
+}
+
+/// A response served to a Responses client, kept so a request can continue it
+/// (`previous_response_id`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct StoredResponse {
+    /// The channel that produced it: a continuation goes there first.
+    pub channel: Arc<str>,
+    /// The conversation up to and including it, as Responses input items (JSON text), when the
+    /// gateway may keep it (the client did not say `store: false`, it was translated, and it is
+    /// within the size cap). Without them only that channel can continue it.
+    pub items: Option<Arc<str>>,
 }
 
 /// The store the gateway runs on.
@@ -114,6 +134,20 @@ impl State {
         match self {
             State::Memory(m) => m.keep_instance(session, router, instance, ttl).await,
             State::Redis(r) => r.keep_instance(session, router, instance, ttl).await,
+        }
+    }
+
+    pub async fn response(&self, id: &str) -> Option<StoredResponse> {
+        match self {
+            State::Memory(m) => m.response(id).await,
+            State::Redis(r) => r.response(id).await,
+        }
+    }
+
+    pub async fn keep_response(&self, id: &str, stored: &StoredResponse, ttl: Duration) {
+        match self {
+            State::Memory(m) => m.keep_response(id, stored, ttl).await,
+            State::Redis(r) => r.keep_response(id, stored, ttl).await,
         }
     }
 

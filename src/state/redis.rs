@@ -15,7 +15,7 @@ use redis::AsyncCommands;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use serde_json::{Value, json};
 
-use super::{Memory, StateStore};
+use super::{Memory, StateStore, StoredResponse};
 use crate::config::Live;
 use crate::health::{Clock, Health, Key, Shared};
 
@@ -523,5 +523,31 @@ impl StateStore for Redis {
         self.local
             .keep_instance(session, router, instance, ttl)
             .await;
+    }
+
+    async fn response(&self, id: &str) -> Option<StoredResponse> {
+        let key = self.key("resp", id);
+        match self
+            .run(|mut c| async move { c.get::<_, Option<String>>(key).await })
+            .await
+        {
+            Some(v) => v.and_then(|t| serde_json::from_str(&t).ok()),
+            None => self.local.response(id).await,
+        }
+    }
+
+    async fn keep_response(&self, id: &str, stored: &StoredResponse, ttl: Duration) {
+        let key = self.key("resp", id);
+        let Ok(text) = serde_json::to_string(stored) else {
+            return;
+        };
+        let secs = ttl.as_secs().max(1);
+        let done = self
+            .run(|mut c| async move { c.set_ex::<_, _, ()>(key, text, secs).await })
+            .await;
+        // Kept here only while Redis cannot take it: items can be large.
+        if done.is_none() {
+            self.local.keep_response(id, stored, ttl).await;
+        }
     }
 }

@@ -373,3 +373,130 @@ async fn trimming_cuts_a_responses_input_by_whole_exchanges() {
     assert_eq!(sent.last().unwrap()["call_id"], "c19");
     assert_eq!(up.received()[0].body["instructions"], "agent");
 }
+
+/// Continues `previous`, retrying briefly while a just-finished stream's conversation is being
+/// kept (it is written after the stream's last byte).
+async fn continue_from(gw: &Gateway, previous: &str, stream: bool) -> reqwest::Response {
+    let body = json!({"model": "m", "input": "and then?", "previous_response_id": previous, "stream": stream});
+    for _ in 0..100 {
+        let resp = create(gw, body.clone()).await;
+        if resp.status() != 404 {
+            return resp;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    create(gw, body).await
+}
+
+#[tokio::test]
+async fn a_kept_conversation_continues_on_any_channel() {
+    let a = mock(text_spec("from a")).await;
+    let b = mock(text_spec("from b")).await;
+    let gw = gateway(&format!(
+        "{}{}",
+        openai_channel("a", &a.base_url(), 1, ""),
+        openai_channel("b", &b.base_url(), 2, "")
+    ))
+    .await;
+    let first: Value = create(
+        &gw,
+        json!({"model": "m", "input": "hi", "instructions": "terse"}),
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    let id = first["id"].as_str().unwrap();
+    // Streamed, continuing the first: the whole conversation reaches the upstream.
+    let resp = continue_from(&gw, id, true).await;
+    assert_eq!(resp.status(), 200);
+    let evs = events(&resp.text().await.unwrap());
+    let second = evs.last().unwrap().1["response"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let got = &a.received()[1].body["messages"];
+    assert_eq!(got[0]["content"], "hi");
+    assert_eq!(got[1]["role"], "assistant");
+    assert_eq!(got[1]["content"][0]["text"], "from a");
+    assert_eq!(got[2]["content"], "and then?");
+    // The channel that made it goes down: the kept conversation goes on elsewhere.
+    a.set_spec(faulty("x", status(500)));
+    let resp = continue_from(&gw, &second, false).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(header(&resp, "x-switchyard-channel"), "b");
+    let got = &b.received()[0].body["messages"];
+    assert_eq!(got.as_array().unwrap().len(), 5, "{got}");
+    assert_eq!(got[4]["content"], "and then?");
+    // `store: false`, or another gateway key: nothing to continue.
+    let unkept: Value = create(&gw, json!({"model": "m", "input": "hi", "store": false}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let e = error_envelope(
+        create(
+            &gw,
+            json!({"model": "m", "input": "x", "previous_response_id": unkept["id"]}),
+        )
+        .await,
+        404,
+    )
+    .await;
+    assert_eq!(e["code"], "previous_response_not_found");
+}
+
+#[tokio::test]
+async fn a_response_an_upstream_keeps_is_continued_only_there() {
+    let keeper = mock(text_spec("kept upstream")).await;
+    let other = mock(text_spec("elsewhere")).await;
+    let gw = gateway(&format!(
+        "{}{}",
+        responses_channel("r", &keeper.base_url(), 1),
+        openai_channel("c", &other.base_url(), 2, "")
+    ))
+    .await;
+    let first: Value = create(&gw, json!({"model": "m", "input": "hi"}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let id = first["id"].as_str().unwrap().to_string();
+    let resp = continue_from(&gw, &id, false).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(header(&resp, "x-switchyard-channel"), "r");
+    // It went as sent: the upstream resolves the id itself.
+    assert_eq!(
+        keeper.received()[1].body["previous_response_id"],
+        id.as_str()
+    );
+    // That channel down: a clear 503, not a reply from a channel that never saw the conversation.
+    keeper.set_spec(faulty("x", status(500)));
+    let e = error_envelope(continue_from(&gw, &id, false).await, 503).await;
+    assert_eq!(e["code"], "previous_response_unavailable");
+    assert!(e["message"].as_str().unwrap().contains("channel r"), "{e}");
+    assert_eq!(other.requests(), 0);
+}
+
+#[tokio::test]
+async fn a_conversation_kept_in_redis_continues_on_another_replica() {
+    let up = mock(text_spec("shared")).await;
+    let channels = format!(
+        "{}{}",
+        redis_state("responses"),
+        openai_channel("a", &up.base_url(), 1, "")
+    );
+    let one = gateway(&channels).await;
+    let two = gateway(&channels).await;
+    wait_connected(&one, true).await;
+    wait_connected(&two, true).await;
+    let first: Value = create(&one, json!({"model": "m", "input": "hi"}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let resp = continue_from(&two, first["id"].as_str().unwrap(), false).await;
+    assert_eq!(resp.status(), 200);
+    let got = &up.received()[1].body["messages"];
+    assert_eq!(got.as_array().unwrap().len(), 3, "{got}");
+}
