@@ -46,6 +46,9 @@ pub struct MockSpec {
     pub embedding_dims: usize,
     /// Answer with this tool call instead of text; its arguments are streamed in `chunks`.
     pub tool_call: Option<MockToolCall>,
+    /// With `tool_call`: a conversation whose last message is a tool result gets `text`
+    /// instead, so an agent's round trip (call, result, answer) ends.
+    pub answer_tool_results: bool,
     /// Reasoning before the answer (OpenAI `reasoning_content`, Anthropic thinking, Gemini
     /// thought), streamed as one chunk.
     pub reasoning: Option<String>,
@@ -68,6 +71,7 @@ impl Default for MockSpec {
             chunks: 4,
             embedding_dims: 8,
             tool_call: None,
+            answer_tool_results: false,
             reasoning: None,
             fault: None,
             script: Vec::new(),
@@ -253,7 +257,23 @@ fn usage(req: &ChatRequest, output_tokens: u64) -> Usage {
     }
 }
 
+impl MockSpec {
+    /// The spec for this request: without the tool call once the tool's result came back
+    /// (`answer_tool_results`).
+    fn for_request(&self, req: &ChatRequest) -> std::borrow::Cow<'_, MockSpec> {
+        let answered =
+            self.answer_tool_results && req.messages.last().is_some_and(|m| m.role == Role::Tool);
+        if !answered {
+            return std::borrow::Cow::Borrowed(self);
+        }
+        let mut spec = self.clone();
+        spec.tool_call = None;
+        std::borrow::Cow::Owned(spec)
+    }
+}
+
 fn reply(spec: &MockSpec, model: &str, req: &ChatRequest, n: u64) -> ChatResponse {
+    let spec = &*spec.for_request(req);
     let pieces = spec.pieces();
     ChatResponse {
         id: Some(format!("chatcmpl-mock-{n}")),
@@ -293,6 +313,7 @@ fn reply(spec: &MockSpec, model: &str, req: &ChatRequest, n: u64) -> ChatRespons
 
 /// Role chunk, content chunks, finish chunk, usage chunk, in the order OpenAI sends them.
 fn reply_chunks(spec: &MockSpec, model: &str, req: &ChatRequest, n: u64) -> Vec<StreamChunk> {
+    let spec = &*spec.for_request(req);
     let created = Some(now_secs());
     let id = Some(format!("chatcmpl-mock-{n}"));
     let model = Some(model.to_string());

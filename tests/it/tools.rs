@@ -109,3 +109,29 @@ async fn streamed_tool_calls_commit_on_the_first_delta_and_reassemble() {
     assert_eq!(finish, "tool_calls");
     assert!(body.ends_with("data: [DONE]\n\n"));
 }
+
+#[tokio::test]
+async fn the_mock_ends_an_agents_round_trip_once_the_tool_result_comes_back() {
+    let up = mock(MockSpec {
+        text: "done".into(),
+        tool_call: Some(MockToolCall {
+            name: "shell".into(),
+            arguments: r#"{"command":["ls"]}"#.into(),
+        }),
+        answer_tool_results: true,
+        ..MockSpec::default()
+    })
+    .await;
+    let gw = gateway(&openai_channel("a", &up.base_url(), 1, "")).await;
+    let ask = json!({"model": "m", "messages": [{"role": "user", "content": "list"}]});
+    let v: Value = gw.chat(ask).await.json().await.unwrap();
+    let call = &v["choices"][0]["message"]["tool_calls"][0];
+    assert_eq!(call["function"]["name"], "shell");
+    let back = json!({"model": "m", "messages": [
+        {"role": "user", "content": "list"},
+        {"role": "assistant", "content": null, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call["id"], "content": "a.rs"}]});
+    let v: Value = gw.chat(back).await.json().await.unwrap();
+    assert_eq!(v["choices"][0]["message"]["content"], "done");
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+}
