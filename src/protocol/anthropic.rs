@@ -448,6 +448,8 @@ pub struct StreamEncoder {
     cached_tokens: Option<u64>,
     /// The upstream speaks Anthropic too and its events are written as they came.
     passthrough: bool,
+    /// In passthrough, the upstream's own `error` event went out.
+    upstream_failed: bool,
 }
 
 fn event(out: &mut Vec<u8>, name: &str, data: &Value) {
@@ -489,6 +491,7 @@ impl StreamEncoder {
             .filter(|r| r.protocol == Protocol::AnthropicMessages)
         {
             self.passthrough = true;
+            self.upstream_failed |= raw.event.as_deref() == Some("error");
             raw.write(out);
             return;
         }
@@ -594,7 +597,9 @@ impl StreamEncoder {
 
     /// A fault after the stream began: Anthropic's `event: error`, and nothing after it.
     pub fn fault(&mut self, message: &str, out: &mut Vec<u8>) {
-        event(out, "error", &error_body(500, message));
+        if !self.upstream_failed {
+            event(out, "error", &error_body(500, message));
+        }
     }
 }
 

@@ -81,7 +81,6 @@ const SAME_IN_CHAT: &[&str] = &[
     "service_tier",
     "safety_identifier",
     "metadata",
-    "top_logprobs",
 ];
 
 fn bad(param: &str, message: impl Into<String>) -> InvalidRequest {
@@ -139,6 +138,29 @@ pub fn continue_from(body: &mut Value, kept: &str) -> Result<(), InvalidRequest>
         o.insert("input".into(), Value::Array(items));
     }
     Ok(())
+}
+
+/// Whether an item id was made by this gateway (`msg_sy…`, `rs_sy…`: never an upstream's hex).
+fn minted(id: &str) -> bool {
+    id.split_once('_')
+        .is_some_and(|(_, rest)| rest.starts_with("sy"))
+}
+
+/// A Responses body for an upstream that speaks the API: items this gateway made (for an
+/// answer it translated) mean nothing there. Its reasoning items carry no encrypted content and
+/// go; other items lose the id it made up, so the upstream does not look for them.
+pub fn for_upstream(body: &mut Map<String, Value>) {
+    let Some(Value::Array(items)) = body.get_mut("input") else {
+        return;
+    };
+    items.retain(|i| !(i["type"] == "reasoning" && i["id"].as_str().is_some_and(minted)));
+    for i in items.iter_mut() {
+        if i["id"].as_str().is_some_and(minted)
+            && let Some(o) = i.as_object_mut()
+        {
+            o.remove("id");
+        }
+    }
 }
 
 /// Largest kept conversation (JSON bytes); a longer one keeps only its channel.
@@ -255,6 +277,10 @@ pub fn request_from_value(body: Value) -> Result<(ChatRequest, Echo), InvalidReq
             chat.insert("tools".into(), Value::Array(out));
         }
     }
+    // Chat Completions refuses these without tools (every one may have been a hosted tool).
+    if !chat.contains_key("tools") {
+        chat.remove("parallel_tool_calls");
+    }
     if let Some(tc) = m.remove("tool_choice").filter(|v| !v.is_null()) {
         let choice = match &tc {
             Value::String(_) => Some(tc.clone()),
@@ -328,7 +354,8 @@ pub fn request_from_value(body: Value) -> Result<(ChatRequest, Echo), InvalidReq
     Ok((
         req,
         Echo {
-            id: format!("resp_{}", random_hex(32)),
+            // `sy`: never hex, so an id this gateway made is told from an upstream's.
+            id: format!("resp_sy{}", random_hex(30)),
             created_at: now_secs(),
             fields,
             custom_tools,
@@ -354,6 +381,20 @@ fn input_item(
         ));
     };
     let ty = o.get("type").and_then(Value::as_str);
+    let pairs = matches!(
+        ty,
+        Some(
+            "function_call"
+                | "custom_tool_call"
+                | "function_call_output"
+                | "custom_tool_call_output"
+        )
+    );
+    let call_id = match o.get("call_id") {
+        Some(Value::String(id)) if !id.is_empty() => Value::String(id.clone()),
+        _ if pairs => return Err(bad(&at("call_id"), "is required")),
+        _ => Value::Null,
+    };
     let call = |call_id: &Value, name: &Value, arguments: String| json!({"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}});
     let push_call = |out: &mut Vec<Value>, c: Value| {
         // Calls after the assistant's text (or other calls) are one turn.
@@ -398,7 +439,7 @@ fn input_item(
                 .to_string();
             push_call(
                 out,
-                call(&o["call_id"], o.get("name").unwrap_or(&Value::Null), args),
+                call(&call_id, o.get("name").unwrap_or(&Value::Null), args),
             );
         }
         Some("custom_tool_call") => {
@@ -406,7 +447,7 @@ fn input_item(
             let args = json!({ "input": input }).to_string();
             push_call(
                 out,
-                call(&o["call_id"], o.get("name").unwrap_or(&Value::Null), args),
+                call(&call_id, o.get("name").unwrap_or(&Value::Null), args),
             );
         }
         Some("function_call_output" | "custom_tool_call_output") => {
@@ -420,7 +461,7 @@ fn input_item(
                 Some(other) => other.to_string(),
                 None => String::new(),
             };
-            out.push(json!({"role": "tool", "tool_call_id": o["call_id"], "content": output}));
+            out.push(json!({"role": "tool", "tool_call_id": call_id, "content": output}));
         }
         // Reasoning the client kept (encrypted for its own provider): not readable elsewhere.
         Some("reasoning") => {}
@@ -602,7 +643,7 @@ pub fn response_to_value(resp: &ChatResponse, echo: &Echo, model: &str) -> Value
     r
 }
 
-/// The item being streamed.
+/// The text item being streamed (reasoning or message): one at a time.
 #[derive(Debug)]
 enum Open {
     Reasoning {
@@ -615,17 +656,21 @@ enum Open {
         id: String,
         text: String,
     },
-    Call {
-        index: usize,
-        id: String,
-        call_id: String,
-        name: String,
-        args: String,
-        /// The upstream's tool-call index.
-        upstream: u32,
-        /// A custom tool's input is sent whole when the call ends.
-        custom: bool,
-    },
+}
+
+/// A tool call being streamed. Calls stay open side by side (an upstream may interleave the
+/// argument deltas of parallel calls) and close when the answer ends.
+#[derive(Debug)]
+struct Call {
+    /// The upstream's tool-call index.
+    upstream: u32,
+    index: usize,
+    id: String,
+    call_id: String,
+    name: String,
+    args: String,
+    /// A custom tool's input is sent whole when the call ends.
+    custom: bool,
 }
 
 /// Canonical stream chunks → Responses events, one state machine per stream.
@@ -636,12 +681,16 @@ pub struct StreamEncoder {
     seq: u64,
     started: bool,
     open: Option<Open>,
-    output: Vec<Value>,
+    calls: Vec<Call>,
+    /// Finished items by output index.
+    output: Vec<(usize, Value)>,
+    next_index: usize,
     usage: Option<Usage>,
     finish: Option<String>,
-    calls: usize,
     /// The upstream speaks the Responses API too: its events are written as they came.
     passthrough: bool,
+    /// In passthrough, the upstream sent its own `response.failed` (or `error`).
+    upstream_failed: bool,
 }
 
 impl StreamEncoder {
@@ -652,11 +701,13 @@ impl StreamEncoder {
             seq: 0,
             started: false,
             open: None,
+            calls: Vec::new(),
             output: Vec::new(),
+            next_index: 0,
             usage: None,
             finish: None,
-            calls: 0,
             passthrough: false,
+            upstream_failed: false,
         }
     }
 
@@ -686,8 +737,20 @@ impl StreamEncoder {
         self.echo.id[5..].to_string()
     }
 
-    /// Ends the open item: its closing events and `output_item.done`.
-    fn close(&mut self, out: &mut Vec<u8>) {
+    fn take_index(&mut self) -> usize {
+        self.next_index += 1;
+        self.next_index - 1
+    }
+
+    /// The items in output order.
+    fn items(&self) -> Vec<Value> {
+        let mut all = self.output.clone();
+        all.sort_by_key(|(i, _)| *i);
+        all.into_iter().map(|(_, v)| v).collect()
+    }
+
+    /// Ends the open text item: its closing events and `output_item.done`.
+    fn close_text(&mut self, out: &mut Vec<u8>) {
         let Some(open) = self.open.take() else {
             return;
         };
@@ -722,54 +785,57 @@ impl StreamEncoder {
                 );
                 (index, message_item(&id, &text, "completed"))
             }
-            Open::Call {
-                index,
-                id,
-                call_id,
-                name,
-                args,
-                custom,
-                ..
-            } => {
-                let item = self
-                    .echo
-                    .call_item(&id, &call_id, &name, &args, "completed");
-                if custom {
-                    let mut added = item.clone();
-                    added["input"] = "".into();
-                    added["status"] = "in_progress".into();
-                    self.event(
-                        out,
-                        "response.output_item.added",
-                        json!({"output_index": index, "item": added}),
-                    );
-                    let input = item["input"].clone();
-                    self.event(
-                        out,
-                        "response.custom_tool_call_input.delta",
-                        json!({"item_id": id, "output_index": index, "delta": input}),
-                    );
-                    self.event(
-                        out,
-                        "response.custom_tool_call_input.done",
-                        json!({"item_id": id, "output_index": index, "input": input}),
-                    );
-                } else {
-                    self.event(
-                        out,
-                        "response.function_call_arguments.done",
-                        json!({"item_id": id, "output_index": index, "arguments": args}),
-                    );
-                }
-                (index, item)
-            }
         };
         self.event(
             out,
             "response.output_item.done",
             json!({"output_index": index, "item": item}),
         );
-        self.output.push(item);
+        self.output.push((index, item));
+    }
+
+    /// Ends every open call, in output order.
+    fn close_calls(&mut self, out: &mut Vec<u8>) {
+        let mut calls = std::mem::take(&mut self.calls);
+        calls.sort_by_key(|c| c.index);
+        for c in calls {
+            let item = self
+                .echo
+                .call_item(&c.id, &c.call_id, &c.name, &c.args, "completed");
+            if c.custom {
+                let mut added = item.clone();
+                added["input"] = "".into();
+                added["status"] = "in_progress".into();
+                self.event(
+                    out,
+                    "response.output_item.added",
+                    json!({"output_index": c.index, "item": added}),
+                );
+                let input = item["input"].clone();
+                self.event(
+                    out,
+                    "response.custom_tool_call_input.delta",
+                    json!({"item_id": c.id, "output_index": c.index, "delta": input}),
+                );
+                self.event(
+                    out,
+                    "response.custom_tool_call_input.done",
+                    json!({"item_id": c.id, "output_index": c.index, "input": input}),
+                );
+            } else {
+                self.event(
+                    out,
+                    "response.function_call_arguments.done",
+                    json!({"item_id": c.id, "output_index": c.index, "arguments": c.args}),
+                );
+            }
+            self.event(
+                out,
+                "response.output_item.done",
+                json!({"output_index": c.index, "item": item}),
+            );
+            self.output.push((c.index, item));
+        }
     }
 
     pub fn chunk(&mut self, c: &StreamChunk, out: &mut Vec<u8>) {
@@ -781,6 +847,9 @@ impl StreamEncoder {
             // Numbered by the upstream from 0, one per event: a fault after it goes on counting.
             self.passthrough = true;
             self.seq += 1;
+            if matches!(raw.event.as_deref(), Some("response.failed" | "error")) {
+                self.upstream_failed = true;
+            }
             raw.write(out);
             return;
         }
@@ -798,8 +867,8 @@ impl StreamEncoder {
         let tag = self.tag();
         if let Some(r) = d.reasoning.as_deref().filter(|r| !r.is_empty()) {
             if !matches!(self.open, Some(Open::Reasoning { .. })) {
-                self.close(out);
-                let index = self.output.len();
+                self.close_text(out);
+                let index = self.take_index();
                 let id = format!("rs_{tag}_{index}");
                 self.event(
                     out,
@@ -828,8 +897,8 @@ impl StreamEncoder {
         }
         if let Some(t) = d.content.as_deref().filter(|t| !t.is_empty()) {
             if !matches!(self.open, Some(Open::Message { .. })) {
-                self.close(out);
-                let index = self.output.len();
+                self.close_text(out);
+                let index = self.take_index();
                 let id = format!("msg_{tag}_{index}");
                 self.event(
                     out,
@@ -857,49 +926,48 @@ impl StreamEncoder {
             }
         }
         for tc in &d.tool_calls {
-            let same = matches!(&self.open, Some(Open::Call { upstream, .. }) if *upstream == tc.index)
-                && tc.id.is_none();
-            if !same {
-                self.close(out);
-                let index = self.output.len();
-                let name = tc.name.clone().unwrap_or_default();
-                let call_id = tc
-                    .id
-                    .clone()
-                    .unwrap_or_else(|| format!("call_{tag}_{}", self.calls));
-                let id = format!("fc_{tag}_{}", self.calls);
-                self.calls += 1;
-                let custom = self.echo.custom_tools.contains(&name);
-                if !custom {
-                    self.event(
-                        out,
-                        "response.output_item.added",
-                        json!({"output_index": index, "item": {"type": "function_call", "id": id,
-                            "call_id": call_id, "name": name, "arguments": "", "status": "in_progress"}}),
-                    );
+            // The same call: its upstream index, with no id or the id it started with.
+            let known = self.calls.iter().position(|c| {
+                c.upstream == tc.index && tc.id.as_ref().is_none_or(|id| *id == c.call_id)
+            });
+            let k = match known {
+                Some(k) => k,
+                None => {
+                    // Text before the calls is finished once they begin.
+                    self.close_text(out);
+                    let index = self.take_index();
+                    let name = tc.name.clone().unwrap_or_default();
+                    let call_id = tc
+                        .id
+                        .clone()
+                        .unwrap_or_else(|| format!("call_{tag}_{index}"));
+                    let id = format!("fc_{tag}_{index}");
+                    let custom = self.echo.custom_tools.contains(&name);
+                    if !custom {
+                        self.event(
+                            out,
+                            "response.output_item.added",
+                            json!({"output_index": index, "item": {"type": "function_call", "id": id,
+                                "call_id": call_id, "name": name, "arguments": "", "status": "in_progress"}}),
+                        );
+                    }
+                    self.calls.push(Call {
+                        upstream: tc.index,
+                        index,
+                        id,
+                        call_id,
+                        name,
+                        args: String::new(),
+                        custom,
+                    });
+                    self.calls.len() - 1
                 }
-                self.open = Some(Open::Call {
-                    index,
-                    id,
-                    call_id,
-                    name,
-                    args: String::new(),
-                    upstream: tc.index,
-                    custom,
-                });
-            }
-            if let Some(a) = tc.arguments.as_deref().filter(|a| !a.is_empty())
-                && let Some(Open::Call {
-                    index,
-                    id,
-                    args,
-                    custom,
-                    ..
-                }) = &mut self.open
-            {
-                args.push_str(a);
-                if !*custom {
-                    let data = json!({"item_id": id, "output_index": index, "delta": a});
+            };
+            if let Some(a) = tc.arguments.as_deref().filter(|a| !a.is_empty()) {
+                let call = &mut self.calls[k];
+                call.args.push_str(a);
+                if !call.custom {
+                    let data = json!({"item_id": call.id, "output_index": call.index, "delta": a});
                     self.event(out, "response.function_call_arguments.delta", data);
                 }
             }
@@ -909,18 +977,19 @@ impl StreamEncoder {
         }
     }
 
-    /// The end of a complete stream: the open item closed, then the whole response.
+    /// The end of a complete stream: the open items closed, then the whole response.
     pub fn done(&mut self, out: &mut Vec<u8>) {
         if self.passthrough {
             // The upstream's own `response.completed` went out already.
             return;
         }
         self.start(out);
-        self.close(out);
+        self.close_text(out);
+        self.close_calls(out);
         let (status, incomplete) = status_of(self.finish.as_deref());
         let mut r = skeleton(&self.echo, &self.model, status);
         r["incomplete_details"] = incomplete;
-        r["output"] = Value::Array(self.output.clone());
+        r["output"] = Value::Array(self.items());
         if let Some(u) = &self.usage {
             r["usage"] = usage_json(u);
         }
@@ -935,16 +1004,20 @@ impl StreamEncoder {
     /// The response's id and the conversation to keep, once the stream completed: this
     /// gateway's own answer (an upstream that speaks the API keeps its own).
     pub fn completed(&self) -> Option<(String, Option<String>)> {
-        (!self.passthrough).then(|| (self.echo.id.clone(), self.echo.kept_with(&self.output)))
+        (!self.passthrough).then(|| (self.echo.id.clone(), self.echo.kept_with(&self.items())))
     }
 
-    /// A fault after the stream began: `response.failed`, and nothing after it.
+    /// A fault after the stream began: `response.failed`, and nothing after it (unless the
+    /// upstream already said so in its own words).
     pub fn fault(&mut self, code: &str, message: &str, out: &mut Vec<u8>) {
+        if self.passthrough && self.upstream_failed {
+            return;
+        }
         if !self.passthrough {
             self.start(out);
         }
         let mut r = skeleton(&self.echo, &self.model, "failed");
-        r["output"] = Value::Array(std::mem::take(&mut self.output));
+        r["output"] = Value::Array(self.items());
         r["error"] = json!({"code": code, "message": message});
         self.event(out, "response.failed", json!({ "response": r }));
     }
@@ -1147,5 +1220,128 @@ impl StreamDecoder {
             "response.failed" | "error" => Decoded::Error,
             _ => Decoded::Nothing,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{ChunkChoice, Delta, ToolCallDelta};
+
+    fn echo() -> Echo {
+        request_from_value(json!({"model": "m", "input": "hi"}))
+            .unwrap()
+            .1
+    }
+
+    fn call_delta(index: u32, id: Option<&str>, name: Option<&str>, args: &str) -> StreamChunk {
+        StreamChunk {
+            id: None,
+            model: None,
+            created: None,
+            choices: vec![ChunkChoice {
+                index: 0,
+                delta: Delta {
+                    tool_calls: vec![ToolCallDelta {
+                        index,
+                        id: id.map(str::to_string),
+                        kind: None,
+                        function: true,
+                        name: name.map(str::to_string),
+                        arguments: Some(args.to_string()),
+                        extra: Map::new(),
+                    }],
+                    ..Delta::default()
+                },
+                finish_reason: None,
+                extra: Map::new(),
+            }],
+            usage: None,
+            extra: Map::new(),
+            raw: None,
+        }
+    }
+
+    fn events(out: &[u8]) -> Vec<Value> {
+        String::from_utf8_lossy(out)
+            .split("\n\n")
+            .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
+            .filter_map(|d| serde_json::from_str(d).ok())
+            .collect()
+    }
+
+    #[test]
+    fn parallel_calls_with_interleaved_arguments_stay_two_calls() {
+        let mut enc = StreamEncoder::new(echo(), "m".into());
+        let mut out = Vec::new();
+        for c in [
+            call_delta(0, Some("a"), Some("f"), ""),
+            call_delta(1, Some("b"), Some("g"), ""),
+            call_delta(0, None, None, "{\"x\":"),
+            call_delta(1, None, None, "{\"y\":"),
+            call_delta(0, None, None, "1}"),
+            call_delta(1, None, None, "2}"),
+        ] {
+            enc.chunk(&c, &mut out);
+        }
+        enc.done(&mut out);
+        let evs = events(&out);
+        let done = evs.last().unwrap();
+        assert_eq!(done["type"], "response.completed");
+        let output = done["response"]["output"].as_array().unwrap();
+        assert_eq!(output.len(), 2, "{output:?}");
+        assert_eq!(output[0]["call_id"], "a");
+        assert_eq!(output[0]["arguments"], "{\"x\":1}");
+        assert_eq!(output[1]["call_id"], "b");
+        assert_eq!(output[1]["arguments"], "{\"y\":2}");
+        // Each delta names its own item; indices and ids are distinct.
+        let deltas: Vec<(Value, Value)> = evs
+            .iter()
+            .filter(|e| e["type"] == "response.function_call_arguments.delta")
+            .map(|e| (e["output_index"].clone(), e["delta"].clone()))
+            .collect();
+        assert_eq!(deltas[0], (json!(0), json!("{\"x\":")));
+        assert_eq!(deltas[1], (json!(1), json!("{\"y\":")));
+        assert_ne!(output[0]["id"], output[1]["id"]);
+        for (i, e) in evs.iter().enumerate() {
+            assert_eq!(e["sequence_number"], i);
+        }
+    }
+
+    #[test]
+    fn items_without_a_call_id_are_the_clients_mistake() {
+        for ty in ["function_call", "function_call_output", "custom_tool_call"] {
+            let err = request_from_value(json!({"model": "m",
+                "input": [{"type": ty, "name": "f", "arguments": "{}", "output": "x"}]}))
+            .unwrap_err();
+            assert_eq!(err.param.as_deref(), Some("input[0].call_id"), "{ty}");
+        }
+    }
+
+    #[test]
+    fn parallel_tool_calls_goes_only_with_tools() {
+        let (req, echo) = request_from_value(json!({"model": "m", "input": "hi",
+            "tools": [{"type": "web_search"}], "parallel_tool_calls": true}))
+        .unwrap();
+        assert!(!req.extra.contains_key("parallel_tool_calls"));
+        assert_eq!(echo.losses, ["web_search tool"]);
+    }
+
+    #[test]
+    fn items_this_gateway_made_do_not_reach_an_upstream_that_speaks_the_api() {
+        let mut body = json!({"input": [
+            {"role": "user", "content": "hi"},
+            {"type": "reasoning", "id": "rs_sy0123", "summary": [{"type": "summary_text", "text": "t"}]},
+            {"type": "reasoning", "id": "rs_68ab", "encrypted_content": "e"},
+            {"type": "message", "id": "msg_sy0123", "role": "assistant", "content": [{"type": "output_text", "text": "x"}]},
+            {"type": "function_call", "id": "fc_68ab", "call_id": "call_sy1", "name": "f", "arguments": "{}"}
+        ]});
+        for_upstream(body.as_object_mut().unwrap());
+        let items = body["input"].as_array().unwrap();
+        assert_eq!(items.len(), 4);
+        assert_eq!(items[1]["id"], "rs_68ab");
+        assert!(items[2].get("id").is_none());
+        assert_eq!(items[3]["id"], "fc_68ab");
+        assert_eq!(items[3]["call_id"], "call_sy1");
     }
 }

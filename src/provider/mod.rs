@@ -82,6 +82,8 @@ pub struct Events<D> {
     raw: Option<crate::protocol::Protocol>,
     end_missing: &'static str,
     done: bool,
+    /// The upstream's error event went on (for a same-protocol client); the error follows.
+    failing: bool,
 }
 
 impl<D: Decoder> Events<D> {
@@ -99,6 +101,7 @@ impl<D: Decoder> Events<D> {
             raw,
             end_missing,
             done: false,
+            failing: false,
         }
     }
 }
@@ -113,6 +116,11 @@ impl<D: Decoder + Unpin> Stream for Events<D> {
         use crate::protocol::{Decoded, RawEvent};
         use futures_util::StreamExt;
         use std::task::Poll;
+        if self.failing {
+            self.failing = false;
+            self.done = true;
+            return Poll::Ready(Some(Err(UpstreamError::StreamError)));
+        }
         if self.done {
             return Poll::Ready(None);
         }
@@ -146,7 +154,13 @@ impl<D: Decoder + Unpin> Stream for Events<D> {
                             self.done = true;
                             return Poll::Ready(None);
                         }
-                        (Decoded::Error, _) => {
+                        // The upstream's own words first, for a client that speaks them (after
+                        // commit it sees them; before, the attempt fails over either way).
+                        (Decoded::Error, Some(raw)) => {
+                            self.failing = true;
+                            return Poll::Ready(Some(Ok(StreamChunk::raw_only(raw))));
+                        }
+                        (Decoded::Error, None) => {
                             self.done = true;
                             return Poll::Ready(Some(Err(UpstreamError::StreamError)));
                         }

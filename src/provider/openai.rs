@@ -106,6 +106,7 @@ impl OpenAi {
             return None;
         };
         let mut body = raw.clone();
+        crate::protocol::responses::for_upstream(&mut body);
         body.insert("model".into(), Value::String(model.into()));
         body.insert("stream".into(), Value::Bool(req.stream));
         Some((url, serde_json::to_vec(&body).ok()?))

@@ -493,14 +493,29 @@ async fn continuation(
         .state
         .response(&affinity::response_key(key, &id))
         .await
-        .ok_or(ApiError::PreviousResponseNotFound(id))?;
-    match kept.items {
-        Some(items) => {
-            crate::protocol::responses::continue_from(body, &items)?;
-            Ok(Some((kept.channel, false)))
-        }
-        None => Ok(Some((kept.channel, true))),
+        .ok_or_else(|| ApiError::PreviousResponseNotFound(id.clone()))?;
+    if let Some(items) = &kept.items {
+        crate::protocol::responses::continue_from(body, items)?;
+        return Ok(Some((kept.channel, false)));
     }
+    if !kept.upstream_keeps {
+        return Err(ApiError::PreviousResponseNotFound(id));
+    }
+    // Only that channel has the conversation, and only as long as it speaks the API.
+    let speaks = ctx
+        .snap
+        .channels
+        .iter()
+        .any(|c| c.name == kept.channel && c.responses);
+    if !speaks {
+        return Err(ApiError::Exec {
+            err: Box::new(exec::ExecError::PreviousResponseUnavailable(
+                kept.channel.to_string(),
+            )),
+            attempts: Value::Array(Vec::new()),
+        });
+    }
+    Ok(Some((kept.channel, true)))
 }
 
 /// Keeps a served Responses answer for continuations: the upstream's own id when the channel
@@ -523,6 +538,7 @@ async fn keep_response(state: &AppState, ctx: &Ctx, id: Option<&str>, items: Opt
     };
     let stored = crate::state::StoredResponse {
         channel: served.channel.clone(),
+        upstream_keeps,
         items: items.filter(|_| !upstream_keeps).map(Into::into),
     };
     let ttl = ctx.snap.affinity.ttl;

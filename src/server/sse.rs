@@ -118,19 +118,25 @@ pub struct Keeper {
 }
 
 impl Keeper {
-    fn keep(self, enc: &responses::StreamEncoder) {
+    /// Writing the conversation: awaited before the stream's last frame goes out, so a client
+    /// that continues the response at once finds it.
+    fn keep(self, enc: &responses::StreamEncoder) -> Option<Keeping> {
         let Some((id, Some(items))) = enc.completed() else {
-            return;
+            return None;
         };
         let stored = crate::state::StoredResponse {
             channel: self.channel,
+            upstream_keeps: false,
             items: Some(items.into()),
         };
         let key = super::affinity::response_key(&self.key, &id);
-        // The client has its answer: keeping it must not hold the stream's end.
-        tokio::spawn(async move { self.state.keep_response(&key, &stored, self.ttl).await });
+        Some(Box::pin(async move {
+            self.state.keep_response(&key, &stored, self.ttl).await;
+        }))
     }
 }
+
+type Keeping = Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 struct SseBody {
     relay: Relay,
@@ -140,6 +146,10 @@ struct SseBody {
     include_usage: bool,
     log: StreamLog,
     finished: bool,
+    /// A completed Responses stream's conversation being kept, and the last frames held until
+    /// it is.
+    keeping: Option<Keeping>,
+    held: Vec<u8>,
 }
 
 /// The code and message of a post-commit fault.
@@ -227,9 +237,7 @@ impl SseBody {
                     Wire::Gemini { enc, model } => enc.done(model, out),
                     Wire::Responses { enc, keep } => {
                         enc.done(out);
-                        if let Some(k) = keep.take() {
-                            k.keep(enc);
-                        }
+                        self.keeping = keep.take().and_then(|k| k.keep(enc));
                     }
                 }
             }
@@ -241,6 +249,12 @@ impl Stream for SseBody {
     type Item = Result<Bytes, std::convert::Infallible>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if let Some(k) = self.keeping.as_mut() {
+            std::task::ready!(k.as_mut().poll(cx));
+            self.keeping = None;
+            let held = std::mem::take(&mut self.held);
+            return Poll::Ready((!held.is_empty()).then(|| Ok(Bytes::from(held))));
+        }
         let mut out = Vec::new();
         while !self.finished && out.len() < COALESCE_BYTES {
             match self.relay.poll_next_unpin(cx) {
@@ -248,6 +262,10 @@ impl Stream for SseBody {
                 Poll::Pending if out.is_empty() => return Poll::Pending,
                 Poll::Pending => break,
             }
+        }
+        if self.keeping.is_some() {
+            self.held = out;
+            return self.poll_next(cx);
         }
         if out.is_empty() {
             return Poll::Ready(None);
@@ -271,6 +289,8 @@ pub fn response(
         include_usage,
         log,
         finished: false,
+        keeping: None,
+        held: Vec::new(),
     };
     let mut resp = Response::new(Body::from_stream(body));
     let h = resp.headers_mut();

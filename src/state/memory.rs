@@ -213,17 +213,19 @@ impl StateStore for Memory {
     async fn keep_response(&self, id: &str, stored: &StoredResponse, ttl: Duration) {
         let now = self.clock.now();
         let mut map = self.lock();
+        // Expired ones go (at most once a minute) whether or not the caps are near.
+        Self::sweep(&mut map, now);
         let size = stored.items.as_ref().map_or(0, |i| i.len());
-        if map.response_bytes + size > MAX_RESPONSE_BYTES {
-            Self::sweep(&mut map, now);
+        if map.response_bytes + size > MAX_RESPONSE_BYTES || map.responses.len() >= MAX_SESSIONS {
+            // Not kept at all: a continuation gets a clear 404, never a half conversation.
+            tracing::warn!("kept responses are at their cap; this one is not kept");
+            return;
         }
-        let mut stored = stored.clone();
-        if map.response_bytes + size > MAX_RESPONSE_BYTES {
-            tracing::warn!("kept responses are at their memory cap; keeping only the channel");
-            stored.items = None;
-        }
-        map.response_bytes += stored.items.as_ref().map_or(0, |i| i.len());
-        if let Some((old, _)) = map.responses.insert(id.to_string(), (stored, now + ttl)) {
+        map.response_bytes += size;
+        if let Some((old, _)) = map
+            .responses
+            .insert(id.to_string(), (stored.clone(), now + ttl))
+        {
             map.response_bytes -= old.items.as_ref().map_or(0, |i| i.len());
         }
     }

@@ -61,6 +61,10 @@ pub trait StateStore: Send + Sync {
 pub struct StoredResponse {
     /// The channel that produced it: a continuation goes there first.
     pub channel: Arc<str>,
+    /// That channel speaks the Responses API and keeps the conversation itself: only it can
+    /// continue the response.
+    #[serde(default)]
+    pub upstream_keeps: bool,
     /// The conversation up to and including it, as Responses input items (JSON text), when the
     /// gateway may keep it (the client did not say `store: false`, it was translated, and it is
     /// within the size cap). Without them only that channel can continue it.
