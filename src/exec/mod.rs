@@ -493,9 +493,9 @@ where
     F: FnMut(&'s Channel, Arc<str>, Option<usize>, CallerLimits, Option<Arc<ChatRequest>>) -> Fut,
     Fut: Future<Output = Result<T, Failure>>,
 {
-    let result = Box::pin(run_chain(
+    let result = run_chain(
         snap, health, route, estimate, deadline, report, fitter, call,
-    ))
+    )
     .await;
     match (result, route.only) {
         // Only that channel could serve: say so, unless the request itself was at fault.
