@@ -281,6 +281,42 @@ async fn the_example_config_in_the_repository_is_valid() {
 }
 
 #[tokio::test]
+async fn the_agents_example_config_routes_every_agents_models_to_one_chain() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/agents.toml");
+    let env = [
+        ("AGENTS_KEY", "sk-agents-example"),
+        ("ANTHROPIC_API_KEY", "sk-ant-example"),
+        ("OPENAI_API_KEY", "sk-openai-example"),
+        ("GEMINI_API_KEY", "gemini-example"),
+    ];
+    let out = Command::new(BIN)
+        .args(["check", "--config", path])
+        .envs(env)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("tier 3: gemini (gemini"), "{stdout}");
+    // The names each agent asks for by default land on the same chain.
+    for model in [
+        "claude-sonnet-4-5-20250929",
+        "gpt-5-codex",
+        "gemini-2.5-flash",
+    ] {
+        let out = Command::new(BIN)
+            .args([
+                "explain", "--config", path, "--key", "agents", "--model", model,
+            ])
+            .envs(env)
+            .output()
+            .unwrap();
+        let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(plan["chain"][0]["model"], "coder", "{model}: {plan}");
+        assert_eq!(plan["chain"][0]["candidates"][0]["channel"], "anthropic");
+    }
+}
+
+#[tokio::test]
 async fn sigterm_lets_streams_in_flight_finish_and_writes_their_log_rows() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("g.toml");
