@@ -46,8 +46,8 @@ pub struct MockSpec {
     pub embedding_dims: usize,
     /// Answer with this tool call instead of text; its arguments are streamed in `chunks`.
     pub tool_call: Option<MockToolCall>,
-    /// With `tool_call`: a conversation whose last message is a tool result gets `text`
-    /// instead, so an agent's round trip (call, result, answer) ends.
+    /// With `tool_call`: a conversation with a tool result after its last assistant turn gets
+    /// `text` instead, so an agent's round trip (call, result, answer) ends.
     pub answer_tool_results: bool,
     /// Reasoning before the answer (OpenAI `reasoning_content`, Anthropic thinking, Gemini
     /// thought), streamed as one chunk.
@@ -261,8 +261,14 @@ impl MockSpec {
     /// The spec for this request: without the tool call once the tool's result came back
     /// (`answer_tool_results`).
     fn for_request(&self, req: &ChatRequest) -> std::borrow::Cow<'_, MockSpec> {
-        let answered =
-            self.answer_tool_results && req.messages.last().is_some_and(|m| m.role == Role::Tool);
+        // A tool result after the last assistant turn (agents may add their own text after it).
+        let since = req
+            .messages
+            .iter()
+            .rposition(|m| m.role == Role::Assistant)
+            .map_or(0, |i| i + 1);
+        let answered = self.answer_tool_results
+            && req.messages[since..].iter().any(|m| m.role == Role::Tool);
         if !answered {
             return std::borrow::Cow::Borrowed(self);
         }
