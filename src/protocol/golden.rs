@@ -135,8 +135,73 @@ fn translate(pair: &str, input: Value) -> String {
             }
             out
         }
+        "responses-to-openai-request" => {
+            let (req, _) = super::responses::request_from_value(input).expect("valid fixture");
+            json(
+                serde_json::to_value(RequestBody {
+                    req: &req,
+                    model: "gpt-x",
+                    force_usage: false,
+                })
+                .unwrap_or_default(),
+            )
+        }
+        "openai-to-responses-response" => {
+            let resp = response_from_value(input).expect("valid fixture");
+            json(super::responses::response_to_value(&resp, &echo(), "m"))
+        }
+        "openai-to-responses-stream" => {
+            let mut enc = super::responses::StreamEncoder::new(echo(), "m".into());
+            let mut out = Vec::new();
+            for c in input.as_array().into_iter().flatten() {
+                enc.chunk(&chunk_from_value(c.clone()).expect("valid chunk"), &mut out);
+            }
+            enc.done(&mut out);
+            String::from_utf8(out).unwrap_or_default()
+        }
+        "responses-to-openai-response" => {
+            let mut resp = super::responses::response_from_value(input).expect("valid fixture");
+            resp.raw = None;
+            json(
+                serde_json::to_value(ResponseBody {
+                    resp: &resp,
+                    report: None,
+                })
+                .unwrap_or_default(),
+            )
+        }
+        "responses-to-openai-stream" => {
+            let mut dec = super::responses::StreamDecoder::default();
+            let mut out = String::new();
+            for e in input.as_array().into_iter().flatten() {
+                let name = e["type"].as_str().unwrap_or_default();
+                if let super::Decoded::Chunk(c) | super::Decoded::Last(c) = dec.event(name, e) {
+                    let body = ChunkBody {
+                        chunk: &c,
+                        usage_null: false,
+                    };
+                    out.push_str(&format!(
+                        "data: {}\n\n",
+                        serde_json::to_string(&body).unwrap_or_default()
+                    ));
+                }
+            }
+            out
+        }
         other => panic!("no translation for fixture pair {other}"),
     }
+}
+
+/// A Responses request's echo with a fixed id and time, so answers are the same every run.
+fn echo() -> super::responses::Echo {
+    let (_, mut e) = super::responses::request_from_value(serde_json::json!({
+        "model": "m", "input": "hi", "instructions": "Be brief.",
+        "tools": [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}]
+    }))
+    .expect("valid request");
+    e.id = "resp_sy0000000000000000000000000000".into();
+    e.created_at = 1_700_000_000;
+    e
 }
 
 #[test]

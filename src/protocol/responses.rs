@@ -531,7 +531,7 @@ fn skeleton(echo: &Echo, model: &str, status: &str) -> Value {
         "parallel_tool_calls": true,
         "previous_response_id": null,
         "reasoning": {"effort": null, "summary": null},
-        "store": false,
+        "store": true,
         "temperature": null,
         "text": {"format": {"type": "text"}},
         "tool_choice": "auto",
@@ -1120,7 +1120,21 @@ fn usage_from(u: &Value) -> Option<Usage> {
 pub struct StreamDecoder {
     id: Option<String>,
     model: Option<String>,
-    called: bool,
+    /// The output index of each call so far: a call's chat tool index is its place here.
+    calls: Vec<u64>,
+}
+
+impl StreamDecoder {
+    /// The chat tool-call index of the call at `output_index` (new calls take the next one).
+    fn tool_index(&mut self, output_index: u64) -> u32 {
+        match self.calls.iter().position(|o| *o == output_index) {
+            Some(i) => i as u32,
+            None => {
+                self.calls.push(output_index);
+                (self.calls.len() - 1) as u32
+            }
+        }
+    }
 }
 
 impl StreamDecoder {
@@ -1149,7 +1163,7 @@ impl StreamDecoder {
     pub fn event(&mut self, event: &str, data: &Value) -> super::Decoded {
         use super::{Decoded, Delta, ToolCallDelta};
         let ty = data["type"].as_str().unwrap_or(event);
-        let index = data["output_index"].as_u64().unwrap_or(0) as u32;
+        let output_index = data["output_index"].as_u64().unwrap_or(0);
         let delta = |f: &dyn Fn(&mut Delta)| {
             let mut d = Delta::default();
             f(&mut d);
@@ -1175,7 +1189,7 @@ impl StreamDecoder {
                     Some("function_call" | "custom_tool_call")
                 ) =>
             {
-                self.called = true;
+                let index = self.tool_index(output_index);
                 let item = &data["item"];
                 let call = ToolCallDelta {
                     index,
@@ -1193,6 +1207,7 @@ impl StreamDecoder {
                 ))
             }
             "response.function_call_arguments.delta" | "response.custom_tool_call_input.delta" => {
+                let index = self.tool_index(output_index);
                 let call = ToolCallDelta {
                     index,
                     id: None,
@@ -1210,7 +1225,7 @@ impl StreamDecoder {
             }
             "response.completed" | "response.incomplete" => {
                 let r = &data["response"];
-                let finish = finish_of(r, self.called);
+                let finish = finish_of(r, !self.calls.is_empty());
                 Decoded::Last(self.chunk(
                     Delta::default(),
                     Some(finish.into()),

@@ -267,8 +267,8 @@ impl MockSpec {
             .iter()
             .rposition(|m| m.role == Role::Assistant)
             .map_or(0, |i| i + 1);
-        let answered = self.answer_tool_results
-            && req.messages[since..].iter().any(|m| m.role == Role::Tool);
+        let answered =
+            self.answer_tool_results && req.messages[since..].iter().any(|m| m.role == Role::Tool);
         if !answered {
             return std::borrow::Cow::Borrowed(self);
         }
