@@ -166,7 +166,7 @@ impl Default for AffinitySection {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StateSection {
-    /// `redis://host:port[/db]`: shared by every replica that names it.
+    /// `redis://host:port[/db]`, or `rediss://` for TLS: shared by every replica that names it.
     pub url: Option<String>,
     /// Prefix of every Redis key (replicas sharing state share it).
     pub prefix: Option<String>,

@@ -627,13 +627,13 @@ pub(crate) fn compile(
             "ttl_seconds and max_failures must be > 0".into(),
         ));
     }
-    // TLS to Redis is not built in (it would add a second TLS stack): say so at load.
+    // `rediss://` is TLS (rustls, the system's roots; `#insecure` skips verification).
     if let Some(u) = &cfg.state.url
-        && !u.starts_with("redis://")
+        && !(u.starts_with("redis://") || u.starts_with("rediss://"))
     {
         return Err(err(
             "state.url".into(),
-            "expected a redis:// URL (rediss:// is not supported: reach Redis over a private network or a TLS tunnel)".into(),
+            "expected a redis:// or rediss:// (TLS) URL".into(),
         ));
     }
     let routers = compile_routers(&cfg.routers, &models, &channels).map_err(|(f, m)| err(f, m))?;

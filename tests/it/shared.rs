@@ -198,6 +198,52 @@ impl OwnRedis {
     }
 }
 
+impl OwnRedis {
+    /// With TLS only (a self-signed certificate made for it), on `port`.
+    fn start_tls(port: u16, dir: &std::path::Path) -> OwnRedis {
+        let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+        let made = Command::new("openssl")
+            .args([
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+            ])
+            .args(["-subj", "/CN=127.0.0.1", "-keyout"])
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("openssl is installed");
+        assert!(made.success());
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                "0",
+                "--tls-port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+            ])
+            .arg("--tls-cert-file")
+            .arg(&cert)
+            .arg("--tls-key-file")
+            .arg(&key)
+            .args([
+                "--tls-auth-clients",
+                "no",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server is installed");
+        OwnRedis { child, port }
+    }
+}
+
 impl Drop for OwnRedis {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -339,4 +385,33 @@ async fn a_keys_rpm_is_counted_across_replicas() {
         rows[0]
     );
     assert_eq!(keyed.requests(), 2);
+}
+
+#[tokio::test]
+async fn replicas_share_state_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let tls = OwnRedis::start_tls(free_port(), dir.path());
+    tls.wait_ready().await;
+    // A self-signed test certificate: verification off (`#insecure`); the link is TLS still.
+    let url = format!("rediss://127.0.0.1:{}/#insecure", tls.port);
+    let (a, b) = (mock(text_spec("a")).await, mock(text_spec("b")).await);
+    let channels = tiers(&a, &b);
+    let prefix = redis_prefix("tls");
+    let one = replica(&url, &prefix, &channels).await;
+    let two = replica(&url, &prefix, &channels).await;
+    let (_, ch, aff) = session_turn(&one, "over-tls").await;
+    assert_eq!(aff, "new");
+    // The other replica finds the binding the first one made, through the TLS link.
+    assert_eq!(
+        session_turn(&two, "over-tls").await,
+        (200, ch, "kept".into())
+    );
+    // A plain-text client is refused by the TLS-only server: the state really went over TLS.
+    let plain = redis::Client::open(format!("redis://127.0.0.1:{}", tls.port)).unwrap();
+    let refused = tokio::time::timeout(
+        Duration::from_secs(2),
+        plain.get_multiplexed_async_connection(),
+    )
+    .await;
+    assert!(!matches!(refused, Ok(Ok(_))), "a plain connection worked");
 }
