@@ -10,6 +10,7 @@ mod context;
 mod credentials;
 mod errors;
 mod failover;
+mod fuzz;
 mod gemini;
 mod health;
 mod hygiene;
