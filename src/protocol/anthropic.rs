@@ -1204,20 +1204,13 @@ impl StreamDecoder {
         finish: Option<String>,
         usage: Option<super::Usage>,
     ) -> Decoded {
-        Decoded::Chunk(Box::new(StreamChunk {
-            id: self.id.clone(),
-            model: self.model.clone(),
-            created: None,
-            choices: vec![super::ChunkChoice {
-                index: 0,
-                delta,
-                finish_reason: finish,
-                extra: Map::new(),
-            }],
+        Decoded::Chunk(StreamChunk::single(
+            self.id.clone(),
+            self.model.clone(),
+            delta,
+            finish,
             usage,
-            extra: Map::new(),
-            raw: None,
-        }))
+        ))
     }
 
     pub fn event(&mut self, data: &Value) -> Decoded {

@@ -551,6 +551,30 @@ impl RawEvent {
 }
 
 impl StreamChunk {
+    /// One choice's delta, as a decoder of another protocol's stream makes it.
+    pub fn single(
+        id: Option<String>,
+        model: Option<String>,
+        delta: Delta,
+        finish: Option<String>,
+        usage: Option<Usage>,
+    ) -> Box<Self> {
+        Box::new(StreamChunk {
+            id,
+            model,
+            created: None,
+            choices: vec![ChunkChoice {
+                index: 0,
+                delta,
+                finish_reason: finish,
+                extra: Map::new(),
+            }],
+            usage,
+            extra: Map::new(),
+            raw: None,
+        })
+    }
+
     /// A chunk that carries only an upstream event, for same-protocol clients.
     pub fn raw_only(raw: RawEvent) -> Self {
         StreamChunk {

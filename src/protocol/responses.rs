@@ -1144,20 +1144,7 @@ impl StreamDecoder {
         finish: Option<String>,
         usage: Option<Usage>,
     ) -> Box<StreamChunk> {
-        Box::new(StreamChunk {
-            id: self.id.clone(),
-            model: self.model.clone(),
-            created: None,
-            choices: vec![super::ChunkChoice {
-                index: 0,
-                delta,
-                finish_reason: finish,
-                extra: Map::new(),
-            }],
-            usage,
-            extra: Map::new(),
-            raw: None,
-        })
+        StreamChunk::single(self.id.clone(), self.model.clone(), delta, finish, usage)
     }
 
     pub fn event(&mut self, event: &str, data: &Value) -> super::Decoded {

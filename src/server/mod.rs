@@ -703,6 +703,30 @@ async fn decide(
     out
 }
 
+/// After the attempts: what the request did to its session's binding (and its semantic
+/// instance), noted for the headers and the log.
+async fn settle(
+    state: &AppState,
+    snap: &Snapshot,
+    session: Option<&affinity::Session>,
+    before: Option<&Arc<str>>,
+    ctx: &mut Ctx,
+) {
+    let Some(s) = session else {
+        return;
+    };
+    ctx.affinity = Box::pin(affinity::settle(
+        &state.state,
+        &snap.affinity,
+        snap,
+        s,
+        before,
+        &ctx.report,
+    ))
+    .await;
+    remember_instance(state, snap, s, ctx).await;
+}
+
 /// After a served turn, the session remembers (or keeps fresh) the instance its semantic router
 /// chose, so later turns stay on it. A failed turn remembers nothing.
 async fn remember_instance(
@@ -802,18 +826,7 @@ async fn serve_chat(
     if req.stream {
         let result =
             exec::chat_stream(&snap, &state.health, route, &req, deadline, &mut ctx.report).await;
-        if let Some(s) = &session {
-            ctx.affinity = Box::pin(affinity::settle(
-                &state.state,
-                &snap.affinity,
-                &snap,
-                s,
-                before.as_ref(),
-                &ctx.report,
-            ))
-            .await;
-            remember_instance(state, &snap, s, &ctx).await;
-        }
+        settle(state, &snap, session.as_ref(), before.as_ref(), &mut ctx).await;
         return match result {
             Ok(committed) => {
                 let ttfb = ctx.started.elapsed();
@@ -863,18 +876,7 @@ async fn serve_chat(
         };
     }
     let result = exec::chat(&snap, &state.health, route, &req, deadline, &mut ctx.report).await;
-    if let Some(s) = &session {
-        ctx.affinity = Box::pin(affinity::settle(
-            &state.state,
-            &snap.affinity,
-            &snap,
-            s,
-            before.as_ref(),
-            &ctx.report,
-        ))
-        .await;
-        remember_instance(state, &snap, s, &ctx).await;
-    }
+    settle(state, &snap, session.as_ref(), before.as_ref(), &mut ctx).await;
     match result {
         Ok(resp) => {
             let ext = ctx.report.body_extension();
