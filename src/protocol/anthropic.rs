@@ -10,16 +10,7 @@ use super::{
     Role, Stop, StreamChunk, Tool, ToolCall,
 };
 
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
+use super::json_kind as kind;
 
 fn expect_obj(v: Value, path: &str) -> Result<Map<String, Value>, InvalidRequest> {
     match v {

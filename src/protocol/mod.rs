@@ -33,6 +33,18 @@ impl Protocol {
     }
 }
 
+/// What a JSON value is, for an error message ("expected an array, got a string").
+pub(crate) fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
 /// A client's mistake in the request body. Maps to 400 `invalid_request_error` with `param`.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{message}")]

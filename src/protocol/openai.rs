@@ -49,16 +49,7 @@ fn bad<T>(path: impl Into<String>, message: impl Into<String>) -> Read<T> {
     })
 }
 
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
+use super::json_kind as kind;
 
 fn join(base: &str, key: &str) -> String {
     if base.is_empty() {

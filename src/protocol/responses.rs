@@ -87,16 +87,7 @@ fn bad(param: &str, message: impl Into<String>) -> InvalidRequest {
     InvalidRequest::new(param, message)
 }
 
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
+use super::json_kind as kind;
 
 fn random_hex(n: usize) -> String {
     let mut rng = fastrand::Rng::new();

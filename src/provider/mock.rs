@@ -803,6 +803,22 @@ struct Incoming {
     body: Bytes,
 }
 
+/// Everything a mock route reads of a request, taken in one extractor.
+impl<S: Send + Sync> axum::extract::FromRequest<S> for Incoming {
+    type Rejection = axum::extract::rejection::BytesRejection;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, Self::Rejection> {
+        let (uri, version, headers) = (req.uri().clone(), req.version(), req.headers().clone());
+        let body = Bytes::from_request(req, state).await?;
+        Ok(Incoming {
+            uri,
+            version,
+            headers,
+            body,
+        })
+    }
+}
+
 fn begin(
     state: &MockState,
     path: &str,
@@ -879,53 +895,17 @@ fn bad_request(msg: &str) -> Response {
         .into_response()
 }
 
-async fn chat(
-    State(state): State<Arc<MockState>>,
-    uri: axum::http::Uri,
-    version: axum::http::Version,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let incoming = Incoming {
-        uri,
-        version,
-        headers,
-        body,
-    };
+async fn chat(State(state): State<Arc<MockState>>, incoming: Incoming) -> Response {
     answer(state, incoming, Proto::OpenAi).await
 }
 
 /// Anthropic Messages, answered from the same reply as chat completions.
-async fn messages(
-    State(state): State<Arc<MockState>>,
-    uri: axum::http::Uri,
-    version: axum::http::Version,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let incoming = Incoming {
-        uri,
-        version,
-        headers,
-        body,
-    };
+async fn messages(State(state): State<Arc<MockState>>, incoming: Incoming) -> Response {
     answer(state, incoming, Proto::Anthropic).await
 }
 
 /// The Responses API, answered from the same reply as chat completions.
-async fn responses(
-    State(state): State<Arc<MockState>>,
-    uri: axum::http::Uri,
-    version: axum::http::Version,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let incoming = Incoming {
-        uri,
-        version,
-        headers,
-        body,
-    };
+async fn responses(State(state): State<Arc<MockState>>, incoming: Incoming) -> Response {
     answer(state, incoming, Proto::Responses).await
 }
 
@@ -933,17 +913,8 @@ async fn responses(
 async fn generate(
     State(state): State<Arc<MockState>>,
     axum::extract::Path(model_action): axum::extract::Path<String>,
-    uri: axum::http::Uri,
-    version: axum::http::Version,
-    headers: HeaderMap,
-    body: Bytes,
+    incoming: Incoming,
 ) -> Response {
-    let incoming = Incoming {
-        uri,
-        version,
-        headers,
-        body,
-    };
     let Some((model, action)) = model_action.rsplit_once(':') else {
         return bad_request("expected models/{model}:generateContent");
     };
@@ -1141,19 +1112,7 @@ async fn answer(state: Arc<MockState>, incoming: Incoming, proto: Proto) -> Resp
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
-async fn embeddings(
-    State(state): State<Arc<MockState>>,
-    uri: axum::http::Uri,
-    version: axum::http::Version,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let incoming = Incoming {
-        uri,
-        version,
-        headers,
-        body,
-    };
+async fn embeddings(State(state): State<Arc<MockState>>, incoming: Incoming) -> Response {
     let (n, spec, v) = match begin(&state, "/embeddings", incoming) {
         Ok(b) => b,
         Err(resp) => return *resp,
@@ -1174,17 +1133,11 @@ async fn embeddings(
         .into_response()
 }
 
-async fn models(
-    State(state): State<Arc<MockState>>,
-    uri: axum::http::Uri,
-    version: axum::http::Version,
-    headers: HeaderMap,
-) -> Response {
+async fn models(State(state): State<Arc<MockState>>, incoming: Incoming) -> Response {
+    // A GET: nothing to parse.
     let incoming = Incoming {
-        uri,
-        version,
-        headers,
         body: Bytes::from_static(b"null"),
+        ..incoming
     };
     let (n, spec, _) = match begin(&state, "/models", incoming) {
         Ok(b) => b,
