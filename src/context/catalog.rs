@@ -92,6 +92,8 @@ pub enum NameMatch {
 pub struct Catalog {
     configured: Vec<(NameMatch, ModelInfo)>,
     builtin: Vec<ModelInfo>,
+    /// Some configured entry trims or names context fallbacks (read on every chat request).
+    context_settings: bool,
 }
 
 impl Catalog {
@@ -105,11 +107,13 @@ impl Catalog {
         Catalog {
             configured: Vec::new(),
             builtin,
+            context_settings: false,
         }
     }
 
     /// Adds a configured entry; configured entries are looked up first, in order.
     pub fn push(&mut self, matcher: NameMatch, info: ModelInfo) {
+        self.context_settings |= info.trim || !info.context_fallbacks.is_empty();
         self.configured.push((matcher, info));
     }
 
@@ -137,9 +141,7 @@ impl Catalog {
     /// Whether any configured entry trims or names context fallbacks: when none does and no
     /// key or request asks for trimming, requests are not even counted.
     pub fn any_context_settings(&self) -> bool {
-        self.configured
-            .iter()
-            .any(|(_, i)| i.trim || !i.context_fallbacks.is_empty())
+        self.context_settings
     }
 }
 

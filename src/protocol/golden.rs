@@ -13,6 +13,18 @@ fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
 }
 
+/// A canonical chunk as an OpenAI SSE frame.
+fn chat_sse(out: &mut String, c: &super::StreamChunk) {
+    let body = ChunkBody {
+        chunk: c,
+        usage_null: false,
+    };
+    out.push_str(&format!(
+        "data: {}\n\n",
+        serde_json::to_string(&body).unwrap_or_default()
+    ));
+}
+
 /// Runs one pair's translation on an input; the output is JSON text or SSE text.
 fn translate(pair: &str, input: Value) -> String {
     let json = |v: Value| serde_json::to_string_pretty(&v).unwrap_or_default() + "\n";
@@ -107,14 +119,7 @@ fn translate(pair: &str, input: Value) -> String {
             let mut out = String::new();
             for e in input.as_array().into_iter().flatten() {
                 if let anthropic::Decoded::Chunk(c) = dec.event(e) {
-                    let body = ChunkBody {
-                        chunk: &c,
-                        usage_null: false,
-                    };
-                    out.push_str(&format!(
-                        "data: {}\n\n",
-                        serde_json::to_string(&body).unwrap_or_default()
-                    ));
+                    chat_sse(&mut out, &c);
                 }
             }
             out
@@ -124,14 +129,7 @@ fn translate(pair: &str, input: Value) -> String {
             let mut out = String::new();
             for e in input.as_array().into_iter().flatten() {
                 let c = dec.event(e);
-                let body = ChunkBody {
-                    chunk: &c,
-                    usage_null: false,
-                };
-                out.push_str(&format!(
-                    "data: {}\n\n",
-                    serde_json::to_string(&body).unwrap_or_default()
-                ));
+                chat_sse(&mut out, &c);
             }
             out
         }
@@ -176,14 +174,7 @@ fn translate(pair: &str, input: Value) -> String {
             for e in input.as_array().into_iter().flatten() {
                 let name = e["type"].as_str().unwrap_or_default();
                 if let super::Decoded::Chunk(c) | super::Decoded::Last(c) = dec.event(name, e) {
-                    let body = ChunkBody {
-                        chunk: &c,
-                        usage_null: false,
-                    };
-                    out.push_str(&format!(
-                        "data: {}\n\n",
-                        serde_json::to_string(&body).unwrap_or_default()
-                    ));
+                    chat_sse(&mut out, &c);
                 }
             }
             out

@@ -437,11 +437,20 @@ async fn chat_completions(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let mut ctx = Ctx::new(&state, "chat.completions");
+    let ctx = Ctx::new(&state, "chat.completions");
+    chat_ingress(state, headers, body, ctx, openai::request_from_value).await
+}
+
+/// A chat body in one client protocol: read, parsed by `parse`, served.
+async fn chat_ingress(
+    state: AppState,
+    headers: HeaderMap,
+    body: Body,
+    mut ctx: Ctx,
+    parse: fn(Value) -> Result<crate::protocol::ChatRequest, crate::protocol::InvalidRequest>,
+) -> Response {
     let parsed = match read_chat_json(&mut ctx, &headers, body).await {
-        Ok((v, spec)) => openai::request_from_value(v)
-            .map(|r| (r, spec))
-            .map_err(ApiError::from),
+        Ok((v, spec)) => parse(v).map(|r| (r, spec)).map_err(ApiError::from),
         Err(e) => Err(e),
     };
     match parsed {
@@ -577,16 +586,7 @@ fn keeper(state: &AppState, ctx: &Ctx, store: bool) -> Option<sse::Keeper> {
 async fn messages(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     let mut ctx = Ctx::new(&state, "messages");
     ctx.protocol = Protocol::AnthropicMessages;
-    let parsed = match read_chat_json(&mut ctx, &headers, body).await {
-        Ok((v, spec)) => anthropic::request_from_value(v)
-            .map(|r| (r, spec))
-            .map_err(ApiError::from),
-        Err(e) => Err(e),
-    };
-    match parsed {
-        Ok((req, spec)) => Box::pin(serve_chat(&state, &headers, ctx, req, spec)).await,
-        Err(e) => fail(ctx, e),
-    }
+    chat_ingress(state, headers, body, ctx, anthropic::request_from_value).await
 }
 
 #[derive(Deserialize)]

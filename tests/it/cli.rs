@@ -303,14 +303,7 @@ async fn the_agents_example_config_routes_every_agents_models_to_one_chain() {
         "gpt-5-codex",
         "gemini-2.5-flash",
     ] {
-        let out = Command::new(BIN)
-            .args([
-                "explain", "--config", path, "--key", "agents", "--model", model,
-            ])
-            .envs(env)
-            .output()
-            .unwrap();
-        let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let plan = explain_plan(path.as_ref(), &["--key", "agents", "--model", model], &env);
         assert_eq!(plan["chain"][0]["model"], "coder", "{model}: {plan}");
         assert_eq!(plan["chain"][0]["candidates"][0]["channel"], "anthropic");
     }
@@ -432,40 +425,27 @@ async fn explain_prints_what_the_route_explain_endpoint_answers() {
         .json()
         .await
         .unwrap();
-    let out = Command::new(BIN)
-        .args(["explain", "--config"])
-        .arg(&gw.config_path)
-        .args(["--key", "team-a", "--model", "alias"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let cli = explain_plan(
+        &gw.config_path,
+        &["--key", "team-a", "--model", "alias"],
+        &[],
     );
-    let cli: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(cli, http);
     assert_eq!(cli["chain"][0]["redirect"], "redirects[0]");
     assert_eq!(cli["chain"][1]["model"], "e");
     // An unknown key or model is an error naming it.
-    let out = Command::new(BIN)
-        .args(["explain", "--config"])
-        .arg(&gw.config_path)
-        .args(["--key", "nobody", "--model", "m"])
-        .output()
-        .unwrap();
+    let out = explain_cli(&gw.config_path, &["--key", "nobody", "--model", "m"], &[]);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("no key") && !stderr.contains("nobody"),
         "{stderr}"
     );
-    let out = Command::new(BIN)
-        .args(["explain", "--config"])
-        .arg(&gw.config_path)
-        .args(["--key", "team-a", "--model", "m", "--model", "zz"])
-        .output()
-        .unwrap();
+    let out = explain_cli(
+        &gw.config_path,
+        &["--key", "team-a", "--model", "m", "--model", "zz"],
+        &[],
+    );
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("zz"));
 }
@@ -573,28 +553,46 @@ async fn explain_with_a_prompt_shows_a_semantic_routers_decision_like_the_endpoi
     let prompt = "please debug this code";
     let http = get_explain(&gw, prompt).await;
     assert_eq!(http["semantic"][0]["winner"], "code", "{http}");
-    let out = Command::new(BIN)
+    let cli = explain_plan(
+        &gw.config_path,
+        &["--key", "team-a", "--model", "auto", "--prompt", prompt],
+        &[],
+    );
+    assert_eq!(cli, http);
+    // Without a prompt the CLI says what it needs.
+    let out = explain_cli(
+        &gw.config_path,
+        &["--key", "team-a", "--model", "auto"],
+        &[],
+    );
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--prompt"));
+}
+
+/// `switchyard explain --config <config> <args>`, with `env` set.
+fn explain_cli(
+    config: &std::path::Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> std::process::Output {
+    Command::new(BIN)
         .args(["explain", "--config"])
-        .arg(&gw.config_path)
-        .args(["--key", "team-a", "--model", "auto", "--prompt", prompt])
+        .arg(config)
+        .args(args)
+        .envs(env.iter().copied())
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+/// The plan `switchyard explain` prints, which must succeed.
+fn explain_plan(config: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Value {
+    let out = explain_cli(config, args, env);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let cli: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(cli, http);
-    // Without a prompt the CLI says what it needs.
-    let out = Command::new(BIN)
-        .args(["explain", "--config"])
-        .arg(&gw.config_path)
-        .args(["--key", "team-a", "--model", "auto"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--prompt"));
+    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 async fn get_explain(gw: &Gateway, prompt: &str) -> Value {
