@@ -1337,4 +1337,47 @@ mod tests {
         assert_eq!(items[3]["id"], "fc_68ab");
         assert_eq!(items[3]["call_id"], "call_sy1");
     }
+
+    #[test]
+    fn the_token_limit_makes_an_incomplete_response() {
+        let e = echo();
+        let mut resp = crate::protocol::openai::response_from_value(json!({
+            "id": "c", "object": "chat.completion", "model": "m",
+            "choices": [{"index": 0, "finish_reason": "length",
+                "message": {"role": "assistant", "content": "cut"}}]}))
+        .unwrap();
+        let v = response_to_value(&resp, &e, "m");
+        assert_eq!(v["status"], "incomplete");
+        assert_eq!(v["incomplete_details"]["reason"], "max_output_tokens");
+        resp.choices[0].finish_reason = Some("stop".into());
+        assert_eq!(response_to_value(&resp, &e, "m")["status"], "completed");
+        // Streamed, it ends with `response.incomplete`, not `response.completed`.
+        let mut enc = StreamEncoder::new(e, "m".into());
+        let mut out = Vec::new();
+        let mut c = call_delta(0, None, None, "");
+        c.choices[0].delta = Delta {
+            content: Some("cut".into()),
+            ..Delta::default()
+        };
+        c.choices[0].finish_reason = Some("length".into());
+        enc.chunk(&c, &mut out);
+        enc.done(&mut out);
+        let last = events(&out).pop().unwrap();
+        assert_eq!(last["type"], "response.incomplete");
+        assert_eq!(last["response"]["status"], "incomplete");
+    }
+
+    #[test]
+    fn a_conversation_is_kept_only_if_allowed_and_within_the_cap() {
+        let (_, e) = request_from_value(json!({"model": "m", "input": "hi"})).unwrap();
+        let kept = e.kept_with(&[json!({"type": "message", "role": "assistant", "content": []})]);
+        let items: Vec<Value> = serde_json::from_str(&kept.unwrap()).unwrap();
+        assert_eq!(items.len(), 2);
+        let (_, e) =
+            request_from_value(json!({"model": "m", "input": "hi", "store": false})).unwrap();
+        assert_eq!(e.kept_with(&[]), None);
+        let big = "x".repeat(MAX_KEPT_BYTES);
+        let (_, e) = request_from_value(json!({"model": "m", "input": big})).unwrap();
+        assert_eq!(e.kept_with(&[]), None);
+    }
 }

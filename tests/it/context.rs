@@ -209,6 +209,21 @@ async fn an_anthropic_agent_stream_is_trimmed_by_its_key_without_splitting_a_too
     let first_kept = sent[1]["content"][1]["id"].as_str().unwrap();
     let kept_from: usize = first_kept.trim_start_matches("toolu_").parse().unwrap();
     assert_eq!(kept_from, 25 - (sent.len() - 1) / 2);
+    // `x-switchyard-trim: off` sends this request whole, over the key's setting.
+    let resp = gw
+        .post_as(
+            "/v1/messages",
+            KEY,
+            &[("x-switchyard-trim", "off")],
+            anthropic_agent("tight", 25, false),
+        )
+        .await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(header(&resp, "x-switchyard-trimmed-turns"), "");
+    assert_eq!(
+        up.received()[1].body["messages"].as_array().unwrap().len(),
+        51
+    );
 }
 
 #[tokio::test]
