@@ -32,7 +32,7 @@ pub struct Echo {
     pub losses: Vec<String>,
     /// The client lets responses be kept (`store` is not `false`).
     pub store: bool,
-    /// The conversation as sent (input items), to keep with the answer.
+    /// The conversation as sent (input items), to keep with the answer (empty with `store: false`).
     conversation: Vec<Value>,
 }
 
@@ -161,8 +161,13 @@ pub const MAX_KEPT_BYTES: usize = 1 << 20;
 pub fn request_from_value(body: Value) -> Result<(ChatRequest, Echo), InvalidRequest> {
     // The client's body as sent, for a channel that speaks the Responses API itself.
     let raw = body.clone();
-    let conversation = input_items(&body);
     let store = body.get("store") != Some(&Value::Bool(false));
+    // Copied only when it may be kept: Codex sends `store: false` and its whole history.
+    let conversation = if store {
+        input_items(&body)
+    } else {
+        Vec::new()
+    };
     let Value::Object(mut m) = body else {
         return Err(InvalidRequest {
             param: None,

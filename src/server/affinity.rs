@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderName};
 
 use crate::config::{AffinitySettings, Snapshot};
 use crate::exec::{OutcomeClass, Report};
@@ -24,8 +24,13 @@ pub struct Session {
 /// a client cannot make the gateway hash megabytes per request.
 const MAX_ID: usize = 512;
 
-/// Headers that name a session, in order of preference.
-const SESSION_HEADERS: [&str; 3] = ["x-session-id", "x-claude-code-session-id", "session-id"];
+/// Headers that name a session, in order of preference (made at compile time: a `&str` name
+/// is parsed on every lookup).
+const SESSION_HEADERS: [HeaderName; 3] = [
+    HeaderName::from_static("x-session-id"),
+    HeaderName::from_static("x-claude-code-session-id"),
+    HeaderName::from_static("session-id"),
+];
 
 /// The request's session, if it names one (or implicit affinity is on and it has a first user
 /// message).
@@ -38,7 +43,7 @@ pub fn session(
     // Ours first, then what coding agents send on their own: Claude Code's, then Codex's.
     let header = SESSION_HEADERS.iter().find_map(|h| {
         headers
-            .get(*h)
+            .get(h)
             .and_then(|v| v.to_str().ok())
             .map(str::trim)
             .filter(|v| !v.is_empty() && v.len() <= MAX_ID)

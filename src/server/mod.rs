@@ -340,6 +340,7 @@ mod hdr {
     pub const AFFINITY: HeaderName = HeaderName::from_static("x-switchyard-affinity");
     pub const SEMANTIC_ROUTE: HeaderName = HeaderName::from_static("x-switchyard-semantic-route");
     pub const SEMANTIC_SCORES: HeaderName = HeaderName::from_static("x-switchyard-semantic-scores");
+    pub const TRIM: HeaderName = HeaderName::from_static("x-switchyard-trim");
     pub const PROMPT_TOKENS: HeaderName = HeaderName::from_static("x-switchyard-prompt-tokens");
     pub const TRIMMED_TURNS: HeaderName = HeaderName::from_static("x-switchyard-trimmed-turns");
 }
@@ -1011,7 +1012,7 @@ fn hops(headers: &HeaderMap, max: u32) -> Result<u32, ApiError> {
 /// `x-switchyard-trim: auto` trims this request to fit the serving model's window; `off` sends
 /// it whole even where the key or the model's route would trim.
 fn trim_choice(headers: &HeaderMap) -> Result<Option<bool>, ApiError> {
-    let Some(v) = headers.get(TRIM_HEADER) else {
+    let Some(v) = headers.get(hdr::TRIM) else {
         return Ok(None);
     };
     match v.to_str().map(str::trim) {
