@@ -5,6 +5,7 @@
 //! `server` (ingress, auth) → `protocol` (wire ↔ canonical) → `router` (plan, pure) →
 //! `exec` (attempts, commit point) → `provider` (upstream calls) → `store` (request log).
 
+pub mod clock;
 pub mod config;
 pub mod context;
 pub mod exec;
@@ -12,6 +13,7 @@ pub mod health;
 pub mod protocol;
 pub mod provider;
 pub mod router;
+pub mod secret;
 pub mod semantic;
 pub mod server;
 pub mod state;

@@ -135,7 +135,7 @@ async fn run(cmd: Command) -> Result<(), Box<dyn std::error::Error>> {
                     switchyard::protocol::chain::dedupe(entries).map_err(|e| e.message)?;
             }
             let health = switchyard::health::Health::new(std::sync::Arc::new(
-                switchyard::health::SystemClock,
+                switchyard::clock::SystemClock,
             ));
             // Semantic routers named in the chain decide by the prompt, as the endpoint does.
             let mut decisions = Vec::new();

@@ -1,35 +1,15 @@
 //! The config file as written: serde structs with `deny_unknown_fields` and documented defaults.
 
+use std::num::{NonZeroU32, NonZeroU64, NonZeroUsize};
+
 use serde::Deserialize;
 
 use super::ConfigError;
+use crate::provider::ProviderKind;
 use crate::provider::mock::MockSpec;
 
-pub(crate) const DEMO_TOML: &str = r#"
-[server]
-listen = "127.0.0.1:8080"
-
-[log]
-sqlite_path = "switchyard.db"
-
-[[keys]]
-name = "demo"
-key = "sk-switchyard-demo"
-
-[[channels]]
-name = "demo-primary"
-provider = "mock"
-models = ["demo", "demo-embed"]
-priority = 1
-mock = { text = "Hello from Switchyard's demo channel. Swap this mock for a real upstream in switchyard.toml.", ttft_ms = 20, chunk_ms = 5, chunks = 8 }
-
-[[channels]]
-name = "demo-backup"
-provider = "mock"
-models = ["demo", "demo-embed"]
-priority = 2
-mock = { text = "Hello from the backup demo channel.", ttft_ms = 20, chunk_ms = 5, chunks = 8 }
-"#;
+/// The embedded demo: two mock channels for model `demo` on tiers 1 and 2, the demo key.
+pub(crate) const DEMO_TOML: &str = include_str!("demo.toml");
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -42,7 +22,7 @@ pub struct FileConfig {
     pub health: HealthSection,
     #[serde(default)]
     pub keys: Vec<KeyConfig>,
-    pub channels: Vec<ChannelConfig>,
+    pub channels: NonEmpty<ChannelConfig>,
     /// Global model-name rewrites, after each key's own.
     #[serde(default)]
     pub redirects: Vec<RedirectConfig>,
@@ -64,7 +44,7 @@ pub struct FileConfig {
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {
     pub name: String,
-    pub context_window: Option<u64>,
+    pub context_window: Option<NonZeroU64>,
     pub max_output_tokens: Option<u64>,
     /// Trim every request routed to this model to fit its window.
     #[serde(default)]
@@ -91,17 +71,16 @@ pub struct RouterConfig {
     pub embedder: Option<EmbedderConfig>,
     /// The longest a request waits for its prompt's embedding before the catchall serves.
     #[serde(default = "default_embed_timeout")]
-    pub timeout_ms: u64,
-    #[serde(default)]
-    pub instances: Vec<InstanceConfig>,
+    pub timeout_ms: NonZeroU64,
+    pub instances: NonEmpty<InstanceConfig>,
 }
 
 fn default_router_threshold() -> f64 {
     0.5
 }
 
-fn default_embed_timeout() -> u64 {
-    2_000
+fn default_embed_timeout() -> NonZeroU64 {
+    nz64(2_000)
 }
 
 /// What a semantic decision becomes: `ranked` = the winner, the other instances that cleared
@@ -144,9 +123,9 @@ pub struct InstanceConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct AffinitySection {
     /// A binding lives this long after its last use.
-    pub ttl_seconds: u64,
+    pub ttl_seconds: NonZeroU64,
     /// Consecutive failures of the bound channel that clear the binding.
-    pub max_failures: u32,
+    pub max_failures: NonZeroU32,
     /// Bind requests without a session id by a hash of system prompt + tools + first user
     /// message.
     pub implicit: bool,
@@ -155,8 +134,8 @@ pub struct AffinitySection {
 impl Default for AffinitySection {
     fn default() -> Self {
         AffinitySection {
-            ttl_seconds: 86_400,
-            max_failures: 3,
+            ttl_seconds: nz64(86_400),
+            max_failures: nz32(3),
             implicit: false,
         }
     }
@@ -177,12 +156,12 @@ pub struct StateSection {
 pub struct ServerSection {
     pub listen: String,
     /// Deadline for everything before the response commits, all attempts together.
-    pub request_timeout_ms: u64,
+    pub request_timeout_ms: NonZeroU64,
     /// After commit: the longest gap allowed between two stream chunks.
-    pub stream_idle_timeout_ms: u64,
-    pub max_body_bytes: usize,
+    pub stream_idle_timeout_ms: NonZeroU64,
+    pub max_body_bytes: NonZeroUsize,
     /// Cap on upstream attempts for one request, over all channels and retries.
-    pub max_attempts: u32,
+    pub max_attempts: NonZeroU32,
     /// Longest upstream `Retry-After` honoured before an in-channel retry.
     pub max_retry_after_ms: u64,
     /// Guards `/admin/*`; none = admin routes off.
@@ -200,7 +179,7 @@ pub struct ServerSection {
 pub struct RetryBudgetConfig {
     pub ratio: f64,
     pub min_per_second: u32,
-    pub window_seconds: u64,
+    pub window_seconds: NonZeroU64,
 }
 
 impl Default for RetryBudgetConfig {
@@ -208,7 +187,7 @@ impl Default for RetryBudgetConfig {
         RetryBudgetConfig {
             ratio: 0.2,
             min_per_second: 10,
-            window_seconds: 10,
+            window_seconds: nz64(10),
         }
     }
 }
@@ -217,10 +196,10 @@ impl Default for ServerSection {
     fn default() -> Self {
         ServerSection {
             listen: "127.0.0.1:8080".into(),
-            request_timeout_ms: 300_000,
-            stream_idle_timeout_ms: 60_000,
-            max_body_bytes: 32 * 1024 * 1024,
-            max_attempts: 10,
+            request_timeout_ms: nz64(300_000),
+            stream_idle_timeout_ms: nz64(60_000),
+            max_body_bytes: nzusize(32 * 1024 * 1024),
+            max_attempts: nz32(10),
             max_retry_after_ms: 10_000,
             admin_token: None,
             max_hops: 5,
@@ -234,14 +213,14 @@ impl Default for ServerSection {
 pub struct LogSection {
     pub sqlite_path: String,
     /// Rows waiting to be written; when full, rows are dropped and counted, never waited for.
-    pub queue_capacity: usize,
+    pub queue_capacity: NonZeroUsize,
 }
 
 impl Default for LogSection {
     fn default() -> Self {
         LogSection {
             sqlite_path: "switchyard.db".into(),
-            queue_capacity: 8192,
+            queue_capacity: nzusize(8192),
         }
     }
 }
@@ -251,9 +230,9 @@ impl Default for LogSection {
 #[serde(deny_unknown_fields, default)]
 pub struct HealthSection {
     /// Verdicts older than this leave a channel's window.
-    pub window_seconds: u64,
+    pub window_seconds: NonZeroU64,
     /// At most this many verdicts per channel.
-    pub window_size: usize,
+    pub window_size: NonZeroUsize,
     /// Latency score 100 at or below this...
     pub latency_good_ms: u64,
     /// ...and 0 at or above this, linear between.
@@ -275,8 +254,8 @@ pub enum Balance {
 impl Default for HealthSection {
     fn default() -> Self {
         HealthSection {
-            window_seconds: 300,
-            window_size: 100,
+            window_seconds: nz64(300),
+            window_size: nzusize(100),
             latency_good_ms: 1000,
             latency_bad_ms: 10_000,
             min_weight_factor: 0.05,
@@ -294,10 +273,10 @@ pub struct CircuitBreakerConfig {
     /// Keep health and the circuit per channel + model.
     pub per_model: bool,
     /// Retryable failures within `window_seconds` that open the circuit.
-    pub failure_threshold: u32,
-    pub window_seconds: u64,
+    pub failure_threshold: NonZeroU32,
+    pub window_seconds: NonZeroU64,
     /// How long an open circuit is skipped (doubles on a failed trial, up to 5×).
-    pub cooldown_seconds: u64,
+    pub cooldown_seconds: NonZeroU64,
     /// How long a 429 cools the channel when the upstream gives no Retry-After.
     pub rate_limit_cooldown_seconds: u64,
     /// After recovery the channel's share ramps up over this long (0 = at once).
@@ -312,9 +291,9 @@ pub struct ProbeConfig {
     /// Off: a half-open circuit is tested by one live client request instead.
     pub enabled: bool,
     /// How often a closed channel scoring below `unhealthy_below` is probed.
-    pub interval_seconds: u64,
+    pub interval_seconds: NonZeroU64,
     /// Probe successes that close an open circuit.
-    pub success_threshold: u32,
+    pub success_threshold: NonZeroU32,
     pub kind: ProbeKindConfig,
     pub unhealthy_below: f64,
 }
@@ -323,8 +302,8 @@ impl Default for ProbeConfig {
     fn default() -> Self {
         ProbeConfig {
             enabled: true,
-            interval_seconds: 300,
-            success_threshold: 1,
+            interval_seconds: nz64(300),
+            success_threshold: NonZeroU32::MIN,
             kind: ProbeKindConfig::Completion,
             unhealthy_below: 50.0,
         }
@@ -343,9 +322,9 @@ impl Default for CircuitBreakerConfig {
         CircuitBreakerConfig {
             enabled: true,
             per_model: false,
-            failure_threshold: 3,
-            window_seconds: 30,
-            cooldown_seconds: 60,
+            failure_threshold: nz32(3),
+            window_seconds: nz64(30),
+            cooldown_seconds: nz64(60),
             rate_limit_cooldown_seconds: 15,
             slow_start_seconds: 30,
             probe: ProbeConfig::default(),
@@ -397,44 +376,7 @@ pub struct FailoverDefaultsConfig {
     pub models: Vec<String>,
     pub timeout_ms: Option<u64>,
     pub first_token_timeout_ms: Option<u64>,
-    pub on: Option<Vec<crate::protocol::chain::FailOn>>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ProviderKind {
-    /// Any OpenAI-compatible base URL (OpenAI, vLLM, Ollama, OpenRouter...).
-    Openai,
-    /// Anthropic Messages (`{base_url}/messages`, `x-api-key`).
-    Anthropic,
-    /// Azure OpenAI (deployment URLs, `api-version`, `api-key`).
-    Azure,
-    /// Gemini (`{base_url}/models/{model}:generateContent`, `x-goog-api-key`).
-    Gemini,
-    /// The built-in mock, answered in-process.
-    Mock,
-}
-
-impl ProviderKind {
-    /// The wire protocol this kind of upstream speaks.
-    pub fn protocol(self) -> crate::protocol::Protocol {
-        use crate::protocol::Protocol;
-        match self {
-            ProviderKind::Anthropic => Protocol::AnthropicMessages,
-            ProviderKind::Gemini => Protocol::Gemini,
-            ProviderKind::Openai | ProviderKind::Azure | ProviderKind::Mock => Protocol::OpenAiChat,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProviderKind::Openai => "openai",
-            ProviderKind::Anthropic => "anthropic",
-            ProviderKind::Azure => "azure",
-            ProviderKind::Gemini => "gemini",
-            ProviderKind::Mock => "mock",
-        }
-    }
+    pub on: Option<NonEmpty<crate::protocol::chain::FailOn>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -453,11 +395,12 @@ pub struct ChannelConfig {
     /// How long a 429 (without Retry-After) or a 403 cools one credential.
     #[serde(default = "default_credential_cooldown")]
     pub credential_cooldown_seconds: u64,
-    pub models: Vec<ModelEntry>,
+    pub models: NonEmpty<ModelEntry>,
     #[serde(default = "one")]
     pub priority: u32,
-    #[serde(default = "one")]
-    pub weight: u32,
+    /// Share of traffic inside the tier (set `enabled = false` to take a channel out).
+    #[serde(default = "nonzero_one")]
+    pub weight: NonZeroU32,
     #[serde(default = "default_true")]
     pub enabled: bool,
     #[serde(default)]
@@ -465,12 +408,12 @@ pub struct ChannelConfig {
     #[serde(default = "default_retry_interval")]
     pub retry_interval_ms: u64,
     /// Default 2000, or the attempt timeout if that is shorter.
-    pub connect_timeout_ms: Option<u64>,
+    pub connect_timeout_ms: Option<NonZeroU64>,
     /// One non-streaming attempt, to the complete response. Default 120000, or the request
     /// deadline if that is shorter.
-    pub timeout_ms: Option<u64>,
+    pub timeout_ms: Option<NonZeroU64>,
     /// Streaming: to the first content token. Default 60000, or the request deadline if shorter.
-    pub first_token_timeout_ms: Option<u64>,
+    pub first_token_timeout_ms: Option<NonZeroU64>,
     /// Opt-in HTTP/2: a multiplexed connection can silently queue long streams.
     #[serde(default)]
     pub http2: bool,
@@ -504,15 +447,18 @@ pub struct CredentialConfig {
     /// Shown in logs and `/admin/health` instead of the key (default `key-N`).
     pub label: Option<String>,
     /// Requests per minute this key may send.
-    pub rpm: Option<u32>,
+    pub rpm: Option<NonZeroU32>,
     /// Attempts in flight at once on this key.
-    pub max_concurrency: Option<u32>,
+    pub max_concurrency: Option<NonZeroU32>,
     /// Tokens per minute this key may use (prompt + completion).
-    pub tpm: Option<u32>,
+    pub tpm: Option<NonZeroU32>,
 }
 
 fn one() -> u32 {
     1
+}
+fn nonzero_one() -> NonZeroU32 {
+    NonZeroU32::MIN
 }
 fn default_true() -> bool {
     true
@@ -531,13 +477,15 @@ pub struct Timeouts {
 
 impl ChannelConfig {
     pub fn timeouts(&self, request_timeout_ms: u64) -> Timeouts {
-        let attempt_ms = self.timeout_ms.unwrap_or(120_000.min(request_timeout_ms));
+        let attempt_ms = self
+            .timeout_ms
+            .map_or(120_000.min(request_timeout_ms), NonZeroU64::get);
         let first_token_ms = self
             .first_token_timeout_ms
-            .unwrap_or(60_000.min(request_timeout_ms));
+            .map_or(60_000.min(request_timeout_ms), NonZeroU64::get);
         let connect_ms = self
             .connect_timeout_ms
-            .unwrap_or(2_000.min(attempt_ms).min(first_token_ms));
+            .map_or(2_000.min(attempt_ms).min(first_token_ms), NonZeroU64::get);
         Timeouts {
             connect_ms,
             attempt_ms,
@@ -798,5 +746,47 @@ mod tests {
     fn demo_config_parses() {
         let cfg = parse(DEMO_TOML, "<demo>", &env).unwrap();
         assert_eq!(cfg.channels.len(), 2);
+    }
+}
+
+// Constants that are not zero, for the defaults above (`new` is `None` only for 0).
+const fn nz64(n: u64) -> NonZeroU64 {
+    match NonZeroU64::new(n) {
+        Some(v) => v,
+        None => NonZeroU64::MIN,
+    }
+}
+const fn nz32(n: u32) -> NonZeroU32 {
+    match NonZeroU32::new(n) {
+        Some(v) => v,
+        None => NonZeroU32::MIN,
+    }
+}
+const fn nzusize(n: usize) -> NonZeroUsize {
+    match NonZeroUsize::new(n) {
+        Some(v) => v,
+        None => NonZeroUsize::MIN,
+    }
+}
+
+/// A list that must have at least one entry: an empty one is refused when the file is read,
+/// with its path, like any other wrong value.
+#[derive(Debug, Clone)]
+pub struct NonEmpty<T>(Vec<T>);
+
+impl<T> std::ops::Deref for NonEmpty<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        &self.0
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for NonEmpty<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = Vec::<T>::deserialize(d)?;
+        if v.is_empty() {
+            return Err(serde::de::Error::custom("must have at least one entry"));
+        }
+        Ok(NonEmpty(v))
     }
 }

@@ -2,16 +2,22 @@
 //! errors that name the field, and compilation into the immutable [`Snapshot`] that request
 //! handling reads through one `ArcSwap` load.
 
+mod compile;
 mod file;
+mod settings;
 mod snapshot;
 
-pub use file::{
-    Balance, ChannelConfig, FileConfig, KeyConfig, ModelEntry, ProviderKind, RouterFailover,
+pub use file::{Balance, ChannelConfig, FileConfig, KeyConfig, ModelEntry, RouterFailover};
+pub use settings::{
+    AffinitySettings, BreakerSettings, BudgetSettings, HealthSettings, Limits, LogSettings,
+    ProbeKind, ProbeSettings, ServerSettings, StateSettings,
 };
 pub use snapshot::{
-    AffinitySettings, Channel, DEFAULT_GROUP, EmbedderSpec, FailoverDefaults, GatewayKey, Instance,
-    ModelRoute, Redirect, Secret, SemanticRouter, ServerSettings, Snapshot, StateSettings,
+    Channel, DEFAULT_GROUP, EmbedderSpec, FailoverDefaults, GatewayKey, Instance, ModelRoute,
+    Redirect, SemanticRouter, Snapshot,
 };
+
+pub use crate::secret::Secret;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -66,13 +72,13 @@ pub fn load_file(path: &Path, clients: &HttpClients) -> Result<Snapshot, ConfigE
     })?;
     let shown = path.display().to_string();
     let parsed = file::parse(&text, &shown, &|name| std::env::var(name).ok())?;
-    snapshot::compile(parsed, &shown, Source::File(path.to_path_buf()), clients)
+    compile::compile(parsed, &shown, Source::File(path.to_path_buf()), clients)
 }
 
 /// The embedded demo: two mock channels for model `demo` on tiers 1 and 2, the demo key.
 pub fn demo(clients: &HttpClients) -> Result<Snapshot, ConfigError> {
     let parsed = file::parse(file::DEMO_TOML, "<demo>", &|_| None)?;
-    snapshot::compile(parsed, "<demo>", Source::Demo, clients)
+    compile::compile(parsed, "<demo>", Source::Demo, clients)
 }
 
 /// Parses and compiles config text with a caller-supplied environment (tests, `check`).
@@ -83,7 +89,7 @@ pub fn load_str(
     clients: &HttpClients,
 ) -> Result<Snapshot, ConfigError> {
     let parsed = file::parse(text, shown, env)?;
-    snapshot::compile(parsed, shown, Source::Demo, clients)
+    compile::compile(parsed, shown, Source::Demo, clients)
 }
 
 /// The live config: one atomic pointer swapped whole on reload. Requests load it once and keep

@@ -1155,8 +1155,8 @@ pub struct Committed {
 pub struct BreakReport {
     health: Arc<Health>,
     key: Key,
-    settings: crate::health::HealthSettings,
-    breaker: crate::health::BreakerSettings,
+    settings: crate::config::HealthSettings,
+    breaker: crate::config::BreakerSettings,
 }
 
 impl BreakReport {

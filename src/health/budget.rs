@@ -5,16 +5,10 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use super::Clock;
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct BudgetSettings {
-    pub ratio: f64,
-    pub min_per_second: u32,
-    pub window: Duration,
-}
+use crate::clock::Clock;
+use crate::config::BudgetSettings;
 
 #[derive(Debug, Clone, Copy)]
 struct Bucket {
@@ -90,7 +84,8 @@ impl RetryBudget {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::health::ManualClock;
+    use crate::clock::ManualClock;
+    use std::time::Duration;
 
     #[test]
     fn retries_stay_under_the_ratio_and_the_window_slides() {

@@ -9,19 +9,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::Clock;
-
-/// One credential's limits, from the config.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Limits {
-    /// Requests per minute (a token bucket refilled continuously).
-    pub rpm: Option<u32>,
-    /// Attempts in flight at once.
-    pub max_concurrency: Option<u32>,
-    /// Tokens per minute (prompt + completion): charged an estimate when reserved, settled
-    /// to the real usage when the attempt ends. May overdraw once; then it waits to refill.
-    pub tpm: Option<u32>,
-}
+use crate::clock::Clock;
+use crate::config::Limits;
 
 #[derive(Debug, Default)]
 struct CredState {
@@ -383,7 +372,7 @@ fn refill(c: &mut CredState, limits: &Limits, now: Instant) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::health::ManualClock;
+    use crate::clock::ManualClock;
 
     fn labels(n: usize, limits: Limits) -> Vec<(Arc<str>, Limits)> {
         (0..n).map(|i| (format!("k{i}").into(), limits)).collect()

@@ -8,127 +8,18 @@
 
 mod budget;
 mod credentials;
-mod probe;
 
-pub use budget::{BudgetSettings, RetryBudget};
-pub use credentials::{CredVerdict, Limits, NoHeadroom, Pools, Reservation};
-pub use probe::spawn_prober;
+pub use budget::RetryBudget;
+pub use credentials::{CredVerdict, NoHeadroom, Pools, Reservation};
+
+use crate::clock::Clock;
+use crate::config::{BreakerSettings, HealthSettings};
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-
-/// Where health reads the time.
-pub trait Clock: Send + Sync + 'static {
-    fn now(&self) -> Instant;
-}
-
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now(&self) -> Instant {
-        Instant::now()
-    }
-}
-
-/// A clock that moves only when told to (tests).
-pub struct ManualClock {
-    base: Instant,
-    offset: Mutex<Duration>,
-}
-
-impl ManualClock {
-    pub fn new() -> Arc<ManualClock> {
-        Arc::new(ManualClock {
-            base: Instant::now(),
-            offset: Mutex::new(Duration::ZERO),
-        })
-    }
-
-    pub fn advance(&self, d: Duration) {
-        if let Ok(mut o) = self.offset.lock() {
-            *o += d;
-        }
-    }
-}
-
-impl Clock for ManualClock {
-    fn now(&self) -> Instant {
-        self.base + self.offset.lock().map_or(Duration::ZERO, |o| *o)
-    }
-}
-
-/// Global scoring settings (`[health]`).
-#[derive(Debug, Clone, Copy)]
-pub struct HealthSettings {
-    /// Verdicts older than this leave the window.
-    pub window: Duration,
-    /// At most this many verdicts are kept per channel.
-    pub window_size: usize,
-    pub latency_good: Duration,
-    pub latency_bad: Duration,
-    /// Weight factor floor, so a low-scoring channel still gets a trickle.
-    pub min_factor: f64,
-}
-
-impl Default for HealthSettings {
-    fn default() -> Self {
-        HealthSettings {
-            window: Duration::from_secs(300),
-            window_size: 100,
-            latency_good: Duration::from_millis(1000),
-            latency_bad: Duration::from_millis(10_000),
-            min_factor: 0.05,
-        }
-    }
-}
-
-/// Per-channel breaker settings (`[channels.circuit_breaker]`).
-#[derive(Debug, Clone, Copy)]
-pub struct BreakerSettings {
-    pub enabled: bool,
-    pub per_model: bool,
-    pub failure_threshold: u32,
-    pub window: Duration,
-    pub cooldown: Duration,
-    pub rate_limit_cooldown: Duration,
-    /// After recovery the channel's share ramps from the floor to full over this long.
-    pub slow_start: Duration,
-    /// Active probing; `None` = a half-open circuit is tested by one live request.
-    pub probe: Option<ProbeSettings>,
-}
-
-/// What a probe sends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProbeKind {
-    /// A 1-token completion: exercises the real path.
-    Completion,
-    /// `GET /models`: free, but blind to a broken completion path.
-    Models,
-}
-
-#[derive(Debug, Clone, Copy)]
-pub struct ProbeSettings {
-    pub kind: ProbeKind,
-    /// How often a closed channel scoring below `unhealthy_below` is probed.
-    pub interval: Duration,
-    /// Probe successes that close an open circuit.
-    pub success_threshold: u32,
-    pub unhealthy_below: f64,
-}
-
-impl Default for ProbeSettings {
-    fn default() -> Self {
-        ProbeSettings {
-            kind: ProbeKind::Completion,
-            interval: Duration::from_secs(300),
-            success_threshold: 1,
-            unhealthy_below: 50.0,
-        }
-    }
-}
 
 /// Why a probe is due.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,21 +28,6 @@ pub enum ProbeReason {
     Recovery,
     /// Closed, but scoring low: probes let the score rise without risking client requests.
     LowScore,
-}
-
-impl Default for BreakerSettings {
-    fn default() -> Self {
-        BreakerSettings {
-            enabled: true,
-            per_model: false,
-            failure_threshold: 3,
-            window: Duration::from_secs(30),
-            cooldown: Duration::from_secs(60),
-            rate_limit_cooldown: Duration::from_secs(15),
-            slow_start: Duration::from_secs(30),
-            probe: Some(ProbeSettings::default()),
-        }
-    }
 }
 
 /// An open circuit's cooldown doubles on each failed trial, up to this many times the setting.
@@ -790,6 +666,8 @@ impl Health {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::ManualClock;
+    use crate::config::ProbeSettings;
 
     fn key(c: &str) -> Key {
         Key {

@@ -461,12 +461,16 @@ pub enum Decoded {
     Chunk(Box<StreamChunk>),
     /// The last chunk: the answer is complete with it (Responses' `response.completed`).
     Last(Box<StreamChunk>),
-    /// Nothing canonical (pings, block stops, lifecycle events).
+    /// Nothing canonical (pings, block stops, lifecycle events): only the raw event goes on.
     Nothing,
+    /// Not an event at all (a keep-alive, a blank or unparseable line): dropped.
+    Skip,
     /// The answer is complete (Anthropic's `message_stop`).
     End,
     /// An error event from the upstream.
     Error,
+    /// An event that is not valid in the upstream's protocol: a broken upstream.
+    Invalid(InvalidUpstream),
 }
 
 /// An upstream's whole answer, tagged with its protocol.

@@ -1,16 +1,18 @@
-//! Anthropic Messages upstreams: `POST {base}/messages` with `x-api-key` and
+//! Anthropic Messages upstreams: `POST {base}/v1/messages` with `x-api-key` and
 //! `anthropic-version`; answers and SSE events decoded into canonical types.
 
 use std::fmt;
 
 use reqwest::Url;
-use reqwest::header::{CONTENT_TYPE, HeaderValue};
+use reqwest::header::{HeaderName, HeaderValue};
 use serde_json::Value;
 
+use super::http::{self, join, post_json, read_json, send, to_body};
+use super::sse::{Decoder, Events, json};
 use super::{ChunkStream, UpstreamError};
-use crate::config::Secret;
 use crate::protocol::anthropic::{StreamDecoder, request_to_value, response_from_value};
-use crate::protocol::{ChatRequest, ChatResponse, InvalidUpstream, Protocol, RawBody};
+use crate::protocol::{ChatRequest, ChatResponse, Decoded, Protocol, RawBody};
+use crate::secret::Secret;
 
 const VERSION: &str = "2023-06-01";
 
@@ -26,63 +28,63 @@ impl fmt::Debug for Anthropic {
         f.debug_struct("Anthropic")
             .field(
                 "messages_url",
-                &super::redact_url(self.messages_url.as_str()),
+                &http::redact_url(self.messages_url.as_str()),
             )
             .field("keys", &self.keys.len())
             .finish()
     }
 }
 
+/// The API root under a base URL written either way: as Anthropic's SDKs take it
+/// (`https://api.anthropic.com`) or with the version (`.../v1`), as OpenAI-style configs do.
+pub fn api_root(base: &Url) -> Url {
+    if base.path().trim_end_matches('/').ends_with("/v1") {
+        base.clone()
+    } else {
+        join(base, "v1")
+    }
+}
+
 impl Anthropic {
-    pub fn new(base: Url, keys: &[String], client: reqwest::Client) -> Result<Self, String> {
-        if base.cannot_be_a_base() {
-            return Err("not a base URL".into());
-        }
-        let endpoint = |p: &str| {
-            let mut u = base.clone();
-            u.set_path(&format!("{}/{p}", base.path().trim_end_matches('/')));
-            u
-        };
-        Ok(Anthropic {
-            messages_url: endpoint("messages"),
-            models_url: endpoint("models"),
-            keys: keys.iter().map(|k| Secret::new(k.as_str())).collect(),
+    pub fn new(base: Url, keys: Vec<Secret>, client: reqwest::Client) -> Self {
+        let root = api_root(&base);
+        Anthropic {
+            messages_url: join(&root, "messages"),
+            models_url: join(&root, "models"),
+            keys,
             client,
-        })
+        }
     }
 
-    fn headers(
+    pub fn endpoint(&self) -> String {
+        http::redact_url(self.messages_url.as_str())
+    }
+
+    fn auth(
         &self,
-        rb: reqwest::RequestBuilder,
         cred: Option<usize>,
-    ) -> Result<reqwest::RequestBuilder, UpstreamError> {
-        let rb = rb.header("anthropic-version", HeaderValue::from_static(VERSION));
-        let Some(k) = cred.and_then(|i| self.keys.get(i)) else {
-            return Ok(rb);
-        };
-        let mut v = HeaderValue::from_str(k.expose())
-            .map_err(|_| UpstreamError::Connect("api key is not a valid header value".into()))?;
-        v.set_sensitive(true);
-        Ok(rb.header("x-api-key", v))
+    ) -> Result<Option<(HeaderName, HeaderValue)>, UpstreamError> {
+        Ok(http::credential(&self.keys, cred, "")?
+            .map(|v| (HeaderName::from_static("x-api-key"), v)))
     }
 
     async fn post(
         &self,
         body: &Value,
+        stream: bool,
         cred: Option<usize>,
         hops: u32,
     ) -> Result<reqwest::Response, UpstreamError> {
-        let bytes = serde_json::to_vec(body).map_err(|e| InvalidUpstream {
-            what: "request body",
-            message: e.to_string(),
-        })?;
-        let rb = self
-            .client
-            .post(self.messages_url.clone())
-            .header(super::HOPS_HEADER, hops.saturating_add(1))
-            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
-            .body(bytes);
-        super::openai::send(self.headers(rb, cred)?).await
+        let rb = post_json(
+            &self.client,
+            self.messages_url.clone(),
+            to_body(body)?,
+            stream,
+            hops,
+            self.auth(cred)?,
+        )
+        .header("anthropic-version", HeaderValue::from_static(VERSION));
+        send(rb).await
     }
 
     pub async fn chat(
@@ -93,8 +95,8 @@ impl Anthropic {
     ) -> Result<ChatResponse, UpstreamError> {
         let mut body = request_to_value(req, model);
         body.as_object_mut().map(|o| o.remove("stream"));
-        let resp = self.post(&body, cred, req.hops).await?;
-        let v = super::openai::read_json(resp, "anthropic message").await?;
+        let resp = self.post(&body, false, cred, req.hops).await?;
+        let v = read_json(resp, "anthropic message").await?;
         // A same-protocol client gets the upstream's body itself (thinking signatures...).
         let mut out = response_from_value(&v)?;
         out.raw = (req.origin == Protocol::AnthropicMessages).then_some(RawBody {
@@ -114,17 +116,65 @@ impl Anthropic {
         if let Some(o) = body.as_object_mut() {
             o.insert("stream".into(), Value::Bool(true));
         }
-        let resp = self.post(&body, cred, req.hops).await?;
-        Ok(Box::pin(super::Events::new(
+        let resp = self.post(&body, true, cred, req.hops).await?;
+        Ok(Box::pin(Events::new(
             resp,
             StreamDecoder::default(),
             (req.origin == Protocol::AnthropicMessages).then_some(Protocol::AnthropicMessages),
-            "stream ended before message_stop",
         )))
     }
 
     pub async fn models(&self, cred: Option<usize>) -> Result<(), UpstreamError> {
-        super::openai::send(self.headers(self.client.get(self.models_url.clone()), cred)?).await?;
+        let mut rb = self
+            .client
+            .get(self.models_url.clone())
+            .header("anthropic-version", HeaderValue::from_static(VERSION));
+        if let Some((name, value)) = self.auth(cred)? {
+            rb = rb.header(name, value);
+        }
+        send(rb).await?;
         Ok(())
+    }
+}
+
+/// Anthropic's stream says when it is complete (`message_stop`): any other end is a break.
+impl Decoder for StreamDecoder {
+    fn decode(&mut self, _: &str, data: &str) -> Decoded {
+        json(data).map_or(Decoded::Skip, |v| self.event(&v))
+    }
+
+    fn at_end(&self) -> Result<(), &'static str> {
+        Err("stream ended before message_stop")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base_urls_are_taken_with_or_without_the_version() {
+        for (base, messages) in [
+            (
+                "https://api.anthropic.com",
+                "https://api.anthropic.com/v1/messages",
+            ),
+            (
+                "https://api.anthropic.com/",
+                "https://api.anthropic.com/v1/messages",
+            ),
+            (
+                "https://api.anthropic.com/v1",
+                "https://api.anthropic.com/v1/messages",
+            ),
+            ("http://127.0.0.1:9/v1/", "http://127.0.0.1:9/v1/messages"),
+            (
+                "https://proxy/anthropic",
+                "https://proxy/anthropic/v1/messages",
+            ),
+        ] {
+            let root = api_root(&Url::parse(base).unwrap());
+            assert_eq!(join(&root, "messages").as_str(), messages, "{base}");
+        }
     }
 }

@@ -1,28 +1,20 @@
-//! OpenAI-compatible upstreams (OpenAI, vLLM, Ollama, OpenRouter...): `/chat/completions` and
-//! `/embeddings` under the channel's base URL, SSE streams.
+//! OpenAI-compatible upstreams (OpenAI, Azure, vLLM, Ollama, OpenRouter...): `/chat/completions`,
+//! `/responses` (when the upstream serves it) and `/embeddings` under the channel's base URL.
 
 use std::fmt;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 
-use bytes::Bytes;
-use eventsource_stream::{EventStream, Eventsource};
-use futures_util::{Stream, StreamExt};
 use reqwest::Url;
-use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderValue};
+use reqwest::header::{AUTHORIZATION, HeaderName};
 use serde_json::Value;
 
-use super::{ChunkStream, UpstreamError, parse_retry_after};
-use crate::config::Secret;
+use super::http::{self, join, post_json, read_json, send, to_body};
+use super::sse::{Decoder, Events};
+use super::{ChunkStream, UpstreamError};
 use crate::protocol::openai::{EmbeddingsBody, RequestBody, chunk_from_value, response_from_value};
 use crate::protocol::{
-    ChatRequest, ChatResponse, EmbeddingsRequest, InvalidUpstream, Protocol, StreamChunk,
+    ChatRequest, ChatResponse, Decoded, EmbeddingsRequest, InvalidUpstream, Protocol,
 };
-
-/// Largest upstream error body kept (for a 400 passed back to the client).
-const MAX_ERROR_BODY: usize = 64 * 1024;
-/// Largest non-streaming upstream answer read; a larger one is a broken upstream.
-const MAX_RESPONSE_BODY: usize = 64 * 1024 * 1024;
+use crate::secret::Secret;
 
 pub struct OpenAi {
     base: Url,
@@ -41,7 +33,7 @@ pub struct OpenAi {
 impl fmt::Debug for OpenAi {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OpenAi")
-            .field("chat_url", &super::redact_url(self.chat_url.as_str()))
+            .field("chat_url", &http::redact_url(self.chat_url.as_str()))
             .field("keys", &self.keys.len())
             .finish()
     }
@@ -50,44 +42,28 @@ impl fmt::Debug for OpenAi {
 impl OpenAi {
     pub fn new(
         base: Url,
-        keys: &[String],
+        keys: Vec<Secret>,
         stream_usage: bool,
         azure: Option<String>,
+        responses: bool,
         client: reqwest::Client,
-    ) -> Result<Self, String> {
-        // Append to the path, keeping any query the base carries (`?api-version=...`).
-        let endpoint = |p: &str| {
-            let mut u = base.clone();
-            let path = format!("{}/{p}", base.path().trim_end_matches('/'));
-            u.set_path(&path);
-            u
-        };
-        if base.cannot_be_a_base() {
-            return Err("not a base URL".into());
-        }
-        Ok(OpenAi {
-            chat_url: endpoint("chat/completions"),
-            embeddings_url: endpoint("embeddings"),
-            models_url: endpoint("models"),
-            responses_url: None,
-            base: base.clone(),
+    ) -> Self {
+        OpenAi {
+            chat_url: join(&base, "chat/completions"),
+            embeddings_url: join(&base, "embeddings"),
+            models_url: join(&base, "models"),
+            responses_url: responses.then(|| Box::new(join(&base, "responses"))),
+            base,
             azure,
-            keys: keys.iter().map(|k| Secret::new(k.as_str())).collect(),
+            keys,
             stream_usage,
             client,
-        })
+        }
     }
 
-    /// The upstream serves the Responses API (`{base}/responses`).
-    pub fn serve_responses(&mut self, on: bool) {
-        self.responses_url = on.then(|| {
-            let mut u = self.base.clone();
-            u.set_path(&format!(
-                "{}/responses",
-                self.base.path().trim_end_matches('/')
-            ));
-            Box::new(u)
-        });
+    pub fn endpoint(&self) -> String {
+        let url = self.url(&self.chat_url, "chat/completions", "{model}");
+        http::redact_url(url.as_str())
     }
 
     /// A Responses client's own body, for an upstream that speaks it: only the model rewritten
@@ -120,22 +96,15 @@ impl OpenAi {
         cred: Option<usize>,
         hops: u32,
     ) -> Result<reqwest::Response, UpstreamError> {
-        // Built from scratch: no client header, cookie or credential ever reaches the upstream.
-        let rb = self
-            .client
-            .post(url.clone())
-            .header(super::HOPS_HEADER, hops.saturating_add(1))
-            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
-            .header(
-                ACCEPT,
-                HeaderValue::from_static(if stream {
-                    "text/event-stream"
-                } else {
-                    "application/json"
-                }),
-            )
-            .body(body);
-        send(self.authorize(rb, cred)?).await
+        let rb = post_json(
+            &self.client,
+            url.clone(),
+            body,
+            stream,
+            hops,
+            self.auth(cred)?,
+        );
+        send(rb).await
     }
 
     pub async fn chat(
@@ -149,7 +118,7 @@ impl OpenAi {
             let v = read_json(resp, "response").await?;
             return Ok(crate::protocol::responses::response_from_value(v)?);
         }
-        let body = serialize(&RequestBody {
+        let body = to_body(&RequestBody {
             req,
             model,
             force_usage: false,
@@ -168,25 +137,20 @@ impl OpenAi {
     ) -> Result<ChunkStream, UpstreamError> {
         if let Some((url, body)) = self.responses_body(req, model) {
             let resp = self.post(url, body, true, cred, req.hops).await?;
-            return Ok(Box::pin(super::Events::new(
+            return Ok(Box::pin(Events::new(
                 resp,
                 crate::protocol::responses::StreamDecoder::default(),
                 Some(Protocol::OpenAiResponses),
-                "stream ended before response.completed",
             )));
         }
-        let body = serialize(&RequestBody {
+        let body = to_body(&RequestBody {
             req,
             model,
             force_usage: self.stream_usage,
         })?;
         let url = self.url(&self.chat_url, "chat/completions", model);
         let resp = self.post(&url, body, true, cred, req.hops).await?;
-        Ok(Box::pin(SseChunks {
-            inner: resp.bytes_stream().eventsource(),
-            done: false,
-            finished: false,
-        }))
+        Ok(Box::pin(Events::new(resp, ChatDecoder::default(), None)))
     }
 
     /// Where an operation goes: the fixed OpenAI URL, or Azure's deployment URL for the model
@@ -195,43 +159,29 @@ impl OpenAi {
         let Some(version) = &self.azure else {
             return std::borrow::Cow::Borrowed(fixed);
         };
-        let mut u = self.base.clone();
-        let path = format!(
-            "{}/openai/deployments/{model}/{op}",
-            self.base.path().trim_end_matches('/')
-        );
-        u.set_path(&path);
+        let mut u = join(&self.base, &format!("openai/deployments/{model}/{op}"));
         u.query_pairs_mut().append_pair("api-version", version);
         std::borrow::Cow::Owned(u)
     }
 
-    /// The reserved credential, as a sensitive header (never logged by the HTTP stack):
-    /// `Authorization: Bearer` for OpenAI, `api-key` for Azure.
-    fn authorize(
+    /// The reserved credential: `Authorization: Bearer` for OpenAI, `api-key` for Azure.
+    fn auth(
         &self,
-        rb: reqwest::RequestBuilder,
         cred: Option<usize>,
-    ) -> Result<reqwest::RequestBuilder, UpstreamError> {
-        let Some(k) = cred.and_then(|i| self.keys.get(i)) else {
-            return Ok(rb);
-        };
-        let value = if self.azure.is_some() {
-            k.expose().to_string()
-        } else {
-            format!("Bearer {}", k.expose())
-        };
-        let mut v = HeaderValue::from_str(&value)
-            .map_err(|_| UpstreamError::Connect("api key is not a valid header value".into()))?;
-        v.set_sensitive(true);
+    ) -> Result<Option<(HeaderName, reqwest::header::HeaderValue)>, UpstreamError> {
         Ok(if self.azure.is_some() {
-            rb.header("api-key", v)
+            http::credential(&self.keys, cred, "")?.map(|v| (HeaderName::from_static("api-key"), v))
         } else {
-            rb.header(AUTHORIZATION, v)
+            http::credential(&self.keys, cred, "Bearer ")?.map(|v| (AUTHORIZATION, v))
         })
     }
 
     pub async fn models(&self, cred: Option<usize>) -> Result<(), UpstreamError> {
-        send(self.authorize(self.client.get(self.models_url.clone()), cred)?).await?;
+        let mut rb = self.client.get(self.models_url.clone());
+        if let Some((name, value)) = self.auth(cred)? {
+            rb = rb.header(name, value);
+        }
+        send(rb).await?;
         Ok(())
     }
 
@@ -241,7 +191,7 @@ impl OpenAi {
         model: &str,
         cred: Option<usize>,
     ) -> Result<Value, UpstreamError> {
-        let body = serialize(&EmbeddingsBody { req, model })?;
+        let body = to_body(&EmbeddingsBody { req, model })?;
         let url = self.url(&self.embeddings_url, "embeddings", model);
         let resp = self.post(&url, body, false, cred, req.hops).await?;
         let v = read_json(resp, "embeddings response").await?;
@@ -256,175 +206,59 @@ impl OpenAi {
     }
 }
 
-fn serialize<T: serde::Serialize>(body: &T) -> Result<Vec<u8>, UpstreamError> {
-    // Serialising our own canonical types cannot fail in practice (no non-string map keys);
-    // report it as an upstream-side problem rather than panic.
-    serde_json::to_vec(body).map_err(|e| {
-        UpstreamError::Invalid(InvalidUpstream {
-            what: "request body",
-            message: e.to_string(),
-        })
-    })
-}
-
-/// The error and its sources, without URLs (the caller strips them first).
-pub(super) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(inner) = cur {
-        s.push_str(": ");
-        s.push_str(&inner.to_string());
-        cur = inner.source();
-    }
-    s
-}
-
-/// Reads a whole body, refusing one larger than `cap`.
-/// A whole upstream answer as JSON, never more than [`MAX_RESPONSE_BODY`] bytes of it.
-pub(super) async fn read_json(
-    resp: reqwest::Response,
-    what: &'static str,
-) -> Result<Value, UpstreamError> {
-    let bytes = read_capped(resp, MAX_RESPONSE_BODY).await?;
-    serde_json::from_slice(&bytes).map_err(|e| {
-        UpstreamError::Invalid(InvalidUpstream {
-            what,
-            message: e.to_string(),
-        })
-    })
-}
-
-async fn read_capped(resp: reqwest::Response, cap: usize) -> Result<Bytes, UpstreamError> {
-    if resp.content_length().is_some_and(|n| n > cap as u64) {
-        return Err(too_large(cap));
-    }
-    let mut body = Vec::new();
-    let mut s = resp.bytes_stream();
-    while let Some(chunk) = s.next().await {
-        let chunk = chunk.map_err(|e| UpstreamError::Broken(error_chain(&e.without_url())))?;
-        if body.len() + chunk.len() > cap {
-            return Err(too_large(cap));
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(Bytes::from(body))
-}
-
-fn too_large(cap: usize) -> UpstreamError {
-    UpstreamError::Invalid(InvalidUpstream {
-        what: "response",
-        message: format!("larger than {cap} bytes"),
-    })
-}
-
-/// Sends a request; a connection failure or a non-2xx answer becomes its upstream error class.
-pub(super) async fn send(rb: reqwest::RequestBuilder) -> Result<reqwest::Response, UpstreamError> {
-    // `without_url`: the URL may carry credentials (`?key=`); it never reaches a log.
-    let resp = rb
-        .send()
-        .await
-        .map_err(|e| UpstreamError::Connect(error_chain(&e.without_url())))?;
-    if resp.status().is_success() {
-        return Ok(resp);
-    }
-    Err(status_error(resp).await)
-}
-
-pub(super) async fn status_error(resp: reqwest::Response) -> UpstreamError {
-    let status = resp.status().as_u16();
-    let retry_after = parse_retry_after(resp.headers());
-    let content_type = resp
-        .headers()
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    let mut body = Vec::new();
-    let mut s = resp.bytes_stream();
-    while let Some(Ok(chunk)) = s.next().await {
-        let room = MAX_ERROR_BODY.saturating_sub(body.len());
-        body.extend_from_slice(&chunk[..chunk.len().min(room)]);
-        if body.len() >= MAX_ERROR_BODY {
-            break;
-        }
-    }
-    UpstreamError::Status {
-        status,
-        retry_after,
-        body: Bytes::from(body),
-        content_type,
-    }
-}
-
-/// SSE events → canonical chunks. Ends at `[DONE]`; an end without `[DONE]` and without a
-/// finish reason is a broken stream, never a clean close.
-struct SseChunks<S> {
-    inner: EventStream<S>,
-    done: bool,
+/// Chat Completions events: ends at `[DONE]`; an end of the bytes without it is complete only
+/// after a finish reason.
+#[derive(Default)]
+struct ChatDecoder {
     finished: bool,
 }
 
-impl<S> Stream for SseChunks<S>
-where
-    S: Stream<Item = Result<Bytes, reqwest::Error>> + Unpin,
-{
-    type Item = Result<StreamChunk, UpstreamError>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        if self.done {
-            return Poll::Ready(None);
+impl Decoder for ChatDecoder {
+    fn decode(&mut self, _: &str, data: &str) -> Decoded {
+        let data = data.trim();
+        if data.is_empty() {
+            return Decoded::Skip;
         }
-        loop {
-            match std::task::ready!(self.inner.poll_next_unpin(cx)) {
-                Some(Ok(ev)) => {
-                    let data = ev.data.trim();
-                    if data.is_empty() {
-                        continue;
-                    }
-                    if data == "[DONE]" {
-                        self.done = true;
-                        return Poll::Ready(None);
-                    }
-                    let v: Value = match serde_json::from_str(data) {
-                        Ok(v) => v,
-                        Err(e) => {
-                            self.done = true;
-                            return Poll::Ready(Some(Err(InvalidUpstream {
-                                what: "stream chunk",
-                                message: e.to_string(),
-                            }
-                            .into())));
-                        }
-                    };
-                    if v.get("error").is_some() && v.get("choices").is_none() {
-                        self.done = true;
-                        return Poll::Ready(Some(Err(UpstreamError::StreamError)));
-                    }
-                    let chunk = chunk_from_value(v);
-                    if let Ok(c) = &chunk {
-                        self.finished |= c.has_finish();
-                    }
-                    return Poll::Ready(Some(chunk.map_err(Into::into)));
-                }
-                Some(Err(e)) => {
-                    self.done = true;
-                    let msg = match e {
-                        eventsource_stream::EventStreamError::Transport(t) => {
-                            error_chain(&t.without_url())
-                        }
-                        other => other.to_string(),
-                    };
-                    return Poll::Ready(Some(Err(UpstreamError::Broken(msg))));
-                }
-                None => {
-                    self.done = true;
-                    if self.finished {
-                        return Poll::Ready(None);
-                    }
-                    return Poll::Ready(Some(Err(UpstreamError::Broken(
-                        "stream ended before [DONE]".into(),
-                    ))));
-                }
+        if data == "[DONE]" {
+            return Decoded::End;
+        }
+        let v: Value = match serde_json::from_str(data) {
+            Ok(v) => v,
+            Err(e) => {
+                return Decoded::Invalid(InvalidUpstream {
+                    what: "stream chunk",
+                    message: e.to_string(),
+                });
             }
+        };
+        if v.get("error").is_some() && v.get("choices").is_none() {
+            return Decoded::Error;
         }
+        match chunk_from_value(v) {
+            Ok(c) => {
+                self.finished |= c.has_finish();
+                Decoded::Chunk(Box::new(c))
+            }
+            Err(e) => Decoded::Invalid(e),
+        }
+    }
+
+    fn at_end(&self) -> Result<(), &'static str> {
+        if self.finished {
+            Ok(())
+        } else {
+            Err("stream ended before [DONE]")
+        }
+    }
+}
+
+/// A Responses stream says when it is complete (`response.completed`): any other end is a break.
+impl Decoder for crate::protocol::responses::StreamDecoder {
+    fn decode(&mut self, event: &str, data: &str) -> Decoded {
+        super::sse::json(data).map_or(Decoded::Skip, |v| self.event(event, &v))
+    }
+
+    fn at_end(&self) -> Result<(), &'static str> {
+        Err("stream ended before response.completed")
     }
 }

@@ -501,10 +501,10 @@ mod tests {
             .next()
             .unwrap()
             .to_string();
+        let err = load(&no_instances).unwrap_err();
         assert!(
-            load(&no_instances)
-                .unwrap_err()
-                .contains("routers[0].instances")
+            err.contains("routers[0]") && err.contains("instances"),
+            "{err}"
         );
     }
 

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{StateStore, StoredResponse};
-use crate::health::Clock;
+use crate::clock::Clock;
 
 /// Sessions kept at most; past it, expired ones are swept and then new bindings are refused
 /// (the request is served, just not bound) rather than growing without bound.
@@ -234,7 +234,7 @@ impl StateStore for Memory {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::health::ManualClock;
+    use crate::clock::ManualClock;
 
     #[tokio::test]
     async fn bindings_expire_refresh_and_count_failures() {

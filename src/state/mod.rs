@@ -71,6 +71,37 @@ pub struct StoredResponse {
     pub items: Option<Arc<str>>,
 }
 
+/// A change one replica shares with the others, as it travels between them: a circuit
+/// opening, or a channel's or credential's cooldown, by name (never a key).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Change {
+    pub kind: ChangeKind,
+    pub channel: Arc<str>,
+    /// The credential's label, for a credential's cooldown.
+    pub label: Option<Arc<str>>,
+    /// For per-model circuits and cooldowns.
+    pub model: Option<Arc<str>>,
+    /// How long it holds (from now).
+    pub cooldown: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeKind {
+    CircuitOpened,
+    ChannelCooled,
+    CredentialCooled,
+}
+
+impl ChangeKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeKind::CircuitOpened => "circuit_opened",
+            ChangeKind::ChannelCooled => "channel_cooled",
+            ChangeKind::CredentialCooled => "credential_cooled",
+        }
+    }
+}
+
 /// The store the gateway runs on.
 pub enum State {
     Memory(Memory),

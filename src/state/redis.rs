@@ -15,9 +15,8 @@ use redis::AsyncCommands;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use serde_json::{Value, json};
 
-use super::{Memory, StateStore, StoredResponse};
-use crate::config::Live;
-use crate::health::{Clock, Health, Key, Shared};
+use super::{Change, ChangeKind, Memory, StateStore, StoredResponse};
+use crate::clock::Clock;
 
 /// The longest a request waits on Redis before it goes on with local state.
 const OP_TIMEOUT: Duration = Duration::from_millis(250);
@@ -163,86 +162,57 @@ impl Redis {
         }
     }
 
-    /// Publishes this replica's circuit openings and cooldowns to the others.
-    pub async fn publish(self: Arc<Self>, mut rx: tokio::sync::mpsc::Receiver<Shared>) {
-        while let Some(ev) = rx.recv().await {
-            let (kind, channel_name, label, model, cooldown) = match &ev {
-                Shared::CircuitOpened { key, cooldown } => (
-                    "circuit_opened",
-                    &key.channel,
-                    None,
-                    key.model.as_ref(),
-                    cooldown,
-                ),
-                Shared::ChannelCooled { key, cooldown } => (
-                    "channel_cooled",
-                    &key.channel,
-                    None,
-                    key.model.as_ref(),
-                    cooldown,
-                ),
-                Shared::CredentialCooled {
-                    channel,
-                    label,
-                    model,
-                    cooldown,
-                } => (
-                    "credential_cooled",
-                    channel,
-                    Some(label),
-                    model.as_ref(),
-                    cooldown,
-                ),
-            };
-            let msg = json!({
-                "replica": self.replica,
-                "kind": kind,
-                "channel": &**channel_name,
-                "label": label.map(|l| &**l),
-                "model": model.map(|m| &**m),
-                "cooldown_ms": cooldown.as_millis() as u64,
+    /// Publishes one of this replica's changes (a circuit opening, a cooldown) to the others.
+    pub async fn share(&self, change: &Change) {
+        let kind = change.kind.as_str();
+        let msg = json!({
+            "replica": self.replica,
+            "kind": kind,
+            "channel": &*change.channel,
+            "label": change.label.as_deref(),
+            "model": change.model.as_deref(),
+            "cooldown_ms": change.cooldown.as_millis() as u64,
+        })
+        .to_string();
+        let channel = self.events();
+        // Kept as a key for as long as it holds, so a replica that (re)subscribes later
+        // still honours it; published for those listening now.
+        let kept = format!(
+            "{}:shared:{kind}:{}:{}:{}",
+            self.prefix,
+            change.channel,
+            change.label.as_deref().unwrap_or(""),
+            change.model.as_deref().unwrap_or("")
+        );
+        let ms = (change.cooldown.as_millis() as u64).max(1);
+        if self
+            .run(|mut c| async move {
+                redis::pipe()
+                    .atomic()
+                    .set(&kept, &msg)
+                    .arg("PX")
+                    .arg(ms)
+                    .ignore()
+                    .publish(channel, &msg)
+                    .ignore()
+                    .query_async::<()>(&mut c)
+                    .await
             })
-            .to_string();
-            let shown = channel_name.clone();
-            let channel = self.events();
-            // Kept as a key for as long as it holds, so a replica that (re)subscribes later
-            // still honours it; published for those listening now.
-            let kept = format!(
-                "{}:shared:{kind}:{}:{}:{}",
-                self.prefix,
-                channel_name,
-                label.map_or("", |l| &**l),
-                model.map_or("", |m| &**m)
+            .await
+            .is_none()
+        {
+            tracing::warn!(
+                channel = &*change.channel,
+                kind,
+                "change not shared: Redis is unavailable"
             );
-            let ms = (cooldown.as_millis() as u64).max(1);
-            if self
-                .run(|mut c| async move {
-                    redis::pipe()
-                        .atomic()
-                        .set(&kept, &msg)
-                        .arg("PX")
-                        .arg(ms)
-                        .ignore()
-                        .publish(channel, &msg)
-                        .ignore()
-                        .query_async::<()>(&mut c)
-                        .await
-                })
-                .await
-                .is_none()
-            {
-                tracing::warn!(
-                    channel = &*shown,
-                    kind,
-                    "change not shared: Redis is unavailable"
-                );
-            }
         }
     }
 
-    /// Applies the other replicas' circuit openings and cooldowns to this one's health, resubscribing
-    /// whenever the connection drops.
-    pub async fn subscribe(self: Arc<Self>, health: Arc<Health>, live: Arc<Live>) {
+    /// Hands the other replicas' changes to `apply` (first those shared before this
+    /// subscription that still hold, with the time they have left), resubscribing whenever the
+    /// connection drops. Runs for the life of the gateway.
+    pub async fn subscribe(self: Arc<Self>, apply: impl Fn(Change) + Send + Sync) {
         loop {
             // After the supervisor has a connection: loading what is shared needs it.
             if !self.connected() {
@@ -256,15 +226,16 @@ impl Redis {
                     Ok(Ok(()))
                 )
             {
-                // What was shared before this subscription, and still holds.
-                self.load_shared(&health, &live).await;
+                self.load_shared(&apply).await;
                 self.subscribed.store(true, Ordering::Relaxed);
                 let mut stream = ps.on_message();
                 while let Ok(Some(msg)) = tokio::time::timeout(SILENT_AFTER, stream.next()).await {
                     let Ok(text) = msg.get_payload::<String>() else {
                         continue;
                     };
-                    self.apply(&text, None, &health, &live);
+                    if let Some(change) = self.read(&text, None) {
+                        apply(change);
+                    }
                 }
                 self.subscribed.store(false, Ordering::Relaxed);
                 tracing::warn!("Redis events subscription lost: resubscribing");
@@ -273,8 +244,8 @@ impl Redis {
         }
     }
 
-    /// Applies every shared change still in force, with the time it has left.
-    async fn load_shared(&self, health: &Health, live: &Live) {
+    /// Every shared change still in force, with the time it has left.
+    async fn load_shared(&self, apply: &(impl Fn(Change) + Send + Sync)) {
         let pattern = format!("{}:shared:*", self.prefix);
         let Some(keys) = self
             .run(|mut c| async move {
@@ -305,68 +276,37 @@ impl Redis {
                 .await;
             if let Some((Some(text), left)) = got
                 && left > 0
+                && let Some(change) = self.read(&text, Some(Duration::from_millis(left as u64)))
             {
-                self.apply(
-                    &text,
-                    Some(Duration::from_millis(left as u64)),
-                    health,
-                    live,
-                );
+                apply(change);
             }
         }
     }
 
-    /// Applies one shared change (`left`: the time it still holds, for one loaded from its key;
-    /// else its full cooldown). This replica's own messages and heartbeats change nothing.
-    fn apply(&self, text: &str, left: Option<Duration>, health: &Health, live: &Live) {
-        let Ok(v) = serde_json::from_str::<Value>(text) else {
-            return;
-        };
-        if v["replica"] == *self.replica || v["kind"] == "ping" {
-            return;
+    /// One shared change as another replica sent it (`left`: the time it still holds, for one
+    /// loaded from its key; else its full cooldown). This replica's own messages and
+    /// heartbeats are nothing.
+    fn read(&self, text: &str, left: Option<Duration>) -> Option<Change> {
+        let v = serde_json::from_str::<Value>(text).ok()?;
+        if v["replica"] == *self.replica {
+            return None;
         }
-        let (Some(channel), Some(ms)) = (v["channel"].as_str(), v["cooldown_ms"].as_u64()) else {
-            return;
+        let kind = match v["kind"].as_str()? {
+            "circuit_opened" => ChangeKind::CircuitOpened,
+            "channel_cooled" => ChangeKind::ChannelCooled,
+            "credential_cooled" => ChangeKind::CredentialCooled,
+            _ => return None,
         };
-        // Only what this replica's own config knows: names are matched, never created.
-        let snap = live.load();
-        let Some(ch) = snap.channels.iter().find(|c| &*c.name == channel) else {
-            return;
-        };
-        let cooldown = left
-            .unwrap_or(Duration::from_millis(ms))
-            .min(MAX_REMOTE_COOLDOWN);
-        let model: Option<Arc<str>> = v["model"].as_str().map(Into::into);
-        let key = || Key {
-            channel: ch.name.clone(),
-            model: model.clone(),
-        };
-        let ev = match v["kind"].as_str() {
-            Some("circuit_opened") => Shared::CircuitOpened {
-                key: key(),
-                cooldown,
-            },
-            Some("channel_cooled") => Shared::ChannelCooled {
-                key: key(),
-                cooldown,
-            },
-            Some("credential_cooled") => {
-                let Some((label, _)) = v["label"]
-                    .as_str()
-                    .and_then(|l| ch.credentials.iter().find(|(x, _)| &**x == l))
-                else {
-                    return;
-                };
-                Shared::CredentialCooled {
-                    channel: ch.name.clone(),
-                    label: label.clone(),
-                    model,
-                    cooldown,
-                }
-            }
-            _ => return,
-        };
-        health.apply(&ev, &ch.breaker);
+        let ms = v["cooldown_ms"].as_u64()?;
+        Some(Change {
+            kind,
+            channel: v["channel"].as_str()?.into(),
+            label: v["label"].as_str().map(Into::into),
+            model: v["model"].as_str().map(Into::into),
+            cooldown: left
+                .unwrap_or(Duration::from_millis(ms))
+                .min(MAX_REMOTE_COOLDOWN),
+        })
     }
 }
 

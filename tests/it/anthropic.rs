@@ -189,6 +189,25 @@ fn anthropic_channel(name: &str, base: &str, prio: u32) -> String {
 }
 
 #[tokio::test]
+async fn an_anthropic_base_url_is_taken_as_the_sdk_writes_it_or_with_v1() {
+    let up = mock(text_spec("ok")).await;
+    // Anthropic's SDKs take `https://api.anthropic.com` (no `/v1`); OpenAI-style configs add it.
+    let root = up.base_url().trim_end_matches("/v1").to_string();
+    let gw = gateway(&format!(
+        "{}{}",
+        anthropic_channel("sdk-style", &root, 1),
+        anthropic_channel("v1-style", &up.base_url(), 2)
+    ))
+    .await;
+    let resp = gw
+        .chat(json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}))
+        .await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["x-switchyard-channel"], "sdk-style");
+    assert_eq!(up.received()[0].uri, "/v1/messages");
+}
+
+#[tokio::test]
 async fn an_openai_client_is_served_by_an_anthropic_channel() {
     let up = mock(MockSpec {
         chunks: 3,

@@ -113,7 +113,9 @@ async fn check_prints_the_plan_or_the_field_that_is_wrong() {
         "[[keys]]\nname = \"a\"\nkey = \"${CHECK_TEST_KEY}\"\n\
          [[channels]]\nname = \"one\"\nprovider = \"mock\"\nmodels = [\"m\"]\npriority = 1\n\
          [[channels]]\nname = \"two\"\nprovider = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\n\
-         models = [{ name = \"m\", upstream = \"m-2024\" }]\npriority = 2\n",
+         models = [{ name = \"m\", upstream = \"m-2024\" }]\npriority = 2\n\
+         [[channels]]\nname = \"three\"\nprovider = \"anthropic\"\nbase_url = \"https://api.anthropic.com\"\n\
+         models = [\"m\"]\npriority = 3\n",
     )
     .unwrap();
     let out = Command::new(BIN)
@@ -131,6 +133,14 @@ async fn check_prints_the_plan_or_the_field_that_is_wrong() {
         "{stdout}"
     );
     assert!(!stdout.contains("sk-check-test-key"));
+    // Where each channel's calls go, as built from its base URL.
+    for line in [
+        "channel one calls in-process mock",
+        "channel two calls http://127.0.0.1:9/v1/chat/completions",
+        "channel three calls https://api.anthropic.com/v1/messages",
+    ] {
+        assert!(stdout.contains(line), "{line}: {stdout}");
+    }
 
     // The missing variable is named, with its field.
     let out = Command::new(BIN)

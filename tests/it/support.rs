@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 
 use serde_json::{Value, json};
+use switchyard::clock::ManualClock;
 use switchyard::config;
-use switchyard::health::ManualClock;
 use switchyard::provider::mock::{Fault, MockServer, MockSpec};
 use switchyard::provider::{HttpClients, install_crypto_provider};
 use switchyard::server::Running;

@@ -7,8 +7,12 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 
+mod bridge;
+mod probe;
+
+use crate::clock::{Clock, SystemClock};
 use crate::config::{self, ConfigError, Live, Snapshot};
-use crate::health::{Clock, Health, SystemClock, spawn_prober};
+use crate::health::Health;
 use crate::provider::HttpClients;
 use crate::server::{self, AppState, Running};
 use crate::state::{Memory, Redis, State};
@@ -87,7 +91,7 @@ pub async fn start_with_clock(
         }),
         semantic: Arc::new(crate::semantic::Semantic::default()),
     };
-    let prober = spawn_prober(state.live.clone(), state.health.clone());
+    let prober = probe::spawn_prober(state.live.clone(), state.health.clone());
     let mut background = vec![prober];
     // Local embedding models load now, not on the first request that needs one.
     let (semantic, live) = (state.semantic.clone(), state.live.clone());
@@ -96,10 +100,15 @@ pub async fn start_with_clock(
     }));
     if let Some(r) = redis {
         background.push(tokio::spawn(r.clone().supervise()));
-        background.push(tokio::spawn(r.clone().publish(state.health.share())));
-        background.push(tokio::spawn(
-            r.subscribe(state.health.clone(), state.live.clone()),
-        ));
+        background.push(tokio::spawn(bridge::publish(
+            r.clone(),
+            state.health.share(),
+        )));
+        background.push(tokio::spawn(bridge::subscribe(
+            r,
+            state.health.clone(),
+            state.live.clone(),
+        )));
     }
     let mut running =
         server::spawn(listener, state).map_err(|source| StartError::Bind { addr, source })?;

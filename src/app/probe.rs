@@ -1,6 +1,6 @@
 //! Active probes: a background task that tests channels health has doubts about, so that no
-//! client request is risked on them. Health decides when a probe is due ([`Health::claim_probe`]);
-//! this module only runs it and reports back.
+//! client request is risked on them. Health decides when a probe is due
+//! ([`Health::claim_probe`]); this module only runs it and reports back.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,8 +8,8 @@ use std::time::Duration;
 use serde_json::Map;
 use tokio::time::Instant;
 
-use super::{CredVerdict, Health, Key, ProbeKind, ProbeReason};
-use crate::config::{Live, Snapshot};
+use crate::config::{Live, ProbeKind, Snapshot};
+use crate::health::{CredVerdict, Health, Key, ProbeReason};
 use crate::protocol::{ChatRequest, MaxTokensField, Message, Role};
 use crate::provider::UpstreamError;
 

@@ -1,0 +1,92 @@
+//! `[[models]]`: the catalog of context windows and output budgets (each entry its own, or its
+//! built-in family's), with the route's trimming and context fallbacks checked.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::FieldError;
+use super::redirects::glob_regex;
+use crate::config::file::ModelConfig;
+use crate::config::snapshot::ModelRoute;
+use crate::context::catalog::{Catalog, DEFAULT_TRIM_TO, ModelInfo, NameMatch};
+
+pub fn compile(
+    list: &[ModelConfig],
+    models: &BTreeMap<Arc<str>, Vec<ModelRoute>>,
+) -> Result<Catalog, FieldError> {
+    let mut catalog = Catalog::builtin();
+    for (i, m) in list.iter().enumerate() {
+        let at = |f: &str| format!("models[{i}].{f}");
+        if m.name.is_empty() {
+            return Err((at("name"), "must not be empty".into()));
+        }
+        let glob = m.name.contains(['*', '?']);
+        let family = (!glob).then(|| catalog.family(&m.name)).flatten();
+        let context_window = match (m.context_window, family) {
+            (Some(w), _) => w.get(),
+            (None, Some(f)) => f.context_window,
+            (None, None) => {
+                return Err((
+                    at("context_window"),
+                    format!("is required: no built-in default for {:?}", m.name),
+                ));
+            }
+        };
+        let max_output_tokens = m
+            .max_output_tokens
+            .or(family.map(|f| f.max_output_tokens))
+            .unwrap_or(context_window / 4);
+        if max_output_tokens >= context_window {
+            return Err((
+                at("max_output_tokens"),
+                format!("must be below the context window ({context_window})"),
+            ));
+        }
+        let trim_to = m.trim_to.unwrap_or(DEFAULT_TRIM_TO);
+        if !(trim_to > 0.0 && trim_to <= 1.0) {
+            return Err((at("trim_to"), "must be in (0, 1]".into()));
+        }
+        for (j, f) in m.context_fallbacks.iter().enumerate() {
+            if !models.contains_key(f.as_str()) {
+                return Err((
+                    format!("models[{i}].context_fallbacks[{j}]"),
+                    format!("no channel serves the model {f:?}"),
+                ));
+            }
+        }
+        let matcher = if glob {
+            let re = regex_lite::Regex::new(&format!("^(?:{})$", glob_regex(&m.name)))
+                .map_err(|e| (at("name"), format!("invalid pattern: {e}")))?;
+            NameMatch::Pattern(re)
+        } else {
+            NameMatch::Exact
+        };
+        catalog.push(
+            matcher,
+            ModelInfo {
+                name: m.name.as_str().into(),
+                context_window,
+                max_output_tokens,
+                trim: m.trim,
+                trim_to,
+                context_fallbacks: m
+                    .context_fallbacks
+                    .iter()
+                    .map(|f| f.as_str().into())
+                    .collect(),
+            },
+        );
+    }
+    // A fallback must be larger, so its window must be known.
+    for (i, m) in list.iter().enumerate() {
+        for (j, f) in m.context_fallbacks.iter().enumerate() {
+            if catalog.lookup(f).is_none() {
+                return Err((
+                    format!("models[{i}].context_fallbacks[{j}]"),
+                    format!("the context window of {f:?} is not known: give it a [[models]] entry"),
+                ));
+            }
+        }
+    }
+    Ok(catalog)
+}

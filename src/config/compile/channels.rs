@@ -1,0 +1,253 @@
+//! `[[channels]]`: each upstream endpoint with its credentials, timeouts (one taxonomy,
+//! checked against the request deadline), circuit breaker and the validated spec its provider
+//! is built from; and the index of which channels serve which model.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::Url;
+
+use super::FieldError;
+use crate::config::file::{ChannelConfig, CircuitBreakerConfig, ProbeKindConfig, Timeouts};
+use crate::config::settings::{BreakerSettings, Limits, ProbeKind, ProbeSettings};
+use crate::config::snapshot::{Channel, DEFAULT_GROUP, ModelRoute};
+use crate::provider::{Api, HttpClients, HttpSpec, ProviderKind, Upstream, UpstreamSpec};
+
+/// The channels, and model name → the channels that list it, in config order.
+pub type Compiled = (Vec<Channel>, BTreeMap<Arc<str>, Vec<ModelRoute>>);
+
+pub fn compile(
+    list: &[ChannelConfig],
+    request_timeout_ms: u64,
+    clients: &HttpClients,
+) -> Result<Compiled, FieldError> {
+    let mut names = HashSet::new();
+    let mut channels = Vec::with_capacity(list.len());
+    let mut models: BTreeMap<Arc<str>, Vec<ModelRoute>> = BTreeMap::new();
+    for (i, c) in list.iter().enumerate() {
+        let at = |(f, m): (&str, String)| (format!("channels[{i}].{f}"), m);
+        if c.name.is_empty() {
+            return Err(at(("name", "must not be empty".into())));
+        }
+        if !names.insert(c.name.as_str()) {
+            return Err(at(("name", format!("duplicate channel name {:?}", c.name))));
+        }
+        if let Some(j) = c.groups.iter().position(|g| g.is_empty()) {
+            return Err((
+                format!("channels[{i}].groups[{j}]"),
+                "must not be empty".into(),
+            ));
+        }
+        let credentials = credentials(c, i)?;
+        let t = c.timeouts(request_timeout_ms);
+        check_timeouts(t, request_timeout_ms).map_err(at)?;
+        let spec = upstream_spec(c, Duration::from_millis(t.connect_ms)).map_err(at)?;
+        let upstream = Upstream::build(spec, clients).map_err(|e| at(("base_url", e)))?;
+        index_models(c, i, &mut models)?;
+        channels.push(Channel {
+            name: c.name.as_str().into(),
+            kind: c.provider,
+            priority: c.priority,
+            weight: c.weight.get(),
+            enabled: c.enabled,
+            max_retries: c.max_retries,
+            retry_interval: Duration::from_millis(c.retry_interval_ms),
+            timeout: Duration::from_millis(t.attempt_ms),
+            first_token_timeout: Duration::from_millis(t.first_token_ms),
+            breaker: breaker(&c.circuit_breaker),
+            credentials,
+            credential_cooldown: Duration::from_secs(c.credential_cooldown_seconds),
+            groups: if c.groups.is_empty() {
+                vec![DEFAULT_GROUP.into()]
+            } else {
+                c.groups.iter().map(|g| g.as_str().into()).collect()
+            },
+            affinity: c.affinity,
+            responses: c.responses,
+            upstream,
+        });
+    }
+    Ok((channels, models))
+}
+
+/// The channel's credentials by label, in key order: `api_keys` get a fingerprint label,
+/// `credentials` their own (or a fingerprint) and their limits.
+fn credentials(c: &ChannelConfig, i: usize) -> Result<Vec<(Arc<str>, Limits)>, FieldError> {
+    if !c.api_keys.is_empty() && !c.credentials.is_empty() {
+        return Err((
+            format!("channels[{i}].credentials"),
+            "give either api_keys or credentials, not both".into(),
+        ));
+    }
+    let mut labels: Vec<(Arc<str>, Limits)> = Vec::new();
+    for k in &c.api_keys {
+        labels.push((fingerprint(k).into(), Limits::default()));
+    }
+    for (j, cr) in c.credentials.iter().enumerate() {
+        let label = cr.label.clone().unwrap_or_else(|| fingerprint(&cr.key));
+        if labels.iter().any(|(l, _)| **l == *label) {
+            return Err((
+                format!("channels[{i}].credentials[{j}].label"),
+                format!("duplicate label {label:?}"),
+            ));
+        }
+        labels.push((
+            label.into(),
+            Limits {
+                rpm: cr.rpm.map(|n| n.get()),
+                max_concurrency: cr.max_concurrency.map(|n| n.get()),
+                tpm: cr.tpm.map(|n| n.get()),
+            },
+        ));
+    }
+    Ok(labels)
+}
+
+/// A credential's default label: a short hash of the key, so it follows the key through
+/// reorders and reloads and shows nothing of it.
+fn fingerprint(key: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    key.hash(&mut h);
+    format!("key-{:06x}", h.finish() & 0xff_ffff)
+}
+
+/// The timeout taxonomy: connect ≤ first token and attempt ≤ the request deadline.
+fn check_timeouts(t: Timeouts, request_timeout_ms: u64) -> Result<(), (&'static str, String)> {
+    if t.attempt_ms > request_timeout_ms {
+        return Err((
+            "timeout_ms",
+            format!(
+                "{} ms is longer than server.request_timeout_ms ({request_timeout_ms} ms); the attempt could never time out",
+                t.attempt_ms
+            ),
+        ));
+    }
+    if t.first_token_ms > request_timeout_ms {
+        return Err((
+            "first_token_timeout_ms",
+            format!(
+                "{} ms is longer than server.request_timeout_ms ({request_timeout_ms} ms)",
+                t.first_token_ms
+            ),
+        ));
+    }
+    if t.connect_ms > t.attempt_ms.min(t.first_token_ms) {
+        return Err((
+            "connect_timeout_ms",
+            "must not be longer than timeout_ms or first_token_timeout_ms".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// What the channel's provider is built from; every field that only one kind takes is
+/// refused on the others.
+fn upstream_spec(
+    c: &ChannelConfig,
+    connect_timeout: Duration,
+) -> Result<UpstreamSpec, (&'static str, String)> {
+    if c.provider == ProviderKind::Mock {
+        if c.base_url.is_some() {
+            return Err(("base_url", "a mock channel takes no base_url".into()));
+        }
+        if !c.api_keys.is_empty() || !c.credentials.is_empty() {
+            return Err(("api_keys", "a mock channel takes no api_keys".into()));
+        }
+        let spec = c.mock.clone().unwrap_or_default();
+        spec.validate().map_err(|m| ("mock", m))?;
+        return Ok(UpstreamSpec::Mock(spec));
+    }
+    if c.mock.is_some() {
+        return Err(("mock", "only allowed with provider = \"mock\"".into()));
+    }
+    let base = c.base_url.as_deref().ok_or((
+        "base_url",
+        format!("is required for provider = \"{}\"", c.provider.as_str()),
+    ))?;
+    let base = Url::parse(base).map_err(|e| ("base_url", format!("not a valid URL: {e}")))?;
+    if !matches!(base.scheme(), "http" | "https") {
+        return Err(("base_url", "must be an http:// or https:// URL".into()));
+    }
+    if base.cannot_be_a_base() {
+        return Err(("base_url", "not a valid URL: not a base URL".into()));
+    }
+    if c.api_version.is_some() && c.provider != ProviderKind::Azure {
+        return Err(("api_version", "only for provider = \"azure\"".into()));
+    }
+    if c.responses && c.provider != ProviderKind::Openai {
+        return Err(("responses", "only for provider = \"openai\"".into()));
+    }
+    let api = match c.provider {
+        ProviderKind::Azure => Api::Azure {
+            api_version: c
+                .api_version
+                .clone()
+                .ok_or(("api_version", "is required for provider = \"azure\"".into()))?,
+            stream_usage: c.stream_usage,
+        },
+        ProviderKind::Anthropic => Api::Anthropic,
+        ProviderKind::Gemini => Api::Gemini,
+        ProviderKind::Openai | ProviderKind::Mock => Api::OpenAi {
+            stream_usage: c.stream_usage,
+            responses: c.responses,
+        },
+    };
+    let keys = if c.credentials.is_empty() {
+        c.api_keys.clone()
+    } else {
+        c.credentials.iter().map(|k| k.key.clone()).collect()
+    };
+    Ok(UpstreamSpec::Http(HttpSpec {
+        api,
+        base,
+        keys,
+        http2: c.http2,
+        connect_timeout,
+    }))
+}
+
+/// Adds the channel's models to the index: names not empty, none listed twice.
+fn index_models(
+    c: &ChannelConfig,
+    i: usize,
+    models: &mut BTreeMap<Arc<str>, Vec<ModelRoute>>,
+) -> Result<(), FieldError> {
+    let mut seen = HashMap::new();
+    for (j, m) in c.models.iter().enumerate() {
+        let at = format!("channels[{i}].models[{j}]");
+        if m.name().is_empty() || m.upstream().is_empty() {
+            return Err((at, "model names must not be empty".into()));
+        }
+        if seen.insert(m.name(), j).is_some() {
+            return Err((at, format!("model {:?} is listed twice", m.name())));
+        }
+        models.entry(m.name().into()).or_default().push(ModelRoute {
+            channel: i,
+            upstream_model: m.upstream().into(),
+        });
+    }
+    Ok(())
+}
+
+fn breaker(cb: &CircuitBreakerConfig) -> BreakerSettings {
+    BreakerSettings {
+        enabled: cb.enabled,
+        per_model: cb.per_model,
+        failure_threshold: cb.failure_threshold.get(),
+        window: Duration::from_secs(cb.window_seconds.get()),
+        cooldown: Duration::from_secs(cb.cooldown_seconds.get()),
+        rate_limit_cooldown: Duration::from_secs(cb.rate_limit_cooldown_seconds),
+        slow_start: Duration::from_secs(cb.slow_start_seconds),
+        probe: cb.probe.enabled.then(|| ProbeSettings {
+            kind: match cb.probe.kind {
+                ProbeKindConfig::Completion => ProbeKind::Completion,
+                ProbeKindConfig::Models => ProbeKind::Models,
+            },
+            interval: Duration::from_secs(cb.probe.interval_seconds.get()),
+            success_threshold: cb.probe.success_threshold.get(),
+            unhealthy_below: cb.probe.unhealthy_below,
+        }),
+    }
+}

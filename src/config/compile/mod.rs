@@ -1,0 +1,57 @@
+//! Compiling the file as written into the [`Snapshot`]: one function per section, each
+//! returning its error with the field's path; a section that refers to others (keys to
+//! channels and models, routers and the catalog to models) comes after what it refers to.
+
+mod catalog;
+mod channels;
+mod keys;
+mod redirects;
+mod routers;
+mod server;
+
+#[cfg(test)]
+mod tests;
+
+use std::sync::atomic::Ordering;
+
+use super::file::FileConfig;
+use super::snapshot::{Snapshot, VERSION};
+use super::{ConfigError, Source};
+use crate::provider::HttpClients;
+
+/// A field's path and what is wrong with it.
+type FieldError = (String, String);
+
+pub(crate) fn compile(
+    cfg: FileConfig,
+    shown: &str,
+    source: Source,
+    clients: &HttpClients,
+) -> Result<Snapshot, ConfigError> {
+    let err = |(field, message): FieldError| ConfigError::field(shown, field, message);
+    let sections = server::compile(&cfg).map_err(err)?;
+    let mut keys = keys::compile(&cfg.keys, &source).map_err(err)?;
+    let request_timeout_ms = cfg.server.request_timeout_ms.get();
+    let (channels, models) =
+        channels::compile(&cfg.channels, request_timeout_ms, clients).map_err(err)?;
+    let redirects = redirects::compile(&cfg.redirects, "redirects", &models).map_err(err)?;
+    keys::link(&cfg.keys, &mut keys, &channels, &models).map_err(err)?;
+    let routers = routers::compile(&cfg.routers, &models, &channels).map_err(err)?;
+    let catalog = catalog::compile(&cfg.models, &models).map_err(err)?;
+    Ok(Snapshot {
+        server: sections.server,
+        log: sections.log,
+        health: sections.health,
+        balance: sections.balance,
+        keys,
+        channels,
+        models,
+        redirects,
+        affinity: sections.affinity,
+        state: sections.state,
+        routers,
+        catalog,
+        version: VERSION.fetch_add(1, Ordering::Relaxed),
+        source,
+    })
+}

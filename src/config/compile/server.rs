@@ -1,0 +1,126 @@
+//! The sections that stand alone: `[server]`, `[log]`, `[health]`, `[affinity]`, `[state]`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::FieldError;
+use crate::config::file::{Balance, FileConfig};
+use crate::config::settings::{
+    AffinitySettings, BudgetSettings, HealthSettings, LogSettings, ServerSettings, StateSettings,
+};
+use crate::secret::Secret;
+
+/// What these sections compile to.
+pub struct Sections {
+    pub server: ServerSettings,
+    pub log: LogSettings,
+    pub health: HealthSettings,
+    pub balance: Balance,
+    pub affinity: AffinitySettings,
+    pub state: StateSettings,
+}
+
+fn field(f: &str, m: impl Into<String>) -> FieldError {
+    (f.to_string(), m.into())
+}
+
+pub fn compile(cfg: &FileConfig) -> Result<Sections, FieldError> {
+    Ok(Sections {
+        server: server(cfg)?,
+        log: log(cfg)?,
+        health: health(cfg)?,
+        balance: cfg.health.balance,
+        affinity: AffinitySettings {
+            ttl: Duration::from_secs(cfg.affinity.ttl_seconds.get()),
+            max_failures: cfg.affinity.max_failures.get(),
+            implicit: cfg.affinity.implicit,
+        },
+        state: state(cfg)?,
+    })
+}
+
+fn server(cfg: &FileConfig) -> Result<ServerSettings, FieldError> {
+    let s = &cfg.server;
+    let listen: SocketAddr = s.listen.parse().map_err(|_| {
+        field(
+            "server.listen",
+            format!("expected host:port with an IP address, got {:?}", s.listen),
+        )
+    })?;
+    let admin_token = match &s.admin_token {
+        Some(t) if t.len() < 16 => {
+            return Err(field(
+                "server.admin_token",
+                "must be at least 16 characters",
+            ));
+        }
+        Some(t) => Some(Secret::new(t.as_str())),
+        None => None,
+    };
+    let rb = &s.retry_budget;
+    if !(0.0..=10.0).contains(&rb.ratio) {
+        return Err(field("server.retry_budget.ratio", "must be in [0, 10]"));
+    }
+    Ok(ServerSettings {
+        listen,
+        request_timeout: Duration::from_millis(s.request_timeout_ms.get()),
+        stream_idle_timeout: Duration::from_millis(s.stream_idle_timeout_ms.get()),
+        max_body_bytes: s.max_body_bytes.get(),
+        max_attempts: s.max_attempts.get(),
+        max_retry_after: Duration::from_millis(s.max_retry_after_ms),
+        admin_token,
+        max_hops: s.max_hops,
+        retry_budget: BudgetSettings {
+            ratio: rb.ratio,
+            min_per_second: rb.min_per_second,
+            window: Duration::from_secs(rb.window_seconds.get()),
+        },
+    })
+}
+
+fn log(cfg: &FileConfig) -> Result<LogSettings, FieldError> {
+    if cfg.log.sqlite_path.is_empty() {
+        return Err(field("log.sqlite_path", "must not be empty"));
+    }
+    Ok(LogSettings {
+        sqlite_path: cfg.log.sqlite_path.clone(),
+        queue_capacity: cfg.log.queue_capacity.get(),
+    })
+}
+
+fn health(cfg: &FileConfig) -> Result<HealthSettings, FieldError> {
+    let h = &cfg.health;
+    if h.latency_good_ms >= h.latency_bad_ms {
+        return Err(field(
+            "health.latency_good_ms",
+            "must be below health.latency_bad_ms",
+        ));
+    }
+    if !(h.min_weight_factor > 0.0 && h.min_weight_factor <= 1.0) {
+        return Err(field("health.min_weight_factor", "must be in (0, 1]"));
+    }
+    Ok(HealthSettings {
+        window: Duration::from_secs(h.window_seconds.get()),
+        window_size: h.window_size.get(),
+        latency_good: Duration::from_millis(h.latency_good_ms),
+        latency_bad: Duration::from_millis(h.latency_bad_ms),
+        min_factor: h.min_weight_factor,
+    })
+}
+
+fn state(cfg: &FileConfig) -> Result<StateSettings, FieldError> {
+    // `rediss://` is TLS (rustls, the system's roots; `#insecure` skips verification).
+    if let Some(u) = &cfg.state.url
+        && !(u.starts_with("redis://") || u.starts_with("rediss://"))
+    {
+        return Err(field(
+            "state.url",
+            "expected a redis:// or rediss:// (TLS) URL",
+        ));
+    }
+    Ok(StateSettings {
+        url: cfg.state.url.as_deref().map(Secret::new),
+        prefix: Arc::from(cfg.state.prefix.as_deref().unwrap_or("switchyard")),
+    })
+}

@@ -1,0 +1,145 @@
+//! The compiled settings of each config section, as the parts that read them take them
+//! (health, the retry budget, credential pools, the server): validated values, with units.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::secret::Secret;
+
+#[derive(Debug)]
+pub struct ServerSettings {
+    pub listen: SocketAddr,
+    pub request_timeout: Duration,
+    pub stream_idle_timeout: Duration,
+    pub max_body_bytes: usize,
+    pub max_attempts: u32,
+    pub max_retry_after: Duration,
+    pub admin_token: Option<Secret>,
+    pub max_hops: u32,
+    pub retry_budget: BudgetSettings,
+}
+
+#[derive(Debug)]
+pub struct LogSettings {
+    pub sqlite_path: String,
+    pub queue_capacity: usize,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct AffinitySettings {
+    pub ttl: Duration,
+    pub max_failures: u32,
+    pub implicit: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct StateSettings {
+    /// Redis URL (credentials inside it are never printed); `None` = in memory.
+    pub url: Option<Secret>,
+    pub prefix: Arc<str>,
+}
+
+/// Global scoring settings (`[health]`).
+#[derive(Debug, Clone, Copy)]
+pub struct HealthSettings {
+    /// Verdicts older than this leave the window.
+    pub window: Duration,
+    /// At most this many verdicts are kept per channel.
+    pub window_size: usize,
+    pub latency_good: Duration,
+    pub latency_bad: Duration,
+    /// Weight factor floor, so a low-scoring channel still gets a trickle.
+    pub min_factor: f64,
+}
+
+impl Default for HealthSettings {
+    fn default() -> Self {
+        HealthSettings {
+            window: Duration::from_secs(300),
+            window_size: 100,
+            latency_good: Duration::from_millis(1000),
+            latency_bad: Duration::from_millis(10_000),
+            min_factor: 0.05,
+        }
+    }
+}
+
+/// Per-channel breaker settings (`[channels.circuit_breaker]`).
+#[derive(Debug, Clone, Copy)]
+pub struct BreakerSettings {
+    pub enabled: bool,
+    pub per_model: bool,
+    pub failure_threshold: u32,
+    pub window: Duration,
+    pub cooldown: Duration,
+    pub rate_limit_cooldown: Duration,
+    /// After recovery the channel's share ramps from the floor to full over this long.
+    pub slow_start: Duration,
+    /// Active probing; `None` = a half-open circuit is tested by one live request.
+    pub probe: Option<ProbeSettings>,
+}
+
+/// What a probe sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeKind {
+    /// A 1-token completion: exercises the real path.
+    Completion,
+    /// `GET /models`: free, but blind to a broken completion path.
+    Models,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct ProbeSettings {
+    pub kind: ProbeKind,
+    /// How often a closed channel scoring below `unhealthy_below` is probed.
+    pub interval: Duration,
+    /// Probe successes that close an open circuit.
+    pub success_threshold: u32,
+    pub unhealthy_below: f64,
+}
+
+impl Default for ProbeSettings {
+    fn default() -> Self {
+        ProbeSettings {
+            kind: ProbeKind::Completion,
+            interval: Duration::from_secs(300),
+            success_threshold: 1,
+            unhealthy_below: 50.0,
+        }
+    }
+}
+
+impl Default for BreakerSettings {
+    fn default() -> Self {
+        BreakerSettings {
+            enabled: true,
+            per_model: false,
+            failure_threshold: 3,
+            window: Duration::from_secs(30),
+            cooldown: Duration::from_secs(60),
+            rate_limit_cooldown: Duration::from_secs(15),
+            slow_start: Duration::from_secs(30),
+            probe: Some(ProbeSettings::default()),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BudgetSettings {
+    pub ratio: f64,
+    pub min_per_second: u32,
+    pub window: Duration,
+}
+
+/// One credential's limits, from the config.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Limits {
+    /// Requests per minute (a token bucket refilled continuously).
+    pub rpm: Option<u32>,
+    /// Attempts in flight at once.
+    pub max_concurrency: Option<u32>,
+    /// Tokens per minute (prompt + completion): charged an estimate when reserved, settled
+    /// to the real usage when the attempt ends. May overdraw once; then it waits to refill.
+    pub tpm: Option<u32>,
+}

@@ -1,0 +1,377 @@
+//! The HTTP side every upstream kind shares: pooled clients, building a request (the hop count,
+//! JSON, the credential as a sensitive header), sending it, reading an answer within its caps,
+//! and turning a non-2xx answer into its typed [`UpstreamError`]. No routing, no protocol.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use reqwest::Url;
+use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderName, HeaderValue};
+use serde_json::Value;
+
+use super::UpstreamError;
+use crate::protocol::InvalidUpstream;
+use crate::secret::Secret;
+
+/// Sent on every upstream call: how many Switchyards the request has passed, this one included,
+/// so gateways chained into each other detect a loop (`server.max_hops`).
+pub const HOPS_HEADER: &str = "x-switchyard-hops";
+
+/// Largest upstream error body kept (for a 400 passed back to the client).
+const MAX_ERROR_BODY: usize = 64 * 1024;
+/// Largest non-streaming upstream answer read; a larger one is a broken upstream.
+const MAX_RESPONSE_BODY: usize = 64 * 1024 * 1024;
+
+/// Shared pooled HTTP clients, one per distinct transport setting, kept across reloads so a
+/// config swap does not drop warm connections.
+#[derive(Clone, Default)]
+pub struct HttpClients {
+    inner: Arc<Mutex<HashMap<(u64, Transport), reqwest::Client>>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Transport {
+    Http1,
+    Alpn,
+    H2c,
+}
+
+impl HttpClients {
+    /// The client for a channel: HTTP/1.1 unless it opted into HTTP/2 (one multiplexed
+    /// connection can queue long streams behind its stream limit without saying so); https
+    /// negotiates HTTP/2 by ALPN, cleartext needs prior knowledge (h2c).
+    pub fn client(
+        &self,
+        base: &Url,
+        http2: bool,
+        connect: Duration,
+    ) -> Result<reqwest::Client, String> {
+        let mode = match (http2, base.scheme()) {
+            (false, _) => Transport::Http1,
+            (true, "https") => Transport::Alpn,
+            (true, _) => Transport::H2c,
+        };
+        let ms = connect.as_millis() as u64;
+        let mut map = self
+            .inner
+            .lock()
+            .map_err(|_| "client cache poisoned".to_string())?;
+        if let Some(c) = map.get(&(ms, mode)) {
+            return Ok(c.clone());
+        }
+        install_crypto_provider();
+        let b = reqwest::Client::builder()
+            .connect_timeout(connect)
+            .pool_idle_timeout(Duration::from_secs(90))
+            .tcp_nodelay(true)
+            // Never follow an upstream redirect: it would re-send the request (and possibly a
+            // credential) somewhere the config does not name. A 3xx is that attempt's failure.
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy();
+        let b = match mode {
+            Transport::Http1 => b.http1_only(),
+            Transport::Alpn => b,
+            Transport::H2c => b.http2_prior_knowledge(),
+        };
+        let c = b.build().map_err(|e| e.without_url().to_string())?;
+        map.insert((ms, mode), c.clone());
+        Ok(c)
+    }
+}
+
+/// rustls needs one process-wide crypto provider; we use ring (no C toolchain needed beyond cc).
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// `base` with `path` appended to its path, keeping any query it carries (`?api-version=`).
+pub fn join(base: &Url, path: &str) -> Url {
+    let mut u = base.clone();
+    u.set_path(&format!("{}/{path}", base.path().trim_end_matches('/')));
+    u
+}
+
+/// The credential `cred` of `keys` as a sensitive header value (never logged by the HTTP
+/// stack), optionally with a scheme (`Bearer `). `None` when the channel has no key.
+pub fn credential(
+    keys: &[Secret],
+    cred: Option<usize>,
+    scheme: &str,
+) -> Result<Option<HeaderValue>, UpstreamError> {
+    let Some(k) = cred.and_then(|i| keys.get(i)) else {
+        return Ok(None);
+    };
+    let mut v = if scheme.is_empty() {
+        HeaderValue::from_str(k.expose())
+    } else {
+        HeaderValue::from_str(&format!("{scheme}{}", k.expose()))
+    }
+    .map_err(|_| UpstreamError::Connect("api key is not a valid header value".into()))?;
+    v.set_sensitive(true);
+    Ok(Some(v))
+}
+
+/// A JSON POST built from scratch: no client header, cookie or credential ever reaches the
+/// upstream; only the hop count, the content type, what the protocol needs and the key.
+pub fn post_json(
+    client: &reqwest::Client,
+    url: Url,
+    body: Vec<u8>,
+    stream: bool,
+    hops: u32,
+    auth: Option<(HeaderName, HeaderValue)>,
+) -> reqwest::RequestBuilder {
+    let accept = if stream {
+        "text/event-stream"
+    } else {
+        "application/json"
+    };
+    let rb = client
+        .post(url)
+        .header(HOPS_HEADER, hops.saturating_add(1))
+        .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+        .header(ACCEPT, HeaderValue::from_static(accept))
+        .body(body);
+    match auth {
+        Some((name, value)) => rb.header(name, value),
+        None => rb,
+    }
+}
+
+/// Serialises a request body; our own canonical types cannot fail in practice (no non-string
+/// map keys), so a failure is reported as an upstream-side problem rather than a panic.
+pub fn to_body<T: serde::Serialize + ?Sized>(body: &T) -> Result<Vec<u8>, UpstreamError> {
+    serde_json::to_vec(body).map_err(|e| {
+        UpstreamError::Invalid(InvalidUpstream {
+            what: "request body",
+            message: e.to_string(),
+        })
+    })
+}
+
+/// The error and its sources, without URLs (the caller strips them first).
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(inner) = cur {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        cur = inner.source();
+    }
+    s
+}
+
+/// Sends a request; a connection failure or a non-2xx answer becomes its upstream error class.
+pub async fn send(rb: reqwest::RequestBuilder) -> Result<reqwest::Response, UpstreamError> {
+    // `without_url`: the URL may carry credentials (`?key=`); it never reaches a log.
+    let resp = rb
+        .send()
+        .await
+        .map_err(|e| UpstreamError::Connect(error_chain(&e.without_url())))?;
+    if resp.status().is_success() {
+        return Ok(resp);
+    }
+    Err(status_error(resp).await)
+}
+
+/// A whole upstream answer as JSON, never more than [`MAX_RESPONSE_BODY`] bytes of it.
+pub async fn read_json(
+    resp: reqwest::Response,
+    what: &'static str,
+) -> Result<Value, UpstreamError> {
+    let bytes = read_capped(resp, MAX_RESPONSE_BODY).await?;
+    serde_json::from_slice(&bytes).map_err(|e| {
+        UpstreamError::Invalid(InvalidUpstream {
+            what,
+            message: e.to_string(),
+        })
+    })
+}
+
+/// Reads a whole body, refusing one larger than `cap`.
+async fn read_capped(resp: reqwest::Response, cap: usize) -> Result<Bytes, UpstreamError> {
+    if resp.content_length().is_some_and(|n| n > cap as u64) {
+        return Err(too_large(cap));
+    }
+    let mut body = Vec::new();
+    let mut s = resp.bytes_stream();
+    while let Some(chunk) = s.next().await {
+        let chunk = chunk.map_err(|e| UpstreamError::Broken(error_chain(&e.without_url())))?;
+        if body.len() + chunk.len() > cap {
+            return Err(too_large(cap));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Bytes::from(body))
+}
+
+fn too_large(cap: usize) -> UpstreamError {
+    UpstreamError::Invalid(InvalidUpstream {
+        what: "response",
+        message: format!("larger than {cap} bytes"),
+    })
+}
+
+/// A non-2xx answer: its status, Retry-After and (capped) body, for classification.
+async fn status_error(resp: reqwest::Response) -> UpstreamError {
+    let status = resp.status().as_u16();
+    let retry_after = parse_retry_after(resp.headers());
+    let content_type = resp
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let mut body = Vec::new();
+    let mut s = resp.bytes_stream();
+    while let Some(Ok(chunk)) = s.next().await {
+        let room = MAX_ERROR_BODY.saturating_sub(body.len());
+        body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        if body.len() >= MAX_ERROR_BODY {
+            break;
+        }
+    }
+    UpstreamError::Status {
+        status,
+        retry_after,
+        body: Bytes::from(body),
+        content_type,
+    }
+}
+
+/// `Retry-After: <seconds>`, OpenAI's `retry-after-ms`, or else the later of OpenAI's
+/// `x-ratelimit-reset-requests` / `-tokens` (`1s`, `6m0s`, `20ms`). HTTP dates are ignored.
+pub fn parse_retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    retry_after_header(headers).or_else(|| {
+        ["x-ratelimit-reset-requests", "x-ratelimit-reset-tokens"]
+            .iter()
+            .filter_map(|h| headers.get(*h)?.to_str().ok().and_then(parse_go_duration))
+            .max()
+    })
+}
+
+/// A duration as OpenAI writes it (Go's format): `1h2m3.5s`, `6m0s`, `20ms`, `1.5s`.
+fn parse_go_duration(s: &str) -> Option<Duration> {
+    let mut total = 0.0;
+    let mut rest = s.trim();
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let n: f64 = rest[..num_len].parse().ok()?;
+        rest = &rest[num_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let secs = match &rest[..unit_len] {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 0.001,
+            "us" | "µs" => 0.000_001,
+            "ns" => 0.000_000_001,
+            _ => return None,
+        };
+        total += n * secs;
+        rest = &rest[unit_len..];
+    }
+    (total.is_finite() && total >= 0.0).then(|| Duration::from_secs_f64(total))
+}
+
+fn retry_after_header(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    if let Some(ms) = headers
+        .get("retry-after-ms")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .filter(|v| v.is_finite() && *v >= 0.0)
+    {
+        return Some(Duration::from_millis(ms as u64));
+    }
+    headers
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .filter(|v| v.is_finite() && *v >= 0.0)
+        .map(|s| Duration::from_millis((s * 1000.0) as u64))
+}
+
+/// Removes credentials from a URL before it is logged or traced (`?key=`, `?api_key=`, userinfo).
+pub fn redact_url(url: &str) -> String {
+    let Ok(mut u) = reqwest::Url::parse(url) else {
+        return "<unparseable url>".into();
+    };
+    if !u.username().is_empty() || u.password().is_some() {
+        let _ = u.set_username("***");
+        let _ = u.set_password(None);
+    }
+    let pairs: Vec<(String, String)> = u
+        .query_pairs()
+        .map(|(k, v)| {
+            let secret = matches!(
+                k.to_ascii_lowercase().as_str(),
+                "key" | "api_key" | "apikey" | "api-key" | "token" | "access_token" | "sig"
+            );
+            (
+                k.into_owned(),
+                if secret { "***".into() } else { v.into_owned() },
+            )
+        })
+        .collect();
+    if !pairs.is_empty() {
+        u.query_pairs_mut().clear().extend_pairs(pairs);
+    }
+    u.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_credentials_in_urls() {
+        let r = redact_url("https://user:pw@example.com/v1?key=SECRET&alt=sse");
+        assert!(!r.contains("SECRET") && !r.contains("pw"), "{r}");
+        assert!(r.contains("alt=sse"), "{r}");
+        assert_eq!(redact_url("::"), "<unparseable url>");
+    }
+
+    #[test]
+    fn parses_retry_after_forms() {
+        let mut h = reqwest::header::HeaderMap::new();
+        h.insert("retry-after", "2".parse().unwrap());
+        assert_eq!(parse_retry_after(&h), Some(Duration::from_secs(2)));
+        h.insert("retry-after-ms", "150".parse().unwrap());
+        assert_eq!(parse_retry_after(&h), Some(Duration::from_millis(150)));
+        let mut h = reqwest::header::HeaderMap::new();
+        h.insert(
+            "retry-after",
+            "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap(),
+        );
+        assert_eq!(parse_retry_after(&h), None);
+        // OpenAI's rate-limit reset headers, when there is no Retry-After: the later one wins.
+        let mut h = reqwest::header::HeaderMap::new();
+        h.insert("x-ratelimit-reset-requests", "1.5s".parse().unwrap());
+        h.insert("x-ratelimit-reset-tokens", "6m0s".parse().unwrap());
+        assert_eq!(parse_retry_after(&h), Some(Duration::from_secs(360)));
+        h.insert("x-ratelimit-reset-tokens", "20ms".parse().unwrap());
+        assert_eq!(parse_retry_after(&h), Some(Duration::from_millis(1500)));
+        h.insert("x-ratelimit-reset-tokens", "1h2m3s".parse().unwrap());
+        assert_eq!(parse_retry_after(&h), Some(Duration::from_secs(3723)));
+        assert_eq!(parse_go_duration("5x"), None);
+        assert_eq!(parse_go_duration(""), None);
+    }
+
+    #[test]
+    fn joins_paths_keeping_the_query() {
+        let base = Url::parse("https://h/openai/?api-version=1").unwrap();
+        assert_eq!(
+            join(&base, "chat").as_str(),
+            "https://h/openai/chat?api-version=1"
+        );
+    }
+}

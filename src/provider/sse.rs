@@ -1,0 +1,120 @@
+//! The one SSE adapter for every upstream kind: upstream events → canonical chunks, through
+//! a [`Decoder`] per protocol that says what each event means and whether an end of the bytes
+//! is a complete answer or a broken one. With `raw`, every event also goes on as it came, for
+//! a client that speaks the upstream's protocol.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use eventsource_stream::{EventStream, EventStreamError, Eventsource};
+use futures_util::{Stream, StreamExt};
+
+use super::UpstreamError;
+use super::http::error_chain;
+use crate::protocol::{Decoded, Protocol, RawEvent, StreamChunk};
+
+/// A protocol's stream decoder: one SSE event (its name and data as sent) at a time.
+pub trait Decoder: Send + Unpin {
+    fn decode(&mut self, event: &str, data: &str) -> Decoded;
+    /// The bytes ended: `Ok` if what came is a complete answer, else why it is broken.
+    fn at_end(&self) -> Result<(), &'static str>;
+}
+
+type ByteStream = Pin<Box<dyn Stream<Item = Result<bytes::Bytes, reqwest::Error>> + Send>>;
+
+pub struct Events<D> {
+    inner: EventStream<ByteStream>,
+    decoder: D,
+    raw: Option<Protocol>,
+    done: bool,
+    /// The upstream's error event went on (for a same-protocol client); the error follows.
+    failing: bool,
+}
+
+impl<D: Decoder> Events<D> {
+    pub fn new(resp: reqwest::Response, decoder: D, raw: Option<Protocol>) -> Self {
+        let bytes: ByteStream = Box::pin(resp.bytes_stream());
+        Events {
+            inner: bytes.eventsource(),
+            decoder,
+            raw,
+            done: false,
+            failing: false,
+        }
+    }
+
+    fn end(
+        &mut self,
+        item: Option<Result<StreamChunk, UpstreamError>>,
+    ) -> Poll<Option<<Self as Stream>::Item>> {
+        self.done = true;
+        Poll::Ready(item)
+    }
+}
+
+impl<D: Decoder> Stream for Events<D> {
+    type Item = Result<StreamChunk, UpstreamError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.failing {
+            self.failing = false;
+            return self.end(Some(Err(UpstreamError::StreamError)));
+        }
+        if self.done {
+            return Poll::Ready(None);
+        }
+        loop {
+            let ev = match std::task::ready!(self.inner.poll_next_unpin(cx)) {
+                Some(Ok(ev)) => ev,
+                Some(Err(e)) => {
+                    let msg = match e {
+                        EventStreamError::Transport(t) => error_chain(&t.without_url()),
+                        other => other.to_string(),
+                    };
+                    return self.end(Some(Err(UpstreamError::Broken(msg))));
+                }
+                None => {
+                    let end = self.decoder.at_end();
+                    return self.end(end.err().map(|why| Err(UpstreamError::Broken(why.into()))));
+                }
+            };
+            let decoded = self.decoder.decode(&ev.event, &ev.data);
+            // An unnamed event is a `message` one: written back unnamed, as it came.
+            let raw = self.raw.map(|protocol| RawEvent {
+                protocol,
+                event: (ev.event != "message").then_some(ev.event),
+                data: ev.data,
+            });
+            let chunk = |mut c: Box<StreamChunk>, raw| {
+                c.raw = raw;
+                Poll::Ready(Some(Ok(*c)))
+            };
+            match (decoded, raw) {
+                (Decoded::Chunk(c), raw) => return chunk(c, raw),
+                (Decoded::Last(c), raw) => {
+                    self.done = true;
+                    return chunk(c, raw);
+                }
+                (Decoded::Nothing, Some(raw)) => {
+                    return Poll::Ready(Some(Ok(StreamChunk::raw_only(raw))));
+                }
+                (Decoded::Nothing, None) | (Decoded::Skip, _) => continue,
+                (Decoded::End, _) => return self.end(None),
+                // The upstream's own words first, for a client that speaks them (after commit it
+                // sees them; before, the attempt fails over either way).
+                (Decoded::Error, Some(raw)) => {
+                    self.failing = true;
+                    return Poll::Ready(Some(Ok(StreamChunk::raw_only(raw))));
+                }
+                (Decoded::Error, None) => return self.end(Some(Err(UpstreamError::StreamError))),
+                (Decoded::Invalid(e), _) => return self.end(Some(Err(e.into()))),
+            }
+        }
+    }
+}
+
+/// For decoders of protocols whose events are JSON: the data parsed, or `None` for a
+/// keep-alive or blank event (skipped).
+pub fn json(data: &str) -> Option<serde_json::Value> {
+    serde_json::from_str(data).ok()
+}
