@@ -161,9 +161,12 @@ async fn run(cmd: Command) -> Result<(), Box<dyn std::error::Error>> {
                 );
             }
             let chain = switchyard::router::chain(&snap, gkey, &spec, &model[0], true, &decisions)?;
-            let mut plan = switchyard::exec::explain(&snap, &health, gkey, &chain, &decisions);
+            let mut plan =
+                switchyard::server::explain::explain(&snap, &health, gkey, &chain, &decisions);
             if let Some(req) = &request {
-                switchyard::exec::explain_context_into(&mut plan, &snap, gkey, &chain, req, None);
+                switchyard::server::explain::explain_context_into(
+                    &mut plan, &snap, gkey, &chain, req, None,
+                );
             }
             println!("{}", serde_json::to_string_pretty(&plan)?);
             Ok(())

@@ -69,12 +69,47 @@ pub enum Pick<'a> {
     Heaviest,
 }
 
+/// What the request asks of its plan beyond its key's view.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Prefer<'a> {
+    /// The channel the request's session (or the response it continues) is bound to: tried
+    /// first where it is a candidate and takes bindings.
+    pub bound: Option<&'a str>,
+    /// The only channel that may serve (a continuation of a response only it keeps).
+    pub only: Option<&'a str>,
+}
+
 /// The ordered attempt plan for a model as `key` sees it: only channels in the key's groups;
 /// tiers by the key's group preference, then ascending priority; inside a tier the first try is
 /// drawn with P = w·h / Σ w·h (h = the channel's health factor), the rest follow in weighted
 /// order (sampling without replacement). Channels whose health says skip are left out and
-/// listed. `standing` is the health view: it is read, never written.
+/// listed. `standing` is the health view: it is read, never written. Then `prefer`: only the
+/// one channel it allows, its bound channel first.
 pub fn plan(
+    snap: &Snapshot,
+    key: &GatewayKey,
+    model: &str,
+    standing: &dyn Fn(usize) -> Standing,
+    pick: Pick<'_>,
+    prefer: Prefer<'_>,
+) -> Result<Plan, RouteError> {
+    let mut plan = ordered(snap, key, model, standing, pick)?;
+    if let Some(only) = prefer.only {
+        let named = |i: usize| snap.channels.get(i).is_some_and(|c| &*c.name == only);
+        plan.candidates.retain(|c| named(c.channel));
+        plan.skipped.retain(|s| named(s.channel));
+    }
+    if let Some(i) = prefer.bound.and_then(|b| {
+        snap.channels
+            .iter()
+            .position(|c| &*c.name == b && c.affinity)
+    }) {
+        bind_first(&mut plan, i);
+    }
+    Ok(plan)
+}
+
+fn ordered(
     snap: &Snapshot,
     key: &GatewayKey,
     model: &str,
@@ -161,28 +196,13 @@ pub fn plan(
     })
 }
 
-/// Where a session's bound channel stands in a plan.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BoundPlace {
-    /// Moved to the front, ahead of every tier.
-    First,
-    /// Its health says skip (circuit open, cooling): the plan goes on without it.
-    Skipped,
-    /// It does not serve this model for this key, is disabled or opted out.
-    Absent,
-}
-
-/// Puts a session's bound channel first, bypassing the normal order, if it is a candidate.
-pub fn bind_first(plan: &mut Plan, bound: usize) -> BoundPlace {
+/// Puts a session's bound channel first, bypassing the normal order, if it is a candidate
+/// (not when its health says skip: the plan goes on without it).
+fn bind_first(plan: &mut Plan, bound: usize) {
     if let Some(i) = plan.candidates.iter().position(|c| c.channel == bound) {
         let c = plan.candidates.remove(i);
         plan.candidates.insert(0, c);
-        return BoundPlace::First;
     }
-    if plan.skipped.iter().any(|s| s.channel == bound) {
-        return BoundPlace::Skipped;
-    }
-    BoundPlace::Absent
 }
 
 /// One model of a resolved chain.
@@ -390,7 +410,14 @@ pub fn explain(
     model: &str,
     standing: &dyn Fn(usize) -> Standing,
 ) -> Result<ModelView, RouteError> {
-    let plan = plan(snap, key, model, standing, Pick::Heaviest)?;
+    let plan = plan(
+        snap,
+        key,
+        model,
+        standing,
+        Pick::Heaviest,
+        Prefer::default(),
+    )?;
     let effective = |i: usize| {
         let c = &snap.channels[i];
         f64::from(c.weight) * standing(i).factor
@@ -562,20 +589,75 @@ mod tests {
     }
 
     #[test]
+    fn prefer_puts_the_bound_channel_first_and_keeps_only_the_one_allowed() {
+        let s = snap(KEYS);
+        let mut rng = fastrand::Rng::with_seed(1);
+        let team = s.key_named("team").unwrap();
+        let bound = Prefer {
+            bound: Some("std"),
+            only: None,
+        };
+        let p = plan(&s, team, "m", &healthy, Pick::Random(&mut rng), bound).unwrap();
+        assert_eq!(names(&s, &p), ["std", "prem"]);
+        let only = Prefer {
+            bound: None,
+            only: Some("std"),
+        };
+        let p = plan(&s, team, "m", &healthy, Pick::Random(&mut rng), only).unwrap();
+        assert_eq!(names(&s, &p), ["std"]);
+        // A bound channel its health skips stays out: the plan goes on without it.
+        let open = |i: usize| {
+            if s.channels[i].name.as_ref() == "std" {
+                Standing {
+                    skip: Some(Skip::CircuitOpen),
+                    ..Standing::healthy()
+                }
+            } else {
+                Standing::healthy()
+            }
+        };
+        let p = plan(&s, team, "m", &open, Pick::Random(&mut rng), bound).unwrap();
+        assert_eq!(names(&s, &p), ["prem"]);
+    }
+
+    #[test]
     fn groups_filter_and_order_before_priority() {
         let s = snap(KEYS);
         let mut rng = fastrand::Rng::with_seed(1);
         // `team` prefers premium: its priority-5 channel comes before the priority-1 default one.
         let team = s.key_named("team").unwrap();
-        let p = plan(&s, team, "m", &healthy, Pick::Random(&mut rng)).unwrap();
+        let p = plan(
+            &s,
+            team,
+            "m",
+            &healthy,
+            Pick::Random(&mut rng),
+            Prefer::default(),
+        )
+        .unwrap();
         assert_eq!(names(&s, &p), ["prem", "std"]);
         // `cheap` sees only the default group.
         let cheap = s.key_named("cheap").unwrap();
-        let p = plan(&s, cheap, "m", &healthy, Pick::Random(&mut rng)).unwrap();
+        let p = plan(
+            &s,
+            cheap,
+            "m",
+            &healthy,
+            Pick::Random(&mut rng),
+            Prefer::default(),
+        )
+        .unwrap();
         assert_eq!(names(&s, &p), ["std"]);
         assert_eq!(p.excluded, [(1, Excluded::NotInKeyGroups)]);
         assert_eq!(
-            plan(&s, cheap, "p", &healthy, Pick::Random(&mut rng)),
+            plan(
+                &s,
+                cheap,
+                "p",
+                &healthy,
+                Pick::Random(&mut rng),
+                Prefer::default()
+            ),
             Err(RouteError::ModelNotFound("p".into()))
         );
     }
@@ -687,7 +769,15 @@ mod tests {
         for _ in 0..50 {
             let p = names(
                 &s,
-                &plan(&s, &open_key(), "m", &healthy, Pick::Random(&mut rng)).unwrap(),
+                &plan(
+                    &s,
+                    &open_key(),
+                    "m",
+                    &healthy,
+                    Pick::Random(&mut rng),
+                    Prefer::default(),
+                )
+                .unwrap(),
             );
             assert_eq!(p.len(), 4);
             let mut first_two = p[..2].to_vec();
@@ -711,7 +801,15 @@ mod tests {
         let n = 20_000;
         let mut counts = std::collections::HashMap::new();
         for _ in 0..n {
-            let p = plan(&s, &open_key(), "m", &healthy, Pick::Random(&mut rng)).unwrap();
+            let p = plan(
+                &s,
+                &open_key(),
+                "m",
+                &healthy,
+                Pick::Random(&mut rng),
+                Prefer::default(),
+            )
+            .unwrap();
             *counts
                 .entry(s.channels[p.candidates[0].channel].name.to_string())
                 .or_insert(0u32) += 1;
@@ -736,7 +834,15 @@ mod tests {
         for _ in 0..100 {
             let mut p = names(
                 &s,
-                &plan(&s, &open_key(), "m", &healthy, Pick::Random(&mut rng)).unwrap(),
+                &plan(
+                    &s,
+                    &open_key(),
+                    "m",
+                    &healthy,
+                    Pick::Random(&mut rng),
+                    Prefer::default(),
+                )
+                .unwrap(),
             );
             p.sort();
             assert_eq!(p, ["a", "b", "c"]);
@@ -748,11 +854,25 @@ mod tests {
         let s = snap(&[channel("a", 1, 1, "enabled = false")].concat());
         let mut rng = fastrand::Rng::with_seed(1);
         assert_eq!(
-            plan(&s, &open_key(), "nope", &healthy, Pick::Random(&mut rng)),
+            plan(
+                &s,
+                &open_key(),
+                "nope",
+                &healthy,
+                Pick::Random(&mut rng),
+                Prefer::default()
+            ),
             Err(RouteError::ModelNotFound("nope".into()))
         );
         assert_eq!(
-            plan(&s, &open_key(), "m", &healthy, Pick::Random(&mut rng)),
+            plan(
+                &s,
+                &open_key(),
+                "m",
+                &healthy,
+                Pick::Random(&mut rng),
+                Prefer::default()
+            ),
             Err(RouteError::NoAvailableChannel("m".into()))
         );
     }
@@ -784,7 +904,15 @@ mod tests {
         let n = 20_000;
         let mut first_a = 0;
         for _ in 0..n {
-            let p = plan(&s, &open_key(), "m", &view, Pick::Random(&mut rng)).unwrap();
+            let p = plan(
+                &s,
+                &open_key(),
+                "m",
+                &view,
+                Pick::Random(&mut rng),
+                Prefer::default(),
+            )
+            .unwrap();
             assert_eq!(p.candidates.len(), 2);
             assert_eq!(p.skipped.len(), 1);
             assert_eq!(p.skipped[0].reason, Skip::CircuitOpen);

@@ -59,20 +59,46 @@ impl OutcomeClass {
         }
     }
 
-    /// May the same channel be tried again (when the channel allows retries)?
-    pub fn retry_same_channel(self) -> bool {
-        matches!(
-            self,
-            OutcomeClass::ConnectionError | OutcomeClass::Timeout | OutcomeClass::ServerError
-        )
+    /// Every class, for tables and tests.
+    pub const ALL: [OutcomeClass; 10] = [
+        OutcomeClass::ConnectionError,
+        OutcomeClass::Timeout,
+        OutcomeClass::ServerError,
+        OutcomeClass::RateLimit,
+        OutcomeClass::Misrouted,
+        OutcomeClass::ClientError,
+        OutcomeClass::AuthError,
+        OutcomeClass::TranslationError,
+        OutcomeClass::Blocked,
+        OutcomeClass::ContextWindow,
+    ];
+
+    /// The classes that move a request on to another channel. A class not listed (a new one
+    /// too) ends the request: failing over is a decision, never a default.
+    pub const FAIL_OVER: [OutcomeClass; 7] = [
+        OutcomeClass::ConnectionError,
+        OutcomeClass::Timeout,
+        OutcomeClass::ServerError,
+        OutcomeClass::RateLimit,
+        OutcomeClass::Misrouted,
+        OutcomeClass::AuthError,
+        OutcomeClass::TranslationError,
+    ];
+
+    /// The classes the same channel is tried again for, when the channel allows retries
+    /// (a rate limit only on the last candidate: see `judge`).
+    pub const RETRY_SAME: [OutcomeClass; 3] = [
+        OutcomeClass::ConnectionError,
+        OutcomeClass::Timeout,
+        OutcomeClass::ServerError,
+    ];
+
+    pub fn fails_over(self) -> bool {
+        Self::FAIL_OVER.contains(&self)
     }
 
-    /// May another channel be tried? Only the client's own mistake stops the request.
-    pub fn fail_over(self) -> bool {
-        !matches!(
-            self,
-            OutcomeClass::ClientError | OutcomeClass::Blocked | OutcomeClass::ContextWindow
-        )
+    pub fn retries_same_channel(self) -> bool {
+        Self::RETRY_SAME.contains(&self)
     }
 }
 
@@ -238,14 +264,14 @@ mod tests {
         assert_eq!(status(403), OutcomeClass::AuthError);
         for s in [400, 413, 422] {
             assert_eq!(status(s), OutcomeClass::ClientError);
-            assert!(!status(s).fail_over());
+            assert!(!status(s).fails_over());
         }
         for s in [405, 409, 410, 415, 451] {
-            assert!(status(s).fail_over(), "{s}");
+            assert!(status(s).fails_over(), "{s}");
         }
-        assert!(!OutcomeClass::RateLimit.retry_same_channel());
-        assert!(OutcomeClass::RateLimit.fail_over());
-        assert!(OutcomeClass::ServerError.retry_same_channel());
+        assert!(!OutcomeClass::RateLimit.retries_same_channel());
+        assert!(OutcomeClass::RateLimit.fails_over());
+        assert!(OutcomeClass::ServerError.retries_same_channel());
         assert_eq!(
             classify(UpstreamError::Connect("refused".into())).class,
             OutcomeClass::ConnectionError

@@ -13,7 +13,7 @@ pub use budget::RetryBudget;
 pub use credentials::{CredVerdict, NoHeadroom, Pools, Reservation};
 
 use crate::clock::Clock;
-use crate::config::{BreakerSettings, HealthSettings};
+use crate::config::{BreakerSettings, Channel, HealthSettings, Snapshot};
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -112,6 +112,16 @@ impl Standing {
 pub struct Key {
     pub channel: Arc<str>,
     pub model: Option<Arc<str>>,
+}
+
+impl Key {
+    /// A channel's key for a model: per model when its breaker keeps health per model.
+    pub fn of(ch: &Channel, model: &str) -> Key {
+        Key {
+            channel: ch.name.clone(),
+            model: ch.breaker.per_model.then(|| model.into()),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -360,6 +370,18 @@ impl Health {
     }
 
     /// The channel's standing now. An open circuit whose cooldown has passed turns half-open.
+    /// The health view routing reads for `model`: each channel's standing, by index.
+    pub fn view<'a>(
+        &'a self,
+        snap: &'a Snapshot,
+        model: &'a str,
+    ) -> impl Fn(usize) -> Standing + 'a {
+        move |i| match snap.channels.get(i) {
+            Some(ch) => self.standing(&Key::of(ch, model), &snap.health, &ch.breaker),
+            None => Standing::healthy(),
+        }
+    }
+
     pub fn standing(&self, key: &Key, s: &HealthSettings, b: &BreakerSettings) -> Standing {
         if !b.enabled {
             return Standing::healthy();

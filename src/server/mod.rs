@@ -3,6 +3,7 @@
 
 mod affinity;
 mod error;
+pub mod explain;
 mod sse;
 
 pub use error::ApiError;
@@ -1131,13 +1132,13 @@ async fn route_explain(State(state): State<AppState>, headers: HeaderMap, body: 
     let model = model.to_string();
     match resolve(&mut ctx, &snap, &spec, &model, true, &decisions) {
         Ok((key, chain)) => {
-            let mut plan = exec::explain(&snap, &state.health, key, &chain, &decisions);
+            let mut plan = explain::explain(&snap, &state.health, key, &chain, &decisions);
             let trim = match trim_choice(&headers) {
                 Ok(t) => t,
                 Err(e) => return fail(ctx, e),
             };
             if let Some(req) = &parsed {
-                exec::explain_context_into(&mut plan, &snap, key, &chain, req, trim);
+                explain::explain_context_into(&mut plan, &snap, key, &chain, req, trim);
             }
             axum::Json(plan).into_response()
         }

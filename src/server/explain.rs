@@ -1,0 +1,151 @@
+//! The plan a request would follow, as data: what `POST /v1/route/explain` answers and
+//! `switchyard explain` prints. Reads health; calls no upstream.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::config::{GatewayKey, Snapshot};
+use crate::context::fit::{Fitter, Plan};
+use crate::health::Health;
+use crate::protocol::ChatRequest;
+use crate::router::{self, Chain};
+
+/// The plan a request would follow, as `POST /v1/route/explain` and `switchyard explain` show
+/// it: redirects applied, the chain, and for each model the candidate channels in their
+/// expected order with tier, weight, health score and circuit state, and every channel left
+/// out with the reason. Reads health; calls no upstream.
+pub fn explain(
+    snap: &Snapshot,
+    health: &Health,
+    key: &GatewayKey,
+    chain: &Chain,
+    decisions: &[crate::semantic::Decision],
+) -> Value {
+    let ms = |d: Option<Duration>| d.map(|d| d.as_millis() as u64);
+    let steps: Vec<Value> = chain
+        .steps
+        .iter()
+        .map(|step| {
+            let model: &str = &step.model;
+            let standing = health.view(snap, model);
+            let mut v = json!({
+                "model": model,
+                "requested_as": step.written,
+                "redirect": step.redirect.as_deref(),
+                "timeout_ms": ms(step.timeout),
+                "first_token_timeout_ms": ms(step.first_token_timeout),
+            });
+            match router::explain(snap, key, model, &standing) {
+                Ok(view) => {
+                    v["candidates"] = json!(view.candidates);
+                    v["excluded"] = json!(view.excluded);
+                }
+                Err(e) => {
+                    v["candidates"] = json!([]);
+                    v["error"] = json!(crate::exec::ExecError::Route(e).code());
+                }
+            }
+            v
+        })
+        .collect();
+    json!({
+        "object": "route.explain",
+        "key": &*key.name,
+        "requested_model": chain.requested_model,
+        "source": chain.source.as_str(),
+        "on": chain.on.names(),
+        "balance": match snap.balance {
+            crate::config::Balance::Random => "random",
+            crate::config::Balance::RoundRobin => "round_robin",
+        },
+        "max_attempts": snap.server.max_attempts,
+        "chain": steps,
+        // What each semantic router named in the request decided, and by which scores.
+        "semantic": decisions
+            .iter()
+            .map(|d| {
+                json!({
+                    "router": &*d.router,
+                    "winner": d.winner.as_deref(),
+                    "models": d.models.iter().map(|m| &**m).collect::<Vec<_>>(),
+                    "scores": d
+                        .scores
+                        .iter()
+                        .map(|(n, s)| json!({"instance": &**n, "score": s}))
+                        .collect::<Vec<_>>(),
+                })
+            })
+            .collect::<Vec<_>>(),
+    })
+}
+
+/// Adds to an `explain` plan, per chain step where the request is counted, what fitting it to
+/// that model would do (`context`).
+pub fn explain_context_into(
+    plan: &mut Value,
+    snap: &Snapshot,
+    key: &GatewayKey,
+    chain: &Chain,
+    req: &ChatRequest,
+    trim: Option<bool>,
+) {
+    if let Some(steps) = plan["chain"].as_array_mut() {
+        let fits = explain_context(snap, key, chain, req, trim);
+        for (step, fit) in steps.iter_mut().zip(fits).filter(|(_, f)| !f.is_null()) {
+            step["context"] = fit;
+        }
+    }
+}
+
+/// What fitting `req` to each model of the chain would do, for `explain`: counted, the
+/// window, and whether it goes as is, trimmed, to a context fallback, or is refused. `Null`
+/// per step where nothing asks for counting.
+fn explain_context(
+    snap: &Snapshot,
+    key: &GatewayKey,
+    chain: &Chain,
+    req: &ChatRequest,
+    trim: Option<bool>,
+) -> Vec<Value> {
+    let Some(mut f) = Fitter::new(req, &snap.catalog, trim.or(key.trim.then_some(true))) else {
+        return vec![Value::Null; chain.steps.len()];
+    };
+    chain
+        .steps
+        .iter()
+        .map(|step| {
+            let window = snap.catalog.lookup(&step.model).map(|i| i.context_window);
+            match f.plan(&step.model) {
+                Plan::AsIs => Value::Null,
+                Plan::Fit { request, note } => json!({
+                    "action": if request.is_some() { "trim" } else { "as_is" },
+                    "context_window": window,
+                    "prompt_tokens": note.prompt_tokens,
+                    "trimmed_turns": note.trimmed_turns,
+                    "exact": note.exact,
+                }),
+                Plan::Exceeds { overflow, trimming } => {
+                    let fallback = f.fallback(
+                        &step.model,
+                        &step.model,
+                        std::slice::from_ref(&step.model),
+                        |m| snap.serves(key, m, true),
+                    );
+                    json!({
+                        "action": match (&fallback, trimming) {
+                            (Some(_), _) => "context_fallback",
+                            (None, true) => "context_length_exceeded",
+                            // Not trimmed and nothing larger fits: the upstream judges.
+                            (None, false) => "as_is",
+                        },
+                        "fallback": fallback.as_deref(),
+                        "context_window": overflow.context_window,
+                        "prompt_tokens": overflow.needed,
+                        "prompt_tokens_budget": overflow.budget,
+                    })
+                }
+            }
+        })
+        .collect()
+}
