@@ -1,13 +1,14 @@
-//! Every error a client can see, each mapped to exactly one HTTP status and code and rendered in
-//! the OpenAI error envelope.
+//! Every error a client can see, each mapped to exactly one HTTP status and code, and rendered
+//! in the client's protocol's envelope (with the attempts an exhausted request made).
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::Value;
+use serde_json::{Value, json};
 
-use crate::exec::ExecError;
-use crate::protocol::openai::error_body;
-use crate::protocol::{InvalidRequest, Protocol, anthropic, gemini};
+use super::ingress::openai::OpenAiEnvelope;
+use super::ingress::{Envelope, ErrorView};
+use crate::exec::{ExecError, Passthrough};
+use crate::protocol::InvalidRequest;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -102,152 +103,125 @@ impl ApiError {
 }
 
 impl ApiError {
-    /// The error in the client's own protocol's envelope (same status and headers).
-    pub fn render(self, protocol: Protocol) -> Response {
-        let mut resp = self.into_response();
-        // The Responses API shares OpenAI's error envelope.
-        if matches!(protocol, Protocol::OpenAiChat | Protocol::OpenAiResponses) {
-            return resp;
-        }
-        // Same status and headers; the body rewritten into Anthropic's envelope. The message
-        // is ours, or for the upstream's verdict on the request, the upstream's own message.
-        let status = resp.status().as_u16();
-        let (parts, body) = resp.into_parts();
-        let _ = body;
-        let message = match parts.extensions.get::<Message>() {
-            Some(Message(m)) => m.clone(),
-            None => "error".to_string(),
-        };
-        let v = match protocol {
-            Protocol::Gemini => gemini::error_body(status, &message),
-            _ => anthropic::error_body(status, &message),
-        };
-        resp = Response::from_parts(parts, axum::body::Body::from(v.to_string()));
-        resp.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        resp.headers_mut().remove(header::CONTENT_LENGTH);
-        resp
-    }
-}
-
-/// The human message of an error, carried to protocol renderers.
-#[derive(Clone)]
-struct Message(String);
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
+    /// The error in the client's own protocol's envelope.
+    pub fn render(self, env: &dyn Envelope) -> Response {
         let status = self.status();
-        // The upstream's own verdict on the client's request goes back as it came.
         if let ApiError::Exec { err, .. } = &self
             && let ExecError::Rejected(p) = &**err
         {
-            let ct = p
-                .content_type
-                .as_deref()
-                .and_then(|c| HeaderValue::from_str(c).ok())
-                .unwrap_or(HeaderValue::from_static("application/json"));
-            // For another protocol's envelope: the upstream's own message about the request.
-            let parsed = serde_json::from_slice::<serde_json::Value>(&p.body).ok();
-            let mut message = parsed
-                .as_ref()
-                .and_then(|v| v.pointer("/error/message")?.as_str().map(str::to_string))
-                .unwrap_or_else(|| self.to_string());
-            // Anthropic's and Gemini's envelopes are not OpenAI's: an OpenAI client gets the
-            // message in its own, with the code SDKs and agents act on for a context overflow.
-            let foreign = parsed
-                .as_ref()
-                .is_some_and(|v| v["type"] == "error" || v["error"]["status"].is_string());
-            let body = if foreign {
-                let code = if p.context_window {
-                    "context_length_exceeded"
-                } else {
-                    self.code()
-                };
-                let e = error_body(&message, "invalid_request_error", code, None, None);
-                bytes::Bytes::from(e.to_string())
-            } else {
-                p.body.clone()
-            };
-            // Claude Code and the Anthropic SDK recognise an overflow by Anthropic's wording.
-            if p.context_window && !message.starts_with("prompt is too long") {
-                message = format!("prompt is too long: {message}");
-            }
-            let ct = if foreign {
-                HeaderValue::from_static("application/json")
-            } else {
-                ct
-            };
-            let mut resp = (status, [(header::CONTENT_TYPE, ct)], body).into_response();
-            // A loop found downstream is final here too.
-            if p.status == 508 {
-                resp.headers_mut()
-                    .insert("x-should-retry", HeaderValue::from_static("false"));
-            }
-            resp.extensions_mut().insert(Message(message));
-            return resp;
+            return rejected(status, p, self.code(), env);
         }
         let message = self.to_string();
         let param = match &self {
-            ApiError::Invalid(e) => e.param.clone(),
-            ApiError::PreviousResponseNotFound(_) => Some("previous_response_id".into()),
+            ApiError::Invalid(e) => e.param.as_deref(),
+            ApiError::PreviousResponseNotFound(_) => Some("previous_response_id"),
             _ => None,
         };
-        let extra = match &self {
-            ApiError::Exec { err, attempts } => Some(match &**err {
+        let (attempts, context) = match &self {
+            ApiError::Exec { err, attempts } => match &**err {
                 // The counts, for a client that trims on its own and tries again.
                 ExecError::ContextTooLong(o) => (
-                    "context",
-                    serde_json::json!({
+                    None,
+                    Some(json!({
                         "model": &*o.model,
                         "prompt_tokens_minimum": o.needed,
                         "prompt_tokens_budget": o.budget,
                         "context_window": o.context_window,
                         "reserved_output_tokens": o.reserved,
-                    }),
+                    })),
                 ),
-                _ => ("attempts", attempts.clone()),
-            }),
-            _ => None,
+                _ => (Some(attempts), None),
+            },
+            _ => (None, None),
         };
-        let body = error_body(
-            &self.to_string(),
-            self.kind(),
-            self.code(),
-            param.as_deref(),
-            extra,
-        );
-        let mut resp = (
-            status,
-            [(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            )],
-            body.to_string(),
-        )
-            .into_response();
-        if let ApiError::Exec { err, .. } = &self {
+        let body = env.body(&ErrorView {
+            status: status.as_u16(),
+            kind: self.kind(),
+            code: self.code(),
+            message: &message,
+            param,
+            attempts,
+            context: context.as_ref(),
+        });
+        let mut resp = (status, json_type(), body.to_string()).into_response();
+        self.headers(&mut resp);
+        resp
+    }
+
+    /// What an SDK acts on beside the body: not to retry an exhausted gateway, when to try
+    /// again, how to authenticate.
+    fn headers(&self, resp: &mut Response) {
+        let h = resp.headers_mut();
+        if let ApiError::Exec { err, .. } = self {
             if err.exhausted() {
-                resp.headers_mut()
-                    .insert("x-should-retry", HeaderValue::from_static("false"));
+                h.insert("x-should-retry", HeaderValue::from_static("false"));
             }
             if let ExecError::AllRateLimited { retry_after } = &**err {
                 let secs = retry_after.as_secs_f64().ceil().max(1.0) as u64;
-                if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
-                    resp.headers_mut().insert(header::RETRY_AFTER, v);
-                }
+                h.insert(header::RETRY_AFTER, HeaderValue::from(secs));
             }
         }
         if let ApiError::LoopDetected { .. } = self {
-            resp.headers_mut()
-                .insert("x-should-retry", HeaderValue::from_static("false"));
+            h.insert("x-should-retry", HeaderValue::from_static("false"));
         }
         if let ApiError::Unauthorized = self {
-            resp.headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
-        resp.extensions_mut().insert(Message(message));
-        resp
+    }
+}
+
+fn json_type() -> [(header::HeaderName, HeaderValue); 1] {
+    [(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    )]
+}
+
+/// The upstream's own verdict on the client's request: as it came when it is already in the
+/// client's envelope, else its message in the client's envelope, with the code SDKs and agents
+/// act on for a context overflow.
+fn rejected(status: StatusCode, p: &Passthrough, code: &str, env: &dyn Envelope) -> Response {
+    let parsed = serde_json::from_slice::<Value>(&p.body).ok();
+    let mut resp = if env.speaks(parsed.as_ref().unwrap_or(&Value::Null)) {
+        let ct = p
+            .content_type
+            .as_deref()
+            .and_then(|c| HeaderValue::from_str(c).ok())
+            .unwrap_or(HeaderValue::from_static("application/json"));
+        (status, [(header::CONTENT_TYPE, ct)], p.body.clone()).into_response()
+    } else {
+        let fallback = format!("the upstream rejected the request (HTTP {})", p.status);
+        let message = parsed
+            .as_ref()
+            .and_then(|v| v.pointer("/error/message")?.as_str())
+            .unwrap_or(&fallback);
+        let code = if p.context_window {
+            "context_length_exceeded"
+        } else {
+            code
+        };
+        let body = env.body(&ErrorView {
+            status: status.as_u16(),
+            kind: "invalid_request_error",
+            code,
+            message,
+            param: None,
+            attempts: None,
+            context: None,
+        });
+        (status, json_type(), body.to_string()).into_response()
+    };
+    // A loop found downstream is final here too.
+    if p.status == 508 {
+        resp.headers_mut()
+            .insert("x-should-retry", HeaderValue::from_static("false"));
+    }
+    resp
+}
+
+/// Routes outside any client protocol (admin, `/v1/models`, embeddings) answer in OpenAI's.
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        self.render(&OpenAiEnvelope)
     }
 }

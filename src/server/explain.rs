@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use axum::response::IntoResponse;
 use serde_json::{Value, json};
 
 use crate::config::{GatewayKey, Snapshot};
@@ -148,4 +149,57 @@ fn explain_context(
             }
         })
         .collect()
+}
+
+/// `POST /v1/route/explain`: the same body and headers as a chat request; answers with the
+/// plan that request would follow (redirects, chain, candidates with health), calling no one.
+pub async fn route_explain(
+    axum::extract::State(state): axum::extract::State<super::AppState>,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Body,
+) -> axum::response::Response {
+    let mut ctx = super::ctx::Ctx::new(
+        &state,
+        "route.explain",
+        &super::ingress::openai::OpenAiEnvelope,
+    );
+    // A preview is not traffic: it is not logged.
+    ctx.logged = true;
+    match preview(&state, &headers, &mut ctx, body).await {
+        Ok(plan) => axum::Json(plan).into_response(),
+        Err(e) => ctx.fail(e),
+    }
+}
+
+async fn preview(
+    state: &super::AppState,
+    headers: &axum::http::HeaderMap,
+    ctx: &mut super::ctx::Ctx,
+    body: axum::body::Body,
+) -> Result<Value, super::ApiError> {
+    use crate::protocol::{InvalidRequest, anthropic, openai};
+    let mut value = super::body::read_json(ctx, headers, body).await?;
+    let spec = super::ingress::openai::take_chain(&mut value)?;
+    let model = value
+        .get("model")
+        .and_then(Value::as_str)
+        .filter(|m| !m.is_empty())
+        .ok_or_else(|| InvalidRequest::new("model", "is required"))?
+        .to_string();
+    let snap = ctx.snap.clone();
+    // The prompt, for a semantic router, from the body read as an OpenAI or Anthropic request.
+    let parsed = openai::request_from_value(value.clone())
+        .or_else(|_| anthropic::request_from_value(value))
+        .ok();
+    let decisions = match &parsed {
+        Some(req) => super::semantic::decide(state, ctx, &snap, &spec, req, None).await,
+        None => Vec::new(),
+    };
+    let (key, chain) = super::pipeline::resolve(ctx, &snap, &spec, &model, true, &decisions)?;
+    let mut plan = explain(&snap, &state.health, key, &chain, &decisions);
+    let trim = super::body::trim_choice(headers)?;
+    if let Some(req) = &parsed {
+        explain_context_into(&mut plan, &snap, key, &chain, req, trim);
+    }
+    Ok(plan)
 }

@@ -1,5 +1,5 @@
-//! The client side of a committed stream: OpenAI SSE framing, usage stripping, the error frame
-//! after a mid-stream fault, and the request-log row written when the stream ends (completed,
+//! The client side of a committed stream: the relay's items written by the client protocol's
+//! encoder, frames coalesced, and the request-log row written when the stream ends (completed,
 //! broken, or abandoned by the client).
 
 use std::pin::Pin;
@@ -12,10 +12,10 @@ use axum::http::{HeaderValue, header};
 use axum::response::Response;
 use futures_util::{Stream, StreamExt};
 
+use super::continuation::Keeping;
+use super::ingress::Encode;
 use crate::exec::{Committed, OutcomeClass, Relay, RelayItem};
 use crate::protocol::StreamChunk;
-use crate::protocol::openai::{ChunkBody, error_body};
-use crate::protocol::{anthropic, gemini, responses};
 use crate::store::{LogRow, RequestLog};
 
 /// How the stream ended, for the log.
@@ -89,163 +89,43 @@ impl Drop for StreamLog {
     }
 }
 
-/// The client's stream format.
-pub enum Wire {
-    OpenAi,
-    /// Anthropic events; `model` is what the client asked for (used when the upstream is silent).
-    Anthropic {
-        enc: Box<anthropic::StreamEncoder>,
-        model: String,
-    },
-    /// Gemini partial responses.
-    Gemini {
-        enc: Box<gemini::StreamEncoder>,
-        model: String,
-    },
-    /// Responses API events; `keep`: where the conversation goes when the stream completes.
-    Responses {
-        enc: Box<responses::StreamEncoder>,
-        keep: Option<Keeper>,
-    },
-}
-
-/// Keeps a translated Responses stream's conversation once it completed, for continuations.
-pub struct Keeper {
-    pub state: Arc<crate::state::State>,
-    pub key: Arc<str>,
-    pub channel: Arc<str>,
-    pub ttl: Duration,
-}
-
-impl Keeper {
-    /// Writing the conversation: awaited before the stream's last frame goes out, so a client
-    /// that continues the response at once finds it.
-    fn keep(self, enc: &responses::StreamEncoder) -> Option<Keeping> {
-        let Some((id, Some(items))) = enc.completed() else {
-            return None;
-        };
-        let stored = crate::state::StoredResponse {
-            channel: self.channel,
-            upstream_keeps: false,
-            items: Some(items.into()),
-        };
-        let key = super::affinity::response_key(&self.key, &id);
-        Some(Box::pin(async move {
-            self.state.keep_response(&key, &stored, self.ttl).await;
-        }))
-    }
-}
-
-type Keeping = Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
-
-struct SseBody {
+struct SseBody<E> {
     relay: Relay,
-    wire: Wire,
-    /// The failover report, added to the first chunk when failover occurred.
-    report: Option<serde_json::Value>,
-    include_usage: bool,
+    enc: E,
     log: StreamLog,
     finished: bool,
-    /// A completed Responses stream's conversation being kept, and the last frames held until
-    /// it is.
+    /// A completed stream's conversation being kept, and the last frames held until it is.
     keeping: Option<Keeping>,
     held: Vec<u8>,
-}
-
-/// The code and message of a post-commit fault.
-fn fault_message(class: OutcomeClass) -> (&'static str, &'static str) {
-    match class {
-        OutcomeClass::Timeout => (
-            "stream_timeout",
-            "the upstream stopped sending for longer than the idle timeout after the response began",
-        ),
-        _ => (
-            "stream_interrupted",
-            "the upstream stream failed after the response began",
-        ),
-    }
-}
-
-fn error_frame(class: OutcomeClass) -> Vec<u8> {
-    let (code, message) = fault_message(class);
-    format!(
-        "data: {}\n\n",
-        error_body(message, "server_error", code, None, None)
-    )
-    .into_bytes()
 }
 
 /// Frames already available are written together, up to this size: one syscall and one TCP
 /// segment instead of one per event, with no waiting (a frame is never held back).
 const COALESCE_BYTES: usize = 16 * 1024;
 
-impl SseBody {
+impl<E: Encode> SseBody<E> {
     /// The frames for one relay item, in the client's protocol.
     fn encode(&mut self, item: Option<RelayItem>, out: &mut Vec<u8>) {
         match item {
             Some(RelayItem::Chunk(mut c)) => {
                 self.log.observe(&c);
-                match &mut self.wire {
-                    Wire::OpenAi => {
-                        if c.is_raw_only() {
-                            return;
-                        }
-                        if let Some(r) = self.report.take() {
-                            c.extra.insert("switchyard".into(), r);
-                        }
-                        if !self.include_usage {
-                            // We asked the upstream for usage for the log; the client did not.
-                            if c.is_usage_only() {
-                                return;
-                            }
-                            c.usage = None;
-                        }
-                        out.extend_from_slice(b"data: ");
-                        // Serialising our own types into a Vec cannot fail; on the impossible
-                        // error the frame is left empty rather than the stream broken.
-                        let body = ChunkBody {
-                            chunk: &c,
-                            usage_null: self.include_usage,
-                        };
-                        let _ = serde_json::to_writer(&mut *out, &body);
-                        out.extend_from_slice(b"\n\n");
-                    }
-                    Wire::Anthropic { enc, model } => enc.chunk(&c, model, out),
-                    Wire::Gemini { enc, model } => enc.chunk(&c, model, out),
-                    Wire::Responses { enc, .. } => enc.chunk(&c, out),
-                }
+                self.enc.chunk(&mut c, out);
             }
             Some(RelayItem::Fault(class)) => {
                 self.log.end = End::Fault(class);
                 self.finished = true;
-                match &mut self.wire {
-                    Wire::OpenAi => out.extend_from_slice(&error_frame(class)),
-                    Wire::Anthropic { enc, .. } => enc.fault(fault_message(class).1, out),
-                    Wire::Gemini { enc, .. } => enc.fault(fault_message(class).1, out),
-                    Wire::Responses { enc, .. } => {
-                        let (code, message) = fault_message(class);
-                        enc.fault(code, message, out);
-                    }
-                }
+                self.enc.fault(class, out);
             }
             None => {
                 self.log.end = End::Completed;
                 self.finished = true;
-                match &mut self.wire {
-                    Wire::OpenAi => out.extend_from_slice(b"data: [DONE]\n\n"),
-                    Wire::Anthropic { enc, .. } => enc.done(out),
-                    Wire::Gemini { enc, model } => enc.done(model, out),
-                    Wire::Responses { enc, keep } => {
-                        enc.done(out);
-                        self.keeping = keep.take().and_then(|k| k.keep(enc));
-                    }
-                }
+                self.keeping = self.enc.done(out);
             }
         }
     }
 }
 
-impl Stream for SseBody {
+impl<E: Encode> Stream for SseBody<E> {
     type Item = Result<Bytes, std::convert::Infallible>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
@@ -274,19 +154,16 @@ impl Stream for SseBody {
     }
 }
 
-pub fn response(
+/// The response of a committed stream, written by `enc`.
+pub fn response<E: Encode>(
     committed: Committed,
     idle: Duration,
-    wire: Wire,
-    include_usage: bool,
-    report: Option<serde_json::Value>,
+    enc: E,
     log: StreamLog,
 ) -> Response {
     let body = SseBody {
         relay: Relay::new(committed, idle),
-        wire,
-        report,
-        include_usage,
+        enc,
         log,
         finished: false,
         keeping: None,

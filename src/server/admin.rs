@@ -1,0 +1,143 @@
+//! The admin API (`/admin/*`): the request log, a config reload, channel health. It exists
+//! only when an admin token is configured; without one every admin path looks like 404.
+
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::ctx::bearer;
+use super::{ApiError, AppState};
+use crate::config::Snapshot;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/admin/requests", get(admin_requests))
+        .route("/admin/reload", post(admin_reload))
+        .route("/admin/health", get(admin_health))
+}
+
+/// Admin routes exist only when an admin token is configured; anything else looks like 404.
+fn admin_guard(snap: &Snapshot, headers: &HeaderMap, uri: &Uri) -> Result<(), ApiError> {
+    let Some(token) = &snap.server.admin_token else {
+        return Err(ApiError::NotFound(uri.path().to_string()));
+    };
+    match bearer(headers) {
+        Some(p) if token.matches(p.as_bytes()) => Ok(()),
+        _ => Err(ApiError::Unauthorized),
+    }
+}
+
+#[derive(Deserialize)]
+struct RecentQuery {
+    limit: Option<u32>,
+}
+
+async fn admin_requests(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    uri: Uri,
+    query: Result<Query<RecentQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let snap = state.live.load();
+    if let Err(e) = admin_guard(&snap, &headers, &uri) {
+        return e.into_response();
+    }
+    let Ok(Query(q)) = query else {
+        return ApiError::Invalid(crate::protocol::InvalidRequest::new(
+            "limit",
+            "expected a non-negative integer",
+        ))
+        .into_response();
+    };
+    let limit = q.limit.unwrap_or(50).min(1000);
+    let log = state.log.clone();
+    match tokio::task::spawn_blocking(move || log.recent(limit)).await {
+        Ok(Ok(rows)) => axum::Json(json!({"object": "list", "data": rows})).into_response(),
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "reading the request log failed");
+            ApiError::LogUnavailable.into_response()
+        }
+        Err(_) => ApiError::LogUnavailable.into_response(),
+    }
+}
+
+async fn admin_reload(State(state): State<AppState>, headers: HeaderMap, uri: Uri) -> Response {
+    let snap = state.live.load();
+    if let Err(e) = admin_guard(&snap, &headers, &uri) {
+        return e.into_response();
+    }
+    // Reading and compiling a file is blocking work: off the runtime threads.
+    let live = state.live.clone();
+    let reloaded = match tokio::task::spawn_blocking(move || live.reload()).await {
+        Ok(r) => r,
+        Err(_) => return ApiError::Admin("the reload task failed".into()).into_response(),
+    };
+    match reloaded {
+        Ok(next) => {
+            // A changed config is a fresh start for refused or cooled credentials.
+            state.health.pools.config_changed();
+            tracing::info!(channels = next.channels.len(), "config reloaded");
+            axum::Json(json!({
+                "reloaded": true,
+                "channels": next.channels.len(),
+                "models": next.models.len(),
+            }))
+            .into_response()
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "config reload refused; the running config stays");
+            ApiError::Admin(e.to_string()).into_response()
+        }
+    }
+}
+
+/// Channel health as the router sees it: score, success rate, circuit and cooldowns.
+async fn admin_health(State(state): State<AppState>, headers: HeaderMap, uri: Uri) -> Response {
+    let snap = state.live.load();
+    if let Err(e) = admin_guard(&snap, &headers, &uri) {
+        return e.into_response();
+    }
+    let known = state.health.report(&snap.health);
+    // Channels health has no verdicts for yet are healthy by default: list them too.
+    let mut rows: Vec<Value> = known.as_array().cloned().unwrap_or_default();
+    for ch in &snap.channels {
+        if !rows.iter().any(|r| r["channel"] == *ch.name) {
+            rows.push(json!({
+                "channel": &*ch.name, "model": null, "score": 100.0, "verdicts": 0,
+                "success_rate": null, "circuit": "closed", "circuit_seconds_left": null,
+                "rate_limited_seconds_left": null,
+            }));
+        }
+    }
+    for r in &mut rows {
+        let enabled = snap
+            .channels
+            .iter()
+            .find(|c| r["channel"] == *c.name)
+            .map(|c| c.enabled && c.breaker.enabled);
+        r["health_checked"] = json!(enabled);
+        // Each configured credential by its label (never the key): in flight, cooling,
+        // disabled; keys not used yet are listed idle.
+        let name = r["channel"].as_str().unwrap_or("").to_string();
+        let mut creds = state.health.pools.report(&name);
+        if let (Some(list), Some(ch)) = (
+            creds.as_array_mut(),
+            snap.channels.iter().find(|c| *c.name == *name),
+        ) {
+            list.retain(|c| ch.credentials.iter().any(|(l, _)| c["label"] == **l));
+            for (label, _) in &ch.credentials {
+                if !list.iter().any(|c| c["label"] == **label) {
+                    list.push(json!({"label": &**label, "in_flight": 0, "disabled": false,
+                        "cooling_seconds_left": null, "models_forbidden": []}));
+                }
+            }
+        }
+        r["credentials"] = creds;
+    }
+    axum::Json(json!({"object": "list", "data": rows, "state": state.state.describe()}))
+        .into_response()
+}

@@ -1,0 +1,218 @@
+//! The per-request context: request id, the authenticated key, the failover report and the
+//! request's one log row, written when the handler answers or, if the client went away first,
+//! on drop (499 `client_closed`), so an abandoned request is never missing from the log.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use axum::http::{HeaderMap, header};
+use axum::response::Response;
+
+use super::headers::{hdr, set_header};
+use super::ingress::Envelope;
+use super::{ApiError, AppState};
+use crate::config::{GatewayKey, Snapshot};
+use crate::exec::{self, Report};
+use crate::store::{LogRow, RequestLog};
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+
+/// Request ids: unique per process and sortable by start (time prefix, then a counter).
+fn request_id() -> String {
+    let ms = now_ms();
+    let n = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    format!("req_{ms:x}{n:06x}")
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+pub struct Ctx {
+    pub id: String,
+    pub started: Instant,
+    ts_ms: i64,
+    pub snap: Arc<Snapshot>,
+    log: Arc<RequestLog>,
+    endpoint: &'static str,
+    pub key: Option<Arc<str>>,
+    /// The authenticated key's index in `snap.keys`.
+    key_idx: Option<usize>,
+    /// `x-switchyard-hops` as received.
+    pub hops: u32,
+    pub requested_model: Option<String>,
+    pub stream: bool,
+    pub report: Report,
+    /// The session's short hash, and what the request did to its binding.
+    pub session: Option<String>,
+    pub affinity: Option<&'static str>,
+    /// The semantic decision, when a router named in the request made one.
+    pub semantic: Option<crate::semantic::Decision>,
+    pub logged: bool,
+    /// The client's protocol's error envelope: every error is written in it.
+    pub envelope: &'static dyn Envelope,
+    /// A Responses request continuing a kept response: its channel, and whether only that
+    /// channel may serve (the conversation lives there, not here).
+    pub continuation: Option<(Arc<str>, bool)>,
+}
+
+impl Ctx {
+    pub fn new(state: &AppState, endpoint: &'static str, envelope: &'static dyn Envelope) -> Ctx {
+        Ctx {
+            id: request_id(),
+            started: Instant::now(),
+            ts_ms: now_ms(),
+            snap: state.live.load(),
+            log: state.log.clone(),
+            endpoint,
+            key: None,
+            key_idx: None,
+            hops: 0,
+            requested_model: None,
+            stream: false,
+            report: Report::default(),
+            session: None,
+            affinity: None,
+            semantic: None,
+            logged: false,
+            envelope,
+            continuation: None,
+        }
+    }
+
+    /// The deadline for everything before commit, measured from the request's arrival.
+    pub fn deadline(&self) -> tokio::time::Instant {
+        tokio::time::Instant::from_std(self.started) + self.snap.server.request_timeout
+    }
+
+    /// The authenticated key, in the snapshot the request reads.
+    pub fn gateway_key<'s>(&self, snap: &'s Snapshot) -> Option<&'s GatewayKey> {
+        self.key_idx.and_then(|i| snap.keys.get(i))
+    }
+
+    /// The row as it stands; taking it means the caller records it (now or at stream end).
+    pub fn take_row(&mut self, status: u16, outcome: &str) -> LogRow {
+        self.logged = true;
+        let served = self.report.served.clone();
+        LogRow {
+            id: self.id.clone(),
+            ts_ms: self.ts_ms,
+            key_name: self.key.as_deref().map(str::to_string),
+            endpoint: self.endpoint,
+            requested_model: self.requested_model.clone(),
+            served_model: served.as_ref().map(|s| s.model.to_string()),
+            channel: served.as_ref().map(|s| s.channel.to_string()),
+            status,
+            outcome: outcome.to_string(),
+            attempts: self.report.attempts_text(),
+            stream: self.stream,
+            total_ms: self.started.elapsed().as_millis() as u64,
+            session: self.session.clone(),
+            affinity: self.affinity,
+            prompt_tokens: self.report.context.map(|c| c.prompt_tokens),
+            trimmed_turns: self.report.context.map(|c| c.trimmed_turns as u64),
+            ..LogRow::default()
+        }
+    }
+
+    pub fn record(&self, row: LogRow) {
+        self.log.record(row);
+    }
+
+    pub fn authenticate(&mut self, headers: &HeaderMap) -> Result<(), ApiError> {
+        let found = bearer(headers).and_then(|p| self.snap.authenticate(p));
+        let Some(key) = found else {
+            // Unauthenticated traffic is not logged: it would let anyone fill the log.
+            self.logged = true;
+            return Err(ApiError::Unauthorized);
+        };
+        self.key = Some(key.name.clone());
+        self.key_idx = self.snap.keys.iter().position(|k| std::ptr::eq(k, key));
+        // A loop is refused before anything is read or routed.
+        self.hops = hops(headers, self.snap.server.max_hops)?;
+        Ok(())
+    }
+
+    /// The exec error with the attempts made, for the client's envelope.
+    pub fn exec_error(&self, err: exec::ExecError) -> ApiError {
+        ApiError::Exec {
+            err: Box::new(err),
+            attempts: self.report.attempts_json(),
+        }
+    }
+
+    /// Logs a failed request and renders its error in the client's envelope, with the
+    /// request id.
+    pub fn fail(mut self, err: ApiError) -> Response {
+        let status = err.status().as_u16();
+        let outcome = match (&err, self.report.last_class()) {
+            (ApiError::Exec { err: e, .. }, _) if e.exhausted() => e.code(),
+            (ApiError::Exec { .. }, Some(class)) => class.as_str(),
+            _ => err.code(),
+        };
+        if !self.logged {
+            let row = self.take_row(status, outcome);
+            self.log.record(row);
+        }
+        let mut resp = err.render(self.envelope);
+        if self.report.tried() > 0 {
+            let n = self.report.tried().to_string();
+            set_header(&mut resp, hdr::ATTEMPTS, &n);
+        }
+        set_header(&mut resp, hdr::REQUEST_ID, &self.id);
+        resp
+    }
+}
+
+impl Drop for Ctx {
+    fn drop(&mut self) {
+        if !self.logged {
+            let row = self.take_row(499, "client_closed");
+            self.log.record(row);
+        }
+    }
+}
+
+/// `Authorization: Bearer <key>`, else `x-api-key: <key>` (also when Authorization carries
+/// another scheme, as some clients send for a proxy in between).
+pub fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let from_auth = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .and_then(|v| {
+            let scheme = v.get(..7)?;
+            scheme
+                .eq_ignore_ascii_case("bearer ")
+                .then(|| v.get(7..).map(str::trim))
+                .flatten()
+        });
+    from_auth.or_else(|| {
+        ["x-api-key", "x-goog-api-key"]
+            .iter()
+            .find_map(|h| headers.get(*h)?.to_str().ok())
+            .map(str::trim)
+    })
+}
+
+/// `x-switchyard-hops`: Switchyards the request passed before this one. More than `max` is a loop.
+fn hops(headers: &HeaderMap, max: u32) -> Result<u32, ApiError> {
+    let Some(v) = headers.get(crate::provider::HOPS_HEADER) else {
+        return Ok(0);
+    };
+    let n = v
+        .to_str()
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .ok_or(ApiError::BadHeader {
+            name: crate::provider::HOPS_HEADER,
+            expected: "a non-negative integer",
+        })?;
+    if n > max {
+        return Err(ApiError::LoopDetected { hops: n, max });
+    }
+    Ok(n)
+}

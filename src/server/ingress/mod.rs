@@ -1,0 +1,156 @@
+//! The client protocols: each is one [`Codec`] value that reads its requests into the
+//! canonical form and writes answers, streams and errors in its own wire format, so the
+//! pipeline is one generic function over it. This module is also the registry: a protocol's
+//! routes are listed in [`routes`].
+//!
+//! Adding a client protocol: a module here implementing `Codec`, `Encode` and `Envelope`
+//! (its translation functions in `protocol::<name>`), and its route(s) in [`routes`].
+
+pub mod anthropic;
+pub mod gemini;
+pub mod openai;
+pub mod responses;
+
+use axum::Router;
+use axum::routing::post;
+use serde_json::Value;
+
+use super::AppState;
+use super::continuation::{Keep, Keeping};
+use super::ctx::Ctx;
+use super::error::ApiError;
+use crate::config::Channel;
+use crate::exec::{Committed, OutcomeClass};
+use crate::protocol::chain::ChainSpec;
+use crate::protocol::{ChatRequest, ChatResponse, StreamChunk};
+
+/// Every client protocol's routes.
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/chat/completions", post(openai::handle))
+        .route("/v1/messages", post(anthropic::handle))
+        .route("/v1/responses", post(responses::handle))
+        .route("/v1beta/models/{model_action}", post(gemini::handle))
+        .route("/v1/models/{model_action}", post(gemini::handle))
+}
+
+/// A request as a protocol read it.
+pub struct Parsed<X> {
+    pub req: ChatRequest,
+    /// The caller's chain (`models`, `fallback_models`), where the protocol carries one.
+    pub spec: ChainSpec,
+    /// What the protocol keeps from reading to answering.
+    pub extra: X,
+}
+
+/// What every answer is written with.
+pub struct Answer<'a> {
+    /// The model as the client asked for it.
+    pub model: &'a str,
+    /// The failover report's body extension, when something moved the request.
+    pub ext: Option<Value>,
+    /// The serving channel got the client's request as sent (no translation either way).
+    pub as_sent: bool,
+}
+
+/// A written answer, and what it leaves to keep for a later turn.
+pub struct Rendered {
+    pub body: Vec<u8>,
+    pub keep: Option<Keep>,
+}
+
+/// A committed stream about to be written.
+pub struct StreamStart<'a> {
+    pub state: &'a AppState,
+    pub ctx: &'a Ctx,
+    pub committed: &'a Committed,
+    pub answer: Answer<'a>,
+    /// The client asked for a usage chunk at the end.
+    pub include_usage: bool,
+}
+
+/// One client protocol.
+pub trait Codec: Send + Sync + 'static {
+    /// What the protocol keeps from reading a request to answering it.
+    type Extra: Send + Sync;
+    type Encoder: Encode;
+    /// The request log's name for the endpoint.
+    const ENDPOINT: &'static str;
+    /// Requests may continue a kept response (`previous_response_id`).
+    const CONTINUES: bool = false;
+
+    fn envelope(&self) -> &'static dyn Envelope;
+
+    /// The model and stream flag the request names, for the log, before it is parsed.
+    fn requested(&self, body: &Value) -> (Option<String>, bool) {
+        let model = body
+            .get("model")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+        (model, stream)
+    }
+
+    /// The body → the canonical request, the caller's chain and what the answer needs.
+    fn parse(&self, body: Value) -> Result<Parsed<Self::Extra>, ApiError>;
+
+    /// Whether the serving channel gets this protocol's requests as sent.
+    fn as_sent(&self, _channel: &Channel) -> bool {
+        false
+    }
+
+    /// What reading the request dropped, beyond what translating it for the channel loses.
+    fn read_losses(&self, _extra: &Self::Extra) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// The whole answer in the client's wire format.
+    fn render(&self, resp: ChatResponse, extra: &Self::Extra, a: &Answer) -> Rendered;
+
+    /// The encoder of a committed stream, and what its opening leaves to keep.
+    fn encoder(&self, extra: Self::Extra, s: StreamStart) -> (Self::Encoder, Option<Keep>);
+}
+
+/// Writes a committed stream in a client protocol, one canonical chunk at a time.
+pub trait Encode: Send + Unpin + 'static {
+    fn chunk(&mut self, c: &mut StreamChunk, out: &mut Vec<u8>);
+    /// The stream broke after commit: the protocol's error event, and no clean end.
+    fn fault(&mut self, class: OutcomeClass, out: &mut Vec<u8>);
+    /// The stream completed; anything to await before its last frames go out.
+    fn done(&mut self, out: &mut Vec<u8>) -> Option<Keeping>;
+}
+
+/// An error as every protocol's envelope reads it.
+pub struct ErrorView<'a> {
+    pub status: u16,
+    /// OpenAI's `type` (`invalid_request_error`, `rate_limit_error`, `server_error`...).
+    pub kind: &'static str,
+    pub code: &'a str,
+    pub message: &'a str,
+    pub param: Option<&'a str>,
+    /// The attempts an exhausted request made, by channel, model, status and reason.
+    pub attempts: Option<&'a Value>,
+    /// The counts of a request too long for any model's window.
+    pub context: Option<&'a Value>,
+}
+
+/// How a client protocol writes an error body.
+pub trait Envelope: Sync {
+    fn body(&self, e: &ErrorView) -> Value;
+    /// An upstream error body already in this envelope's shape, returned to the client as is.
+    fn speaks(&self, body: &Value) -> bool;
+}
+
+/// The code and message of a post-commit fault, the same for every protocol.
+pub fn fault_message(class: OutcomeClass) -> (&'static str, &'static str) {
+    match class {
+        OutcomeClass::Timeout => (
+            "stream_timeout",
+            "the upstream stopped sending for longer than the idle timeout after the response began",
+        ),
+        _ => (
+            "stream_interrupted",
+            "the upstream stream failed after the response began",
+        ),
+    }
+}

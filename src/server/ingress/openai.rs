@@ -1,0 +1,136 @@
+//! OpenAI Chat Completions (`POST /v1/chat/completions`): the canonical form's own shape,
+//! so reading and writing are direct; its error envelope is shared by the Responses API.
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::Response;
+use serde_json::Value;
+
+use super::{Answer, Codec, Encode, Envelope, ErrorView, Parsed, Rendered, StreamStart};
+use crate::exec::OutcomeClass;
+use crate::protocol::chain::{self, ChainSpec};
+use crate::protocol::openai::{ChunkBody, ResponseBody, error_body, request_from_value};
+use crate::protocol::{ChatResponse, StreamChunk};
+use crate::server::AppState;
+use crate::server::continuation::{Keep, Keeping};
+use crate::server::error::ApiError;
+use crate::server::pipeline;
+
+pub async fn handle(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    pipeline::serve(state, headers, body, OpenAiChat).await
+}
+
+pub struct OpenAiChat;
+
+/// The caller's chain fields (`models`, `fallback_models`, `redundancy`) taken out of a body
+/// that carries them at the top level (OpenAI, Anthropic and Responses bodies).
+pub fn take_chain(body: &mut Value) -> Result<ChainSpec, ApiError> {
+    Ok(match body.as_object_mut() {
+        Some(m) => chain::take(m)?,
+        None => ChainSpec::default(),
+    })
+}
+
+impl Codec for OpenAiChat {
+    type Extra = ();
+    type Encoder = OpenAiEncoder;
+    const ENDPOINT: &'static str = "chat.completions";
+
+    fn envelope(&self) -> &'static dyn Envelope {
+        &OpenAiEnvelope
+    }
+
+    fn parse(&self, mut body: Value) -> Result<Parsed<()>, ApiError> {
+        let spec = take_chain(&mut body)?;
+        Ok(Parsed {
+            req: request_from_value(body)?,
+            spec,
+            extra: (),
+        })
+    }
+
+    fn render(&self, resp: ChatResponse, _: &(), a: &Answer) -> Rendered {
+        let body = serde_json::to_vec(&ResponseBody {
+            resp: &resp,
+            report: a.ext.as_ref(),
+        });
+        Rendered {
+            body: body.unwrap_or_default(),
+            keep: None,
+        }
+    }
+
+    fn encoder(&self, _: (), s: StreamStart) -> (OpenAiEncoder, Option<Keep>) {
+        let enc = OpenAiEncoder {
+            report: s.answer.ext,
+            include_usage: s.include_usage,
+        };
+        (enc, None)
+    }
+}
+
+/// Chat Completions chunks as `data:` frames, ended by `[DONE]`.
+pub struct OpenAiEncoder {
+    /// The failover report, added to the first chunk when something moved the request.
+    report: Option<Value>,
+    include_usage: bool,
+}
+
+impl Encode for OpenAiEncoder {
+    fn chunk(&mut self, c: &mut StreamChunk, out: &mut Vec<u8>) {
+        if c.is_raw_only() {
+            return;
+        }
+        if let Some(r) = self.report.take() {
+            c.extra.insert("switchyard".into(), r);
+        }
+        if !self.include_usage {
+            // We asked the upstream for usage for the log; the client did not.
+            if c.is_usage_only() {
+                return;
+            }
+            c.usage = None;
+        }
+        out.extend_from_slice(b"data: ");
+        // Serialising our own types into a Vec cannot fail; on the impossible error the frame
+        // is left empty rather than the stream broken.
+        let body = ChunkBody {
+            chunk: c,
+            usage_null: self.include_usage,
+        };
+        let _ = serde_json::to_writer(&mut *out, &body);
+        out.extend_from_slice(b"\n\n");
+    }
+
+    fn fault(&mut self, class: OutcomeClass, out: &mut Vec<u8>) {
+        let (code, message) = super::fault_message(class);
+        let e = error_body(message, "server_error", code, None, None);
+        out.extend_from_slice(format!("data: {e}\n\n").as_bytes());
+    }
+
+    fn done(&mut self, out: &mut Vec<u8>) -> Option<Keeping> {
+        out.extend_from_slice(b"data: [DONE]\n\n");
+        None
+    }
+}
+
+/// `{"error": {"message", "type", "param", "code", "attempts" | "context"}}`.
+pub struct OpenAiEnvelope;
+
+impl Envelope for OpenAiEnvelope {
+    fn body(&self, e: &ErrorView) -> Value {
+        let extra = match (e.context, e.attempts) {
+            (Some(c), _) => Some(("context", c.clone())),
+            (None, Some(a)) => Some(("attempts", a.clone())),
+            (None, None) => None,
+        };
+        error_body(e.message, e.kind, e.code, e.param, extra)
+    }
+
+    /// Anthropic's (`"type": "error"`) and Gemini's (`error.status`) are not this one; the
+    /// rest (OpenAI's, vLLM's top-level error) is.
+    fn speaks(&self, body: &Value) -> bool {
+        !(body["type"] == "error" || body["error"]["status"].is_string())
+    }
+}

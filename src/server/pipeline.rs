@@ -1,0 +1,259 @@
+//! The one pipeline every chat request follows, whatever its client protocol:
+//! authenticate → session → semantic decision → chain → fit → attempts → settle → render → log.
+//! The protocol is a [`Codec`]: it reads the body and writes the answer, the stream and errors.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::HeaderMap;
+use axum::response::Response;
+
+use super::affinity::{self, Session};
+use super::ctx::Ctx;
+use super::headers::{hdr, json_response, served, set_header};
+use super::ingress::{Answer, Codec, Envelope, Parsed, StreamStart};
+use super::{ApiError, AppState, body, continuation, semantic, sse};
+use crate::config::{GatewayKey, Snapshot};
+use crate::exec::{self, Committed, Report};
+use crate::protocol::chain::ChainSpec;
+use crate::protocol::{ChatRequest, ChatResponse};
+use crate::router::{self, Chain};
+
+/// Serves a chat request in `codec`'s protocol. The run is awaited boxed: its future is
+/// ~11 KB, and inline in the handler's it was copied whole as axum moved it (measured ~8k
+/// instructions a request, `bench/instructions.sh`).
+pub async fn serve<C: Codec>(
+    state: AppState,
+    headers: HeaderMap,
+    body: Body,
+    codec: C,
+) -> Response {
+    let mut ctx = Ctx::new(&state, C::ENDPOINT, codec.envelope());
+    match Box::pin(pipeline(&state, &headers, &codec, &mut ctx, body)).await {
+        Ok(resp) => resp,
+        Err(e) => ctx.fail(e),
+    }
+}
+
+/// A request refused before its pipeline starts (a path no protocol route knows).
+pub fn refuse(
+    state: &AppState,
+    endpoint: &'static str,
+    envelope: &'static dyn Envelope,
+    err: ApiError,
+) -> Response {
+    Ctx::new(state, endpoint, envelope).fail(err)
+}
+
+async fn pipeline<C: Codec>(
+    state: &AppState,
+    headers: &HeaderMap,
+    codec: &C,
+    ctx: &mut Ctx,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let mut value = body::read_json(ctx, headers, body).await?;
+    (ctx.requested_model, ctx.stream) = codec.requested(&value);
+    if C::CONTINUES {
+        ctx.continuation = continuation::resolve(state, ctx, &mut value).await?;
+    }
+    let Parsed {
+        mut req,
+        spec,
+        extra,
+    } = codec.parse(value)?;
+    let snap = ctx.snap.clone();
+    let session = ctx
+        .gateway_key(&snap)
+        .and_then(|k| affinity::session(headers, &req, &k.name, snap.affinity.implicit));
+    let decisions = semantic::decide(state, ctx, &snap, &spec, &req, session.as_ref()).await;
+    let (key, chain) = resolve(ctx, &snap, &spec, &req.model, true, &decisions)?;
+    ctx.semantic = decisions.into_iter().next();
+    // Boxed: the store's futures (Redis's are large) would otherwise sit inline in every
+    // request's future, sessions or not, and be copied with it.
+    let before = match &session {
+        Some(s) => Box::pin(state.state.binding(&s.key)).await,
+        None => None,
+    };
+    ctx.session = session.as_ref().map(|s| s.tag.clone());
+    let trim = body::trim_choice(headers)?;
+    // A continued response's channel comes first, before the session's.
+    let bound = ctx.continuation.as_ref().map(|(c, _)| c.clone());
+    let only = ctx.continuation.as_ref().filter(|(_, only)| *only);
+    let route = exec::Route {
+        key,
+        chain: &chain,
+        bound: bound.as_deref().or(before.as_deref()),
+        shared: Some(&state.state),
+        trim,
+        only: only.map(|(c, _)| &**c),
+    };
+    req.hops = ctx.hops;
+    let deadline = ctx.deadline();
+    if req.stream {
+        let committed =
+            exec::chat_stream(&snap, &state.health, route, &req, deadline, &mut ctx.report).await;
+        settle(state, &snap, session.as_ref(), before.as_ref(), ctx).await;
+        let committed = committed.map_err(|e| ctx.exec_error(e))?;
+        return Ok(stream(state, codec, ctx, &req, extra, committed).await);
+    }
+    let resp = exec::chat(&snap, &state.health, route, &req, deadline, &mut ctx.report).await;
+    settle(state, &snap, session.as_ref(), before.as_ref(), ctx).await;
+    let resp = resp.map_err(|e| ctx.exec_error(e))?;
+    Ok(answer(state, codec, ctx, &req, extra, resp).await)
+}
+
+/// Resolves what may serve the request: the key's chain (redirects, defaults, groups).
+pub fn resolve<'s>(
+    ctx: &mut Ctx,
+    snap: &'s Snapshot,
+    spec: &ChainSpec,
+    model: &str,
+    defaults: bool,
+    decisions: &[crate::semantic::Decision],
+) -> Result<(&'s GatewayKey, Chain), ApiError> {
+    let key = ctx.gateway_key(snap).ok_or(ApiError::Unauthorized)?;
+    let chain = router::chain(snap, key, spec, model, defaults, decisions).map_err(|e| {
+        ctx.report = Report::new(model);
+        ctx.exec_error(exec::ExecError::Route(e))
+    })?;
+    ctx.requested_model = Some(chain.requested_model.clone());
+    ctx.report = Report::for_chain(&chain);
+    Ok((key, chain))
+}
+
+/// After the attempts: what the request did to its session's binding (and its semantic
+/// instance), noted for the headers and the log.
+async fn settle(
+    state: &AppState,
+    snap: &Snapshot,
+    session: Option<&Session>,
+    before: Option<&Arc<str>>,
+    ctx: &mut Ctx,
+) {
+    let Some(s) = session else {
+        return;
+    };
+    ctx.affinity = Box::pin(affinity::settle(
+        &state.state,
+        &snap.affinity,
+        snap,
+        s,
+        before,
+        &ctx.report,
+    ))
+    .await;
+    semantic::remember(state, snap, s, ctx).await;
+}
+
+/// How the answer is written: the model asked for, the report, and whether the serving channel
+/// got the request as sent.
+fn answer_of<'a, C: Codec>(codec: &C, ctx: &Ctx, req: &'a ChatRequest) -> Answer<'a> {
+    let channel = ctx
+        .report
+        .served
+        .as_ref()
+        .and_then(|s| ctx.snap.channels.iter().find(|c| c.name == s.channel));
+    Answer {
+        model: &req.model,
+        ext: ctx.report.body_extension(),
+        as_sent: channel.is_some_and(|c| codec.as_sent(c)),
+    }
+}
+
+/// `lossless`, or `lossy (<what>)`: what reading the request and reaching the serving
+/// channel's protocol dropped.
+fn translation<C: Codec>(
+    codec: &C,
+    ctx: &Ctx,
+    req: &ChatRequest,
+    extra: &C::Extra,
+    as_sent: bool,
+) -> String {
+    if as_sent {
+        return "lossless".into();
+    }
+    let target = ctx.report.served.as_ref().and_then(|s| {
+        let ch = ctx.snap.channels.iter().find(|c| c.name == s.channel)?;
+        Some(ch.kind.protocol())
+    });
+    let mut lost = target
+        .map(|t| req.translation_losses(t))
+        .unwrap_or_default();
+    lost.extend(codec.read_losses(extra));
+    if lost.is_empty() {
+        "lossless".into()
+    } else {
+        format!("lossy ({})", lost.join(", "))
+    }
+}
+
+/// A whole answer: written in the client's protocol, kept for a later turn if it says so, and
+/// logged with its usage.
+async fn answer<C: Codec>(
+    state: &AppState,
+    codec: &C,
+    ctx: &mut Ctx,
+    req: &ChatRequest,
+    extra: C::Extra,
+    resp: ChatResponse,
+) -> Response {
+    let a = answer_of(codec, ctx, req);
+    let translated = translation(codec, ctx, req, &extra, a.as_sent);
+    let usage = resp.usage.clone();
+    let rendered = codec.render(resp, &extra, &a);
+    if let Some(keep) = rendered.keep {
+        continuation::keep(state, ctx, keep).await;
+    }
+    let mut row = ctx.take_row(200, "ok");
+    row.translation = Some(translated.clone());
+    row.ttfb_ms = Some(row.total_ms);
+    if let Some(u) = &usage {
+        row.input_tokens = u.input_tokens;
+        row.output_tokens = u.output_tokens;
+        let secs = ctx.started.elapsed().as_secs_f64();
+        row.tokens_per_s = u
+            .output_tokens
+            .filter(|_| secs > 0.0)
+            .map(|n| n as f64 / secs);
+    }
+    ctx.record(row);
+    let mut out = served(json_response(rendered.body), ctx);
+    set_header(&mut out, hdr::TRANSLATION, &translated);
+    out
+}
+
+/// A committed stream: its headers now (true at the commit point), its body written by the
+/// protocol's encoder as the upstream goes on, its log row when it ends.
+async fn stream<C: Codec>(
+    state: &AppState,
+    codec: &C,
+    ctx: &mut Ctx,
+    req: &ChatRequest,
+    extra: C::Extra,
+    committed: Committed,
+) -> Response {
+    let ttfb = ctx.started.elapsed();
+    let a = answer_of(codec, ctx, req);
+    let translated = translation(codec, ctx, req, &extra, a.as_sent);
+    let (enc, keep) = codec.encoder(
+        extra,
+        StreamStart {
+            state,
+            ctx,
+            committed: &committed,
+            answer: a,
+            include_usage: req.stream_include_usage,
+        },
+    );
+    if let Some(keep) = keep {
+        continuation::keep(state, ctx, keep).await;
+    }
+    let mut row = ctx.take_row(200, "ok");
+    row.translation = Some(translated.clone());
+    let log = sse::StreamLog::new(state.log.clone(), row, ctx.started, ttfb);
+    let resp = sse::response(committed, ctx.snap.server.stream_idle_timeout, enc, log);
+    let mut resp = served(resp, ctx);
+    set_header(&mut resp, hdr::TRANSLATION, &translated);
+    resp
+}

@@ -1,0 +1,128 @@
+//! Every route: the client protocols' (from the ingress registry), embeddings, the model list,
+//! the route preview, liveness and readiness, and the admin API.
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+
+use super::ctx::{Ctx, bearer};
+use super::headers::{json_response, served};
+use super::ingress::openai::OpenAiEnvelope;
+use super::pipeline::resolve;
+use super::{ApiError, AppState, admin, body, explain, ingress};
+use crate::exec;
+use crate::protocol::chain::ChainSpec;
+use crate::protocol::openai;
+
+pub fn router(state: AppState) -> Router {
+    ingress::routes()
+        .route("/v1/embeddings", post(embeddings))
+        .route("/v1/models", get(models))
+        .route("/v1/route/explain", post(explain::route_explain))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .merge(admin::routes())
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state)
+}
+
+/// OpenAI embeddings: routed like chat (no chain defaults: the vectors must come from the
+/// model asked for), passed through as is.
+async fn embeddings(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    let mut ctx = Ctx::new(&state, "embeddings", &OpenAiEnvelope);
+    match embed(&state, &headers, &mut ctx, body).await {
+        Ok(resp) => resp,
+        Err(e) => ctx.fail(e),
+    }
+}
+
+async fn embed(
+    state: &AppState,
+    headers: &HeaderMap,
+    ctx: &mut Ctx,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let value = body::read_json(ctx, headers, body).await?;
+    ctx.requested_model = value
+        .get("model")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let mut req = openai::embeddings_from_value(value)?;
+    let snap = ctx.snap.clone();
+    let (key, chain) = resolve(ctx, &snap, &ChainSpec::default(), &req.model, false, &[])?;
+    req.hops = ctx.hops;
+    let route = exec::Route {
+        key,
+        chain: &chain,
+        bound: None,
+        shared: Some(&state.state),
+        trim: None,
+        only: None,
+    };
+    let deadline = ctx.deadline();
+    let result =
+        exec::embeddings(&snap, &state.health, route, &req, deadline, &mut ctx.report).await;
+    let mut v = result.map_err(|e| ctx.exec_error(e))?;
+    let mut row = ctx.take_row(200, "ok");
+    row.ttfb_ms = Some(row.total_ms);
+    row.input_tokens = v.pointer("/usage/prompt_tokens").and_then(Value::as_u64);
+    ctx.record(row);
+    if let (Some(ext), Some(obj)) = (ctx.report.body_extension(), v.as_object_mut()) {
+        obj.insert("switchyard".into(), ext);
+    }
+    let body = serde_json::to_vec(&v).unwrap_or_default();
+    Ok(served(json_response(body), ctx))
+}
+
+async fn models(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let snap = state.live.load();
+    let Some(key) = bearer(&headers).and_then(|p| snap.authenticate(p)) else {
+        return ApiError::Unauthorized.into_response();
+    };
+    // Only models that some enabled channel of the key's groups serves: the rest would answer
+    // 404 or 503.
+    let data: Vec<Value> = snap
+        .models
+        .iter()
+        .filter(|(m, _)| snap.serves(key, m, true))
+        .map(
+            |(m, _)| json!({"id": &**m, "object": "model", "created": 0, "owned_by": "switchyard"}),
+        )
+        .collect();
+    axum::Json(json!({"object": "list", "data": data})).into_response()
+}
+
+async fn healthz() -> Response {
+    axum::Json(json!({"status": "ok"})).into_response()
+}
+
+async fn readyz(State(state): State<AppState>) -> Response {
+    let alive = state.log.alive();
+    let snap = state.live.load();
+    let body = json!({
+        "status": if alive { "ready" } else { "not_ready" },
+        "config": {"channels": snap.channels.len(), "models": snap.models.len()},
+        "request_log": {"writer_alive": alive, "dropped_rows": state.log.dropped()},
+        // Redis being down does not make the gateway unready: it serves on local state.
+        "state": state.state.describe(),
+    });
+    let status = if alive {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, axum::Json(body)).into_response()
+}
+
+async fn not_found(uri: Uri) -> Response {
+    ApiError::NotFound(uri.path().to_string()).into_response()
+}
+
+async fn method_not_allowed() -> Response {
+    ApiError::MethodNotAllowed.into_response()
+}
