@@ -1,5 +1,6 @@
-//! The client's mistakes and the gateway's exhaustion: every error is the OpenAI envelope with
-//! the right status, never a panic and never a 5xx for the client's own mistake.
+//! The client's mistakes and the gateway's exhaustion: every error is in the client's own
+//! protocol's envelope with the right status and code (and, exhausted, the attempts), never a
+//! panic and never a 5xx for the client's own mistake.
 
 use serde_json::json;
 
@@ -186,6 +187,68 @@ async fn all_failed_is_502_listing_attempts_without_upstream_text() {
     assert_eq!(attempts[0]["status"], 500);
     assert_eq!(attempts[0]["reason"], "server_error");
     assert_eq!(attempts[1]["reason"], "connection_error");
+}
+
+/// Where each client protocol's envelope puts the code and the attempts.
+fn code_and_attempts(protocol: &str, v: &serde_json::Value) -> (String, serde_json::Value) {
+    let e = &v["error"];
+    match protocol {
+        "gemini" => {
+            let details = e["details"].as_array().cloned().unwrap_or_default();
+            let of = |t: &str| details.iter().find(|d| d["@type"] == t).cloned();
+            let info = of("type.googleapis.com/google.rpc.ErrorInfo").unwrap_or_default();
+            let attempts = of("type.googleapis.com/switchyard.v1.Attempts").unwrap_or_default();
+            (info["reason"].as_str().unwrap_or("").into(), attempts["attempts"].clone())
+        }
+        _ => (e["code"].as_str().unwrap_or("").into(), e["attempts"].clone()),
+    }
+}
+
+#[tokio::test]
+async fn exhausted_errors_list_their_attempts_and_code_in_every_envelope() {
+    let a = mock(faulty("x", status(500))).await;
+    // Circuits off: every request of the table meets both channels.
+    let off = "circuit_breaker = { enabled = false }";
+    let gw = gateway(&format!(
+        "{}{}",
+        openai_channel("a", &a.base_url(), 1, off),
+        openai_channel("dead", &refused_url().await, 2, off)
+    ))
+    .await;
+    let user = json!([{"role": "user", "content": "hi"}]);
+    let cases = [
+        ("openai", "/v1/chat/completions", json!({"model": "m", "messages": user})),
+        ("responses", "/v1/responses", json!({"model": "m", "input": "hi"})),
+        ("anthropic", "/v1/messages", json!({"model": "m", "max_tokens": 5, "messages": user})),
+        (
+            "gemini",
+            "/v1beta/models/m:generateContent",
+            json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}),
+        ),
+    ];
+    for (protocol, path, body) in cases {
+        let resp = gw.post_as(path, KEY, &[], body).await;
+        assert_eq!(resp.status(), 502, "{protocol}");
+        assert_eq!(header(&resp, "x-should-retry"), "false", "{protocol}");
+        let raw = resp.text().await.unwrap();
+        assert!(!raw.contains("mock fault"), "{protocol}: upstream text leaked: {raw}");
+        let v: serde_json::Value = serde_json::from_str(&raw).unwrap();
+        let (code, attempts) = code_and_attempts(protocol, &v);
+        assert_eq!(code, "all_attempts_failed", "{protocol}: {v}");
+        assert_eq!(
+            reasons(&attempts),
+            ["server_error", "connection_error"],
+            "{protocol}: {v}"
+        );
+        assert_eq!(attempts[0]["channel"], "a", "{protocol}");
+        assert_eq!(attempts[0]["status"], 500, "{protocol}");
+        // Each still reads as its own protocol's error.
+        match protocol {
+            "anthropic" => assert_eq!(v["type"], "error"),
+            "gemini" => assert_eq!(v["error"]["code"], 502),
+            _ => assert!(v["error"]["message"].is_string()),
+        }
+    }
 }
 
 #[tokio::test]
