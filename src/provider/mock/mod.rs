@@ -6,12 +6,14 @@
 //! also records what it received, for tests that must see what crossed the wire.
 //!
 //! `spec` says how to answer (text, timings, faults), `reply` builds the canonical answer and
-//! its paced schedule, `upstream` and `server` are the two forms.
+//! its paced schedule, `upstream` and `server` are the two forms, and `wire` writes the
+//! server's answers in each protocol it speaks.
 
 mod reply;
 mod server;
 mod spec;
 mod upstream;
+mod wire;
 
 pub use server::{MockServer, Received};
 pub use spec::{Fault, MockSpec, MockToolCall};

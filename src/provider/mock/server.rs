@@ -21,7 +21,8 @@ use super::reply::{
     Paced, embeddings_reply, error_json, paced, pause, reply, reply_chunks, schedule,
 };
 use super::spec::{Behaviour, MockSpec};
-use crate::protocol::openai::{ChunkBody, ResponseBody};
+use super::wire::{Proto, Wire};
+use crate::protocol::ChatRequest;
 
 /// What the mock server received: path, headers and JSON body of one request.
 #[derive(Debug, Clone)]
@@ -308,51 +309,29 @@ async fn generate(
     .await
 }
 
-/// The protocol a mock request speaks (Gemini carries model and stream in its URL).
-enum Proto {
-    OpenAi,
-    Anthropic,
-    Gemini { model: String, stream: bool },
-    Responses,
-}
-
-async fn answer(state: Arc<MockState>, incoming: Incoming, proto: Proto) -> Response {
-    let anthropic = matches!(proto, Proto::Anthropic);
-    let gemini = matches!(proto, Proto::Gemini { .. });
-    let bearer = incoming
-        .headers
+/// The caller's key: a bearer token, or the key header of Anthropic or Gemini.
+fn caller_key(headers: &HeaderMap) -> Option<String> {
+    headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .or_else(|| {
             ["x-api-key", "x-goog-api-key"]
                 .iter()
-                .find_map(|h| incoming.headers.get(*h)?.to_str().ok())
+                .find_map(|h| headers.get(*h)?.to_str().ok())
         })
-        .map(str::to_string);
-    let path = match proto {
-        Proto::Anthropic => "/messages",
-        Proto::Gemini { .. } => "/generateContent",
-        Proto::OpenAi => "/chat/completions",
-        Proto::Responses => "/responses",
-    };
-    let (n, spec, v) = match begin(&state, path, incoming) {
+        .map(str::to_string)
+}
+
+/// A chat request in any protocol: the behaviour in force decides how (and whether) it is
+/// answered; `wire` writes the answer in the request's protocol.
+async fn answer(state: Arc<MockState>, incoming: Incoming, proto: Proto) -> Response {
+    let bearer = caller_key(&incoming.headers);
+    let (n, spec, v) = match begin(&state, proto.path(), incoming) {
         Ok(b) => b,
         Err(resp) => return *resp,
     };
-    let mut echo = None;
-    let parsed = match &proto {
-        Proto::Anthropic => crate::protocol::anthropic::request_from_value(v),
-        Proto::Gemini { model, stream } => {
-            crate::protocol::gemini::request_from_value(v, model, *stream)
-        }
-        Proto::OpenAi => crate::protocol::openai::request_from_value(v),
-        Proto::Responses => crate::protocol::responses::request_from_value(v).map(|(r, e)| {
-            echo = Some(e);
-            r
-        }),
-    };
-    let req = match parsed {
+    let (req, wire) = match proto.parse(v) {
         Ok(r) => r,
         Err(e) => return bad_request(&e.message),
     };
@@ -368,12 +347,7 @@ async fn answer(state: Arc<MockState>, incoming: Incoming, proto: Proto) -> Resp
         Behaviour::Status(s, ra) => {
             guard.done = true;
             let mut resp = status_response(s, ra);
-            let message = format!("mock fault: HTTP {s}");
-            if anthropic {
-                let body = crate::protocol::anthropic::error_body(s, &message);
-                *resp.body_mut() = Body::from(body.to_string());
-            } else if gemini {
-                let body = crate::protocol::gemini::error_body(s, &message);
+            if let Some(body) = wire.error_body(s) {
                 *resp.body_mut() = Body::from(body.to_string());
             }
             return resp;
@@ -391,92 +365,46 @@ async fn answer(state: Arc<MockState>, incoming: Incoming, proto: Proto) -> Resp
         }
         _ => {}
     }
-    if !req.stream {
-        pause(spec.total_time()).await;
-        guard.done = true;
-        let mut resp = reply(&spec, &model, &req, n);
-        if behaviour == Behaviour::Empty {
-            resp.choices.clear();
-        }
-        let body = if let Some(e) = &echo {
-            serde_json::to_vec(&crate::protocol::responses::response_to_value(
-                &resp, e, &model,
-            ))
-        } else if anthropic {
-            serde_json::to_vec(&crate::protocol::anthropic::response_to_value(
-                &resp, &model,
-            ))
-        } else if gemini {
-            serde_json::to_vec(&crate::protocol::gemini::response_to_value(&resp, &model))
-        } else {
-            serde_json::to_vec(&ResponseBody {
-                resp: &resp,
-                report: None,
-            })
-        }
-        .unwrap_or_default();
-        return ([(header::CONTENT_TYPE, "application/json")], body).into_response();
+    if req.stream {
+        return stream_answer(&spec, behaviour, &req, n, wire, guard);
     }
-    let responses = echo.is_some();
-    let include_usage = req.stream_include_usage || anthropic || gemini || responses;
-    let mut chunks = reply_chunks(&spec, &model, &req, n);
+    pause(spec.total_time()).await;
+    guard.done = true;
+    let mut resp = reply(&spec, &model, &req, n);
+    if behaviour == Behaviour::Empty {
+        resp.choices.clear();
+    }
+    let body = wire.object(&resp, &model);
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// A streamed answer: the reply's chunks played in time under `behaviour`. `guard` counts the
+/// answer completed once its last byte was taken, aborted if the stream is dropped before.
+fn stream_answer(
+    spec: &MockSpec,
+    behaviour: Behaviour,
+    req: &ChatRequest,
+    n: u64,
+    wire: Wire,
+    mut guard: AbortGuard,
+) -> Response {
+    let include_usage = wire.include_usage(req);
+    let mut chunks = reply_chunks(spec, &req.model, req, n);
     if !include_usage {
         chunks.pop();
     }
-    let mut encoder = crate::protocol::anthropic::StreamEncoder::default();
-    let mut gemini_encoder = crate::protocol::gemini::StreamEncoder::default();
-    let mut responses_encoder =
-        echo.map(|e| crate::protocol::responses::StreamEncoder::new(e, model.clone()));
-    let model_name = model.clone();
-    let items = schedule(&spec, behaviour, chunks);
-    let ends_clean = matches!(behaviour, Behaviour::Normal | Behaviour::Empty);
+    let mut frames = wire.frames(req.model.clone(), include_usage);
+    let end = match behaviour {
+        Behaviour::Normal | Behaviour::Empty => frames.end(),
+        _ => None,
+    };
+    let items = schedule(spec, behaviour, chunks);
     let body = paced(items)
         .map(move |p| match p {
-            Paced::Chunk(c) if responses_encoder.is_some() => {
-                let mut out = Vec::new();
-                if let Some(enc) = responses_encoder.as_mut() {
-                    enc.chunk(&c, &mut out);
-                    if c.is_usage_only() {
-                        enc.done(&mut out);
-                    }
-                }
-                Ok(Bytes::from(out))
-            }
-            Paced::Chunk(c) if gemini => {
-                let mut out = Vec::new();
-                gemini_encoder.chunk(&c, &model_name, &mut out);
-                if c.is_usage_only() {
-                    gemini_encoder.done(&model_name, &mut out);
-                }
-                Ok(Bytes::from(out))
-            }
-            Paced::Chunk(c) if anthropic => {
-                let mut out = Vec::new();
-                encoder.chunk(&c, &model_name, &mut out);
-                // The usage chunk is the last: the message ends with it.
-                if c.is_usage_only() {
-                    encoder.done(&mut out);
-                }
-                Ok(Bytes::from(out))
-            }
-            Paced::Chunk(c) => {
-                let mut line = b"data: ".to_vec();
-                line.extend(
-                    serde_json::to_vec(&ChunkBody {
-                        chunk: &c,
-                        usage_null: include_usage,
-                    })
-                    .unwrap_or_default(),
-                );
-                line.extend_from_slice(b"\n\n");
-                Ok(Bytes::from(line))
-            }
+            Paced::Chunk(c) => Ok(frames.frame(&c)),
             Paced::Break => Err(std::io::Error::other("mock cut the stream")),
         })
-        .chain(stream::iter(
-            (ends_clean && !anthropic && !gemini && !responses)
-                .then(|| Ok::<_, std::io::Error>(Bytes::from_static(b"data: [DONE]\n\n"))),
-        ))
+        .chain(stream::iter(end.map(Ok::<_, std::io::Error>)))
         .chain(stream::once(async move {
             // Reached only when the whole stream was sent: not an abort.
             guard.done = true;
