@@ -1,7 +1,7 @@
 //! The `switchyard` binary: a thin CLI over the library.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -105,101 +105,14 @@ fn main() -> ExitCode {
 
 async fn run(cmd: Command) -> Result<(), Box<dyn std::error::Error>> {
     match cmd {
-        Command::Check { config } => {
-            let snap = switchyard::app::load(Some(&config), &HttpClients::default())?;
-            print!("{}", snap.describe());
-            println!("config OK");
-            Ok(())
-        }
+        Command::Check { config } => check(&config),
         Command::Explain {
             config,
             key,
             model,
             prompt,
-        } => {
-            let snap = switchyard::app::load(config.as_deref(), &HttpClients::default())?;
-            let gkey = snap
-                .key_named(&key)
-                .or_else(|| snap.authenticate(&key))
-                .ok_or("no key of that name (or value) in the config")?;
-            let mut spec = switchyard::protocol::chain::ChainSpec::default();
-            if model.len() > 1 {
-                let entries = model
-                    .iter()
-                    .map(|m| switchyard::protocol::chain::ChainEntry {
-                        model: m.clone(),
-                        ..Default::default()
-                    })
-                    .collect();
-                spec.entries =
-                    switchyard::protocol::chain::dedupe(entries).map_err(|e| e.message)?;
-            }
-            let health = switchyard::health::Health::new(std::sync::Arc::new(
-                switchyard::clock::SystemClock,
-            ));
-            // Semantic routers named in the chain decide by the prompt, as the endpoint does.
-            let mut decisions = Vec::new();
-            let mut request = None;
-            if let Some(p) = prompt {
-                let req = switchyard::protocol::openai::request_from_value(serde_json::json!({
-                    "model": model[0], "messages": [{"role": "user", "content": p}]
-                }))
-                .map_err(|e| e.message)?;
-                let semantic = switchyard::semantic::Semantic::default();
-                for name in &model {
-                    let routed = snap
-                        .redirect(gkey, name)
-                        .map_or_else(|| name.clone(), |(to, _)| to);
-                    if let Some((i, _)) = snap.router(&routed) {
-                        decisions.push(semantic.decide(&snap, &health, i, &req).await);
-                    }
-                }
-                request = Some(req);
-            } else if let Some(name) = model.iter().find(|m| snap.router(m).is_some()) {
-                return Err(
-                    format!("{name} is a semantic router: give --prompt to decide by").into(),
-                );
-            }
-            let chain = switchyard::router::chain(&snap, gkey, &spec, &model[0], true, &decisions)?;
-            let mut plan =
-                switchyard::server::explain::explain(&snap, &health, gkey, &chain, &decisions);
-            if let Some(req) = &request {
-                switchyard::server::explain::explain_context_into(
-                    &mut plan, &snap, gkey, &chain, req, None,
-                );
-            }
-            println!("{}", serde_json::to_string_pretty(&plan)?);
-            Ok(())
-        }
-        Command::Serve { config, listen } => {
-            let clients = HttpClients::default();
-            let snap = switchyard::app::load(config.as_deref(), &clients)?;
-            let demo = snap.is_demo();
-            let running = switchyard::app::start(snap, clients, listen).await?;
-            if demo {
-                tracing::warn!(
-                    "DEMO MODE: no --config given. Serving model `demo` from two mock channels; \
-                     the public demo key `{}` is accepted, on loopback only.",
-                    switchyard::config::DEMO_KEY
-                );
-            }
-            #[cfg(unix)]
-            switchyard::app::reload_on_sighup(
-                running.state.live.clone(),
-                running.state.health.clone(),
-            )?;
-            print!("{}", running.state.live.load().describe());
-            println!("switchyard listening on http://{}", running.addr);
-            stop_signal().await?;
-            tracing::info!(
-                grace_seconds = SHUTDOWN_GRACE.as_secs(),
-                "shutting down: no new connections; finishing requests in flight"
-            );
-            if !running.shutdown(SHUTDOWN_GRACE).await {
-                tracing::warn!("requests still in flight after the grace period were cut");
-            }
-            Ok(())
-        }
+        } => explain(config.as_deref(), &key, &model, prompt).await,
+        Command::Serve { config, listen } => serve(config.as_deref(), listen).await,
         Command::Mock {
             port,
             host,
@@ -209,28 +122,136 @@ async fn run(cmd: Command) -> Result<(), Box<dyn std::error::Error>> {
             chunks,
             spec,
         } => {
-            let spec = match spec {
-                Some(path) => {
-                    let text = std::fs::read_to_string(&path)
-                        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-                    toml::from_str::<MockSpec>(&text)
-                        .map_err(|e| format!("{}: {}", path.display(), e.message()))?
-                }
-                None => MockSpec {
-                    text,
-                    ttft_ms,
-                    chunk_ms,
-                    chunks,
-                    ..MockSpec::default()
-                },
+            let flags = MockSpec {
+                text,
+                ttft_ms,
+                chunk_ms,
+                chunks,
+                ..MockSpec::default()
             };
-            let listener = tokio::net::TcpListener::bind((host, port)).await?;
-            let server = MockServer::on(listener, spec, false)?;
-            println!("switchyard mock listening on {}", server.base_url());
-            stop_signal().await?;
-            Ok(())
+            mock(host, port, spec.as_deref(), flags).await
         }
     }
+}
+
+/// `switchyard check`: the config's summary, or why it does not load.
+fn check(config: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    let snap = switchyard::app::load(Some(config), &HttpClients::default())?;
+    print!("{}", snap.describe());
+    println!("config OK");
+    Ok(())
+}
+
+/// `switchyard explain`: the plan for one key and model (or chain), printed as JSON.
+async fn explain(
+    config: Option<&Path>,
+    key: &str,
+    model: &[String],
+    prompt: Option<String>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let snap = switchyard::app::load(config, &HttpClients::default())?;
+    let gkey = snap
+        .key_named(key)
+        .or_else(|| snap.authenticate(key))
+        .ok_or("no key of that name (or value) in the config")?;
+    let mut spec = switchyard::protocol::chain::ChainSpec::default();
+    if model.len() > 1 {
+        let entries = model
+            .iter()
+            .map(|m| switchyard::protocol::chain::ChainEntry {
+                model: m.clone(),
+                ..Default::default()
+            })
+            .collect();
+        spec.entries = switchyard::protocol::chain::dedupe(entries).map_err(|e| e.message)?;
+    }
+    let health =
+        switchyard::health::Health::new(std::sync::Arc::new(switchyard::clock::SystemClock));
+    // Semantic routers named in the chain decide by the prompt, as the endpoint does.
+    let mut decisions = Vec::new();
+    let mut request = None;
+    if let Some(p) = prompt {
+        let req = switchyard::protocol::openai::request_from_value(serde_json::json!({
+            "model": model[0], "messages": [{"role": "user", "content": p}]
+        }))
+        .map_err(|e| e.message)?;
+        let semantic = switchyard::semantic::Semantic::default();
+        for name in model {
+            let routed = snap
+                .redirect(gkey, name)
+                .map_or_else(|| name.clone(), |(to, _)| to);
+            if let Some((i, _)) = snap.router(&routed) {
+                decisions.push(semantic.decide(&snap, &health, i, &req).await);
+            }
+        }
+        request = Some(req);
+    } else if let Some(name) = model.iter().find(|m| snap.router(m).is_some()) {
+        return Err(format!("{name} is a semantic router: give --prompt to decide by").into());
+    }
+    let chain = switchyard::router::chain(&snap, gkey, &spec, &model[0], true, &decisions)?;
+    let mut plan = switchyard::server::explain::explain(&snap, &health, gkey, &chain, &decisions);
+    if let Some(req) = &request {
+        switchyard::server::explain::explain_context_into(
+            &mut plan, &snap, gkey, &chain, req, None,
+        );
+    }
+    println!("{}", serde_json::to_string_pretty(&plan)?);
+    Ok(())
+}
+
+/// `switchyard serve`: the gateway until SIGINT/SIGTERM, then a graceful shutdown.
+async fn serve(
+    config: Option<&Path>,
+    listen: Option<SocketAddr>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let clients = HttpClients::default();
+    let snap = switchyard::app::load(config, &clients)?;
+    let demo = snap.is_demo();
+    let running = switchyard::app::start(snap, clients, listen).await?;
+    if demo {
+        tracing::warn!(
+            "DEMO MODE: no --config given. Serving model `demo` from two mock channels; \
+             the public demo key `{}` is accepted, on loopback only.",
+            switchyard::config::DEMO_KEY
+        );
+    }
+    #[cfg(unix)]
+    switchyard::app::reload_on_sighup(running.state.live.clone(), running.state.health.clone())?;
+    print!("{}", running.state.live.load().describe());
+    println!("switchyard listening on http://{}", running.addr);
+    stop_signal().await?;
+    tracing::info!(
+        grace_seconds = SHUTDOWN_GRACE.as_secs(),
+        "shutting down: no new connections; finishing requests in flight"
+    );
+    if !running.shutdown(SHUTDOWN_GRACE).await {
+        tracing::warn!("requests still in flight after the grace period were cut");
+    }
+    Ok(())
+}
+
+/// `switchyard mock`: the standalone mock server until SIGINT/SIGTERM. A `--spec` file
+/// replaces the spec built from the flags.
+async fn mock(
+    host: std::net::IpAddr,
+    port: u16,
+    spec_file: Option<&Path>,
+    flags: MockSpec,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let spec = match spec_file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            toml::from_str::<MockSpec>(&text)
+                .map_err(|e| format!("{}: {}", path.display(), e.message()))?
+        }
+        None => flags,
+    };
+    let listener = tokio::net::TcpListener::bind((host, port)).await?;
+    let server = MockServer::on(listener, spec, false)?;
+    println!("switchyard mock listening on {}", server.base_url());
+    stop_signal().await?;
+    Ok(())
 }
 
 /// How long in-flight requests may take to finish after SIGINT/SIGTERM.

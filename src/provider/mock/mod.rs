@@ -1,0 +1,20 @@
+//! The built-in mock provider: configurable text, latency, chunking and scripted faults, so that
+//! demos, tests and benchmarks need no network and no upstream keys.
+//!
+//! The same spec drives two forms: [`MockUpstream`] answers in-process (`provider = "mock"`),
+//! and [`MockServer`] is a real OpenAI-compatible HTTP server (`switchyard mock --port P`) that
+//! also records what it received, for tests that must see what crossed the wire.
+//!
+//! `spec` says how to answer (text, timings, faults), `reply` builds the canonical answer and
+//! its paced schedule, `upstream` and `server` are the two forms, and `wire` writes the
+//! server's answers in each protocol it speaks.
+
+mod reply;
+mod server;
+mod spec;
+mod upstream;
+mod wire;
+
+pub use server::{MockServer, Received};
+pub use spec::{Fault, MockSpec, MockToolCall};
+pub use upstream::MockUpstream;

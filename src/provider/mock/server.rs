@@ -1,0 +1,457 @@
+//! The standalone mock server (`switchyard mock`): its state, routes and the record of what it
+//! received.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::serve::ListenerExt;
+use futures_util::{StreamExt, stream};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+
+use super::reply::{
+    Paced, embeddings_reply, error_json, paced, pause, reply, reply_chunks, schedule,
+};
+use super::spec::{Behaviour, MockSpec};
+use super::wire::{Proto, Wire};
+use crate::protocol::ChatRequest;
+
+/// What the mock server received: path, headers and JSON body of one request.
+#[derive(Debug, Clone)]
+pub struct Received {
+    /// The route that answered (`/chat/completions`, `/embeddings`).
+    pub path: String,
+    /// The request's path and query as sent.
+    pub uri: String,
+    pub version: axum::http::Version,
+    pub headers: HeaderMap,
+    pub body: Value,
+}
+
+struct MockState {
+    spec: Mutex<MockSpec>,
+    seen: AtomicU64,
+    record: bool,
+    received: Mutex<Vec<Received>>,
+    /// Responses whose connection went away before the answer was complete.
+    aborted: AtomicU64,
+    /// Responses sent to the end (for a stream: its last byte was taken by the connection).
+    completed: AtomicU64,
+    /// Requests being answered now, and the most there ever were at once.
+    in_flight: AtomicU64,
+    max_in_flight: AtomicU64,
+    changed: Notify,
+}
+
+/// A running standalone mock server on 127.0.0.1.
+pub struct MockServer {
+    addr: SocketAddr,
+    state: Arc<MockState>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for MockServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl MockServer {
+    /// Starts on 127.0.0.1 with an OS-chosen port, recording every request (for tests).
+    pub async fn start(spec: MockSpec) -> std::io::Result<MockServer> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        Self::on(listener, spec, true)
+    }
+
+    /// Serves on a bound listener. `record` keeps every request body (tests only).
+    pub fn on(listener: TcpListener, spec: MockSpec, record: bool) -> std::io::Result<MockServer> {
+        spec.validate()
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let addr = listener.local_addr()?;
+        let state = Arc::new(MockState {
+            spec: Mutex::new(spec),
+            seen: AtomicU64::new(0),
+            record,
+            received: Mutex::new(Vec::new()),
+            aborted: AtomicU64::new(0),
+            completed: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+            max_in_flight: AtomicU64::new(0),
+            changed: Notify::new(),
+        });
+        let app = axum::Router::new()
+            .route("/v1/chat/completions", post(chat))
+            .route("/v1/messages", post(messages))
+            .route("/v1beta/models/{model_action}", post(generate))
+            .route("/models/{model_action}", post(generate))
+            // Azure OpenAI: deployment URLs.
+            .route(
+                "/openai/deployments/{deployment}/chat/completions",
+                post(chat),
+            )
+            .route(
+                "/openai/deployments/{deployment}/embeddings",
+                post(embeddings),
+            )
+            .route("/messages", post(messages))
+            .route("/v1/responses", post(responses))
+            .route("/responses", post(responses))
+            .route("/chat/completions", post(chat))
+            .route("/v1/embeddings", post(embeddings))
+            .route("/embeddings", post(embeddings))
+            .route("/v1/models", get(models))
+            .with_state(state.clone());
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(MockServer { addr, state, task })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The base URL to put in a channel's `base_url`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// Requests received so far (all endpoints).
+    pub fn requests(&self) -> u64 {
+        self.state.seen.load(Ordering::SeqCst)
+    }
+
+    pub fn received(&self) -> Vec<Received> {
+        self.state
+            .received
+            .lock()
+            .map(|r| r.clone())
+            .unwrap_or_default()
+    }
+
+    pub fn aborted(&self) -> u64 {
+        self.state.aborted.load(Ordering::SeqCst)
+    }
+
+    pub fn completed(&self) -> u64 {
+        self.state.completed.load(Ordering::SeqCst)
+    }
+
+    /// The most chat requests this server was answering at the same time.
+    pub fn max_in_flight(&self) -> u64 {
+        self.state.max_in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Replaces the spec; the request counter (and so the script position) starts over.
+    pub fn set_spec(&self, spec: MockSpec) {
+        if let Ok(mut s) = self.state.spec.lock() {
+            *s = spec;
+        }
+        self.state.seen.store(0, Ordering::SeqCst);
+    }
+
+    /// Waits until `pred` holds for this server, re-checking on every request or abort.
+    pub async fn wait_until(&self, pred: impl Fn(&MockServer) -> bool) {
+        loop {
+            let notified = self.state.changed.notified();
+            if pred(self) {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// Everything a mock route reads of a request, taken in one extractor.
+struct Incoming {
+    uri: axum::http::Uri,
+    version: axum::http::Version,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl<S: Send + Sync> axum::extract::FromRequest<S> for Incoming {
+    type Rejection = axum::extract::rejection::BytesRejection;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, Self::Rejection> {
+        let (uri, version, headers) = (req.uri().clone(), req.version(), req.headers().clone());
+        let body = Bytes::from_request(req, state).await?;
+        Ok(Incoming {
+            uri,
+            version,
+            headers,
+            body,
+        })
+    }
+}
+
+/// What every mock route does first: parse the body, count and record the request, and pick
+/// the spec in force.
+fn begin(
+    state: &MockState,
+    path: &str,
+    req: Incoming,
+) -> Result<(u64, MockSpec, Value), Box<Response>> {
+    let body: Value = serde_json::from_slice(&req.body)
+        .map_err(|e| Box::new(bad_request(&format!("invalid JSON: {e}"))))?;
+    let n = state.seen.fetch_add(1, Ordering::SeqCst);
+    if state.record
+        && let Ok(mut r) = state.received.lock()
+    {
+        r.push(Received {
+            path: path.to_string(),
+            uri: req.uri.to_string(),
+            version: req.version,
+            headers: req.headers,
+            body: body.clone(),
+        });
+    }
+    state.changed.notify_waiters();
+    let spec = state.spec.lock().map(|s| s.clone()).unwrap_or_default();
+    Ok((n, spec, body))
+}
+
+/// Counts an abort when dropped before `done` is set: the peer went away mid-answer.
+struct AbortGuard {
+    state: Arc<MockState>,
+    done: bool,
+}
+
+impl Drop for AbortGuard {
+    fn drop(&mut self) {
+        self.state.in_flight.fetch_sub(1, Ordering::SeqCst);
+        let counter = if self.done {
+            &self.state.completed
+        } else {
+            &self.state.aborted
+        };
+        counter.fetch_add(1, Ordering::SeqCst);
+        self.state.changed.notify_waiters();
+    }
+}
+
+fn status_response(status: u16, retry_after: Option<u64>) -> Response {
+    let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut resp = (
+        code,
+        [(header::CONTENT_TYPE, "application/json")],
+        error_json(status).to_string(),
+    )
+        .into_response();
+    if let Some(s) = retry_after
+        && let Ok(v) = s.to_string().parse()
+    {
+        resp.headers_mut().insert(header::RETRY_AFTER, v);
+    }
+    if (300..400).contains(&status) {
+        // Back to this same mock: a client that follows it shows up as a second request.
+        resp.headers_mut().insert(
+            header::LOCATION,
+            header::HeaderValue::from_static("/v1/chat/completions?redirected=1"),
+        );
+    }
+    resp
+}
+
+fn bad_request(msg: &str) -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        [(header::CONTENT_TYPE, "application/json")],
+        json!({"error": {"message": msg, "type": "invalid_request_error", "param": null, "code": null}})
+            .to_string(),
+    )
+        .into_response()
+}
+
+async fn chat(State(state): State<Arc<MockState>>, incoming: Incoming) -> Response {
+    answer(state, incoming, Proto::OpenAi).await
+}
+
+/// Anthropic Messages, answered from the same reply as chat completions.
+async fn messages(State(state): State<Arc<MockState>>, incoming: Incoming) -> Response {
+    answer(state, incoming, Proto::Anthropic).await
+}
+
+/// The Responses API, answered from the same reply as chat completions.
+async fn responses(State(state): State<Arc<MockState>>, incoming: Incoming) -> Response {
+    answer(state, incoming, Proto::Responses).await
+}
+
+/// Gemini `models/{model}:generateContent` and `:streamGenerateContent`.
+async fn generate(
+    State(state): State<Arc<MockState>>,
+    axum::extract::Path(model_action): axum::extract::Path<String>,
+    incoming: Incoming,
+) -> Response {
+    let Some((model, action)) = model_action.rsplit_once(':') else {
+        return bad_request("expected models/{model}:generateContent");
+    };
+    let stream = action == "streamGenerateContent";
+    answer(
+        state,
+        incoming,
+        Proto::Gemini {
+            model: model.to_string(),
+            stream,
+        },
+    )
+    .await
+}
+
+/// The caller's key: a bearer token, or the key header of Anthropic or Gemini.
+fn caller_key(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .or_else(|| {
+            ["x-api-key", "x-goog-api-key"]
+                .iter()
+                .find_map(|h| headers.get(*h)?.to_str().ok())
+        })
+        .map(str::to_string)
+}
+
+/// A chat request in any protocol: the behaviour in force decides how (and whether) it is
+/// answered; `wire` writes the answer in the request's protocol.
+async fn answer(state: Arc<MockState>, incoming: Incoming, proto: Proto) -> Response {
+    let bearer = caller_key(&incoming.headers);
+    let (n, spec, v) = match begin(&state, proto.path(), incoming) {
+        Ok(b) => b,
+        Err(resp) => return *resp,
+    };
+    let (req, wire) = match proto.parse(v) {
+        Ok(r) => r,
+        Err(e) => return bad_request(&e.message),
+    };
+    let model = req.model.clone();
+    let now = state.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+    state.max_in_flight.fetch_max(now, Ordering::SeqCst);
+    let mut guard = AbortGuard {
+        state: state.clone(),
+        done: false,
+    };
+    let behaviour = spec.behaviour_for(n, bearer.as_deref(), &model);
+    match behaviour {
+        Behaviour::Status(s, ra) => {
+            guard.done = true;
+            let mut resp = status_response(s, ra);
+            if let Some(body) = wire.error_body(s) {
+                *resp.body_mut() = Body::from(body.to_string());
+            }
+            return resp;
+        }
+        Behaviour::Hang | Behaviour::StallAfter(_) if !req.stream => {
+            std::future::pending::<()>().await
+        }
+        Behaviour::CutAfter(_) if !req.stream => {
+            pause(Duration::from_millis(spec.ttft_ms)).await;
+            let broken = stream::iter([
+                Ok(Bytes::from_static(b"{\"id\":\"chatcmpl-mock\",")),
+                Err(std::io::Error::other("mock cut the connection")),
+            ]);
+            return Response::new(Body::from_stream(broken));
+        }
+        _ => {}
+    }
+    if req.stream {
+        return stream_answer(&spec, behaviour, &req, n, wire, guard);
+    }
+    pause(spec.total_time()).await;
+    guard.done = true;
+    let mut resp = reply(&spec, &model, &req, n);
+    if behaviour == Behaviour::Empty {
+        resp.choices.clear();
+    }
+    let body = wire.object(&resp, &model);
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// A streamed answer: the reply's chunks played in time under `behaviour`. `guard` counts the
+/// answer completed once its last byte was taken, aborted if the stream is dropped before.
+fn stream_answer(
+    spec: &MockSpec,
+    behaviour: Behaviour,
+    req: &ChatRequest,
+    n: u64,
+    wire: Wire,
+    mut guard: AbortGuard,
+) -> Response {
+    let include_usage = wire.include_usage(req);
+    let mut chunks = reply_chunks(spec, &req.model, req, n);
+    if !include_usage {
+        chunks.pop();
+    }
+    let mut frames = wire.frames(req.model.clone(), include_usage);
+    let end = match behaviour {
+        Behaviour::Normal | Behaviour::Empty => frames.end(),
+        _ => None,
+    };
+    let items = schedule(spec, behaviour, chunks);
+    let body = paced(items)
+        .map(move |p| match p {
+            Paced::Chunk(c) => Ok(frames.frame(&c)),
+            Paced::Break => Err(std::io::Error::other("mock cut the stream")),
+        })
+        .chain(stream::iter(end.map(Ok::<_, std::io::Error>)))
+        .chain(stream::once(async move {
+            // Reached only when the whole stream was sent: not an abort.
+            guard.done = true;
+            drop(guard);
+            Ok::<_, std::io::Error>(Bytes::new())
+        }));
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(Body::from_stream(body))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+async fn embeddings(State(state): State<Arc<MockState>>, incoming: Incoming) -> Response {
+    let (n, spec, v) = match begin(&state, "/embeddings", incoming) {
+        Ok(b) => b,
+        Err(resp) => return *resp,
+    };
+    match spec.behaviour(n) {
+        Behaviour::Status(s, ra) => return status_response(s, ra),
+        Behaviour::Hang | Behaviour::StallAfter(_) => std::future::pending::<()>().await,
+        _ => {}
+    }
+    let model = v.get("model").and_then(Value::as_str).unwrap_or("mock");
+    let input = v.get("input").cloned().unwrap_or(Value::Null);
+    pause(Duration::from_millis(spec.ttft_ms)).await;
+    let out = embeddings_reply(&spec, model, &input);
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        out.to_string(),
+    )
+        .into_response()
+}
+
+async fn models(State(state): State<Arc<MockState>>, incoming: Incoming) -> Response {
+    // A GET: nothing to parse.
+    let incoming = Incoming {
+        body: Bytes::from_static(b"null"),
+        ..incoming
+    };
+    let (n, spec, _) = match begin(&state, "/models", incoming) {
+        Ok(b) => b,
+        Err(resp) => return *resp,
+    };
+    if let Behaviour::Status(s, ra) = spec.behaviour(n) {
+        return status_response(s, ra);
+    }
+    axum::Json(json!({"object": "list", "data": [{"id": "mock", "object": "model", "owned_by": "switchyard-mock"}]}))
+        .into_response()
+}
