@@ -52,34 +52,35 @@ impl ModelInfo {
     }
 }
 
-/// Built-in families, as their vendors publish them: (family, context window, max output).
-/// A model matches a family when it is the family's name or continues it after a `-`
-/// (`gpt-4o-2024-08-06`); the longest family wins (`gpt-4o-mini` over `gpt-4o`).
-const BUILTIN: &[(&str, u64, u64)] = &[
-    ("gpt-5", 400_000, 128_000),
-    ("gpt-4.1", 1_047_576, 32_768),
-    ("gpt-4o", 128_000, 16_384),
-    ("gpt-4o-mini", 128_000, 16_384),
-    ("gpt-4-turbo", 128_000, 4_096),
-    ("gpt-4", 8_192, 8_192),
-    ("gpt-3.5-turbo", 16_385, 4_096),
-    ("o1", 200_000, 100_000),
-    ("o1-mini", 128_000, 65_536),
-    ("o3", 200_000, 100_000),
-    ("o4-mini", 200_000, 100_000),
-    ("claude-opus-4", 200_000, 32_000),
-    ("claude-sonnet-4", 200_000, 64_000),
-    ("claude-haiku-4", 200_000, 64_000),
-    ("claude-3-7-sonnet", 200_000, 64_000),
-    ("claude-3-5-sonnet", 200_000, 8_192),
-    ("claude-3-5-haiku", 200_000, 8_192),
-    ("claude-3", 200_000, 4_096),
-    ("gemini-2.5-pro", 1_048_576, 65_536),
-    ("gemini-2.5-flash", 1_048_576, 65_536),
-    ("gemini-2.0-flash", 1_048_576, 8_192),
-    ("gemini-1.5-pro", 2_097_152, 8_192),
-    ("gemini-1.5-flash", 1_048_576, 8_192),
-];
+/// Built-in families, as their vendors publish them (`families.toml`).
+const FAMILIES: &str = include_str!("families.toml");
+
+#[derive(serde::Deserialize)]
+struct Families {
+    family: Vec<Family>,
+}
+
+#[derive(serde::Deserialize)]
+struct Family {
+    name: String,
+    context_window: u64,
+    max_output_tokens: u64,
+}
+
+/// The families of `families.toml` (embedded, so checked by a test, never absent at run time).
+fn families() -> Vec<ModelInfo> {
+    match toml::from_str::<Families>(FAMILIES) {
+        Ok(f) => f
+            .family
+            .iter()
+            .map(|m| ModelInfo::new(&m.name, m.context_window, m.max_output_tokens))
+            .collect(),
+        Err(e) => {
+            tracing::error!(error = %e, "built-in model families unreadable");
+            Vec::new()
+        }
+    }
+}
 
 /// A configured entry's name: exact, or a glob compiled to an anchored regex.
 #[derive(Debug)]
@@ -99,10 +100,7 @@ pub struct Catalog {
 impl Catalog {
     /// The built-in families only, longest first so the first family match is the best.
     pub fn builtin() -> Self {
-        let mut builtin: Vec<ModelInfo> = BUILTIN
-            .iter()
-            .map(|&(n, w, o)| ModelInfo::new(n, w, o))
-            .collect();
+        let mut builtin = families();
         builtin.sort_by_key(|m| std::cmp::Reverse(m.name.len()));
         Catalog {
             configured: Vec::new(),
@@ -148,6 +146,17 @@ impl Catalog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_embedded_families_all_load() {
+        let f = families();
+        assert_eq!(f.len(), FAMILIES.matches("[[family]]").count());
+        assert!(f.len() >= 20);
+        assert!(
+            f.iter()
+                .all(|m| m.max_output_tokens < m.context_window || m.name.as_ref() == "gpt-4")
+        );
+    }
 
     #[test]
     fn families_match_dated_and_prefixed_names_longest_first() {
