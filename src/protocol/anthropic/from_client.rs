@@ -89,36 +89,7 @@ pub fn request_from_value(body: Value) -> Result<ChatRequest, InvalidRequest> {
             ));
         }
     };
-    let mut messages = Vec::new();
-    if let Some(system) = m.shift_remove("system") {
-        let text = text_of(system, "system")?;
-        if !text.is_empty() {
-            messages.push(Message::new(Role::System, text));
-        }
-    }
-    let raw = match m.shift_remove("messages") {
-        Some(Value::Array(a)) if !a.is_empty() => a,
-        Some(Value::Array(_)) => {
-            return Err(InvalidRequest::new(
-                "messages",
-                "must contain at least one message",
-            ));
-        }
-        None | Some(Value::Null) => return Err(InvalidRequest::new("messages", "is required")),
-        Some(other) => {
-            return Err(InvalidRequest::new(
-                "messages",
-                format!("expected an array, got {}", kind(&other)),
-            ));
-        }
-    };
-    for (i, v) in raw.into_iter().enumerate() {
-        let from = messages.len();
-        turn(v, &format!("messages[{i}]"), &mut messages)?;
-        for m in &mut messages[from..] {
-            m.source = Some(i as u32);
-        }
-    }
+    let messages = messages_of(&mut m)?;
     let number = |m: &mut Map<String, Value>, key: &str| match m.shift_remove(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Number(n)) => Ok(Some(n)),
@@ -153,38 +124,8 @@ pub fn request_from_value(body: Value) -> Result<ChatRequest, InvalidRequest> {
             ));
         }
     };
-    let tools = match m.shift_remove("tools") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(a)) => a
-            .into_iter()
-            .enumerate()
-            .map(|(i, t)| tool(t, &format!("tools[{i}]")))
-            .collect::<Result<_, _>>()?,
-        Some(other) => {
-            return Err(InvalidRequest::new(
-                "tools",
-                format!("expected an array, got {}", kind(&other)),
-            ));
-        }
-    };
-    let tool_choice = match m.shift_remove("tool_choice") {
-        None | Some(Value::Null) => None,
-        Some(Value::Object(tc)) => Some(match tc.get("type").and_then(Value::as_str) {
-            Some("any") => json!("required"),
-            Some("none") => json!("none"),
-            Some("tool") => {
-                let name = tc.get("name").and_then(Value::as_str).unwrap_or_default();
-                json!({"type": "function", "function": {"name": name}})
-            }
-            _ => json!("auto"),
-        }),
-        Some(other) => {
-            return Err(InvalidRequest::new(
-                "tool_choice",
-                format!("expected an object, got {}", kind(&other)),
-            ));
-        }
-    };
+    let tools = tools_of(&mut m)?;
+    let tool_choice = tool_choice_of(&mut m)?;
     Ok(ChatRequest {
         model,
         messages,
@@ -203,6 +144,77 @@ pub fn request_from_value(body: Value) -> Result<ChatRequest, InvalidRequest> {
         extra: m,
         hops: 0,
     })
+}
+
+/// `system` and `messages` → canonical messages, each marked with the turn it came from.
+fn messages_of(m: &mut Map<String, Value>) -> Result<Vec<Message>, InvalidRequest> {
+    let mut messages = Vec::new();
+    if let Some(system) = m.shift_remove("system") {
+        let text = text_of(system, "system")?;
+        if !text.is_empty() {
+            messages.push(Message::new(Role::System, text));
+        }
+    }
+    let raw = match m.shift_remove("messages") {
+        Some(Value::Array(a)) if !a.is_empty() => a,
+        Some(Value::Array(_)) => {
+            return Err(InvalidRequest::new(
+                "messages",
+                "must contain at least one message",
+            ));
+        }
+        None | Some(Value::Null) => return Err(InvalidRequest::new("messages", "is required")),
+        Some(other) => {
+            return Err(InvalidRequest::new(
+                "messages",
+                format!("expected an array, got {}", kind(&other)),
+            ));
+        }
+    };
+    for (i, v) in raw.into_iter().enumerate() {
+        let from = messages.len();
+        turn(v, &format!("messages[{i}]"), &mut messages)?;
+        for m in &mut messages[from..] {
+            m.source = Some(i as u32);
+        }
+    }
+    Ok(messages)
+}
+
+/// `tools` → canonical tools (server tools kept as sent).
+fn tools_of(m: &mut Map<String, Value>) -> Result<Vec<Tool>, InvalidRequest> {
+    match m.shift_remove("tools") {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(a)) => a
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| tool(t, &format!("tools[{i}]")))
+            .collect(),
+        Some(other) => Err(InvalidRequest::new(
+            "tools",
+            format!("expected an array, got {}", kind(&other)),
+        )),
+    }
+}
+
+/// `tool_choice` → its Chat Completions form.
+fn tool_choice_of(m: &mut Map<String, Value>) -> Result<Option<Value>, InvalidRequest> {
+    match m.shift_remove("tool_choice") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(tc)) => Ok(Some(match tc.get("type").and_then(Value::as_str) {
+            Some("any") => json!("required"),
+            Some("none") => json!("none"),
+            Some("tool") => {
+                let name = tc.get("name").and_then(Value::as_str).unwrap_or_default();
+                json!({"type": "function", "function": {"name": name}})
+            }
+            _ => json!("auto"),
+        })),
+        Some(other) => Err(InvalidRequest::new(
+            "tool_choice",
+            format!("expected an object, got {}", kind(&other)),
+        )),
+    }
 }
 
 /// One Anthropic turn → one or more canonical messages.

@@ -2,7 +2,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::protocol::{ChatRequest, Content, Part, Protocol, Role, Tool, ToolCall};
+use crate::protocol::{ChatRequest, Content, Message, Part, Protocol, Role, Tool, ToolCall};
 
 /// A `data:` URL → Anthropic's base64 image source; anything else → a URL source.
 fn image_source(url: &str) -> Value {
@@ -53,6 +53,57 @@ pub fn request_to_value(req: &ChatRequest, model: &str) -> Value {
         strip_unsigned_thinking(&mut body);
         return Value::Object(body);
     }
+    let (system, turns) = turns_of(&req.messages);
+    let mut body = Map::new();
+    body.insert("model".into(), json!(model));
+    // Anthropic requires max_tokens; without one from the client, a generous default.
+    body.insert(
+        "max_tokens".into(),
+        json!(req.max_tokens.map_or(4096, |(_, n)| n)),
+    );
+    if !system.is_empty() {
+        body.insert("system".into(), json!(system.join("\n\n")));
+    }
+    body.insert(
+        "messages".into(),
+        Value::Array(
+            turns
+                .into_iter()
+                .map(|(role, content)| json!({"role": role, "content": content}))
+                .collect(),
+        ),
+    );
+    if let Some(t) = &req.temperature {
+        body.insert("temperature".into(), Value::Number(t.clone()));
+    }
+    if let Some(t) = &req.top_p {
+        body.insert("top_p".into(), Value::Number(t.clone()));
+    }
+    if let Some(s) = &req.stop {
+        body.insert("stop_sequences".into(), json!(s.sequences()));
+    }
+    let tools = tools_of(&req.tools);
+    if !tools.is_empty() {
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    if let Some(c) = req.tool_choice.as_ref().and_then(tool_choice_of) {
+        body.insert("tool_choice".into(), c);
+    }
+    if req.stream {
+        body.insert("stream".into(), json!(true));
+    }
+    // Same protocol: the client's own Anthropic fields go along (metadata, top_k, thinking...).
+    if req.origin == Protocol::AnthropicMessages {
+        for (k, v) in &req.extra {
+            body.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+    }
+    Value::Object(body)
+}
+
+/// The system text, and the turns: tool results in user turns, consecutive turns of the same
+/// role merged.
+fn turns_of(messages: &[Message]) -> (Vec<String>, Vec<(&'static str, Vec<Value>)>) {
     let mut system = Vec::new();
     let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
     let mut push = |role: &'static str, blocks: Vec<Value>| {
@@ -64,27 +115,8 @@ pub fn request_to_value(req: &ChatRequest, model: &str) -> Value {
             _ => turns.push((role, blocks)),
         }
     };
-    for m in &req.messages {
-        let mut blocks = Vec::new();
-        match &m.content {
-            Some(Content::Text(t)) if !t.is_empty() => {
-                blocks.push(json!({"type": "text", "text": t}))
-            }
-            Some(Content::Parts(ps)) => {
-                for p in ps {
-                    match p {
-                        Part::Text { text, .. } => {
-                            blocks.push(json!({"type": "text", "text": text}))
-                        }
-                        Part::Image { url, .. } => {
-                            blocks.push(json!({"type": "image", "source": image_source(url)}))
-                        }
-                        Part::Other(_) => {}
-                    }
-                }
-            }
-            _ => {}
-        }
+    for m in messages {
+        let mut blocks = content_blocks(m.content.as_ref());
         match m.role {
             Role::System | Role::Developer => {
                 for b in blocks {
@@ -126,36 +158,33 @@ pub fn request_to_value(req: &ChatRequest, model: &str) -> Value {
             _ => push("user", blocks),
         }
     }
-    let mut body = Map::new();
-    body.insert("model".into(), json!(model));
-    // Anthropic requires max_tokens; without one from the client, a generous default.
-    body.insert(
-        "max_tokens".into(),
-        json!(req.max_tokens.map_or(4096, |(_, n)| n)),
-    );
-    if !system.is_empty() {
-        body.insert("system".into(), json!(system.join("\n\n")));
+    (system, turns)
+}
+
+/// A message's text and images as Anthropic content blocks.
+fn content_blocks(content: Option<&Content>) -> Vec<Value> {
+    let mut blocks = Vec::new();
+    match content {
+        Some(Content::Text(t)) if !t.is_empty() => blocks.push(json!({"type": "text", "text": t})),
+        Some(Content::Parts(ps)) => {
+            for p in ps {
+                match p {
+                    Part::Text { text, .. } => blocks.push(json!({"type": "text", "text": text})),
+                    Part::Image { url, .. } => {
+                        blocks.push(json!({"type": "image", "source": image_source(url)}))
+                    }
+                    Part::Other(_) => {}
+                }
+            }
+        }
+        _ => {}
     }
-    body.insert(
-        "messages".into(),
-        Value::Array(
-            turns
-                .into_iter()
-                .map(|(role, content)| json!({"role": role, "content": content}))
-                .collect(),
-        ),
-    );
-    if let Some(t) = &req.temperature {
-        body.insert("temperature".into(), Value::Number(t.clone()));
-    }
-    if let Some(t) = &req.top_p {
-        body.insert("top_p".into(), Value::Number(t.clone()));
-    }
-    if let Some(s) = &req.stop {
-        body.insert("stop_sequences".into(), json!(s.sequences()));
-    }
-    let tools: Vec<Value> = req
-        .tools
+    blocks
+}
+
+/// Canonical function tools → Anthropic tools (others have no Anthropic form).
+fn tools_of(tools: &[Tool]) -> Vec<Value> {
+    tools
         .iter()
         .filter_map(|t| match t {
             Tool::Function {
@@ -170,33 +199,19 @@ pub fn request_to_value(req: &ChatRequest, model: &str) -> Value {
             })),
             Tool::Other(_) => None,
         })
-        .collect();
-    if !tools.is_empty() {
-        body.insert("tools".into(), Value::Array(tools));
+        .collect()
+}
+
+/// A Chat Completions `tool_choice` → Anthropic's, when it has one.
+fn tool_choice_of(tc: &Value) -> Option<Value> {
+    match tc {
+        Value::String(s) if s == "required" => Some(json!({"type": "any"})),
+        Value::String(s) if s == "none" => Some(json!({"type": "none"})),
+        Value::String(_) => Some(json!({"type": "auto"})),
+        Value::Object(o) => o
+            .get("function")
+            .and_then(|f| f.get("name"))
+            .map(|n| json!({"type": "tool", "name": n})),
+        _ => None,
     }
-    if let Some(tc) = &req.tool_choice {
-        let choice = match tc {
-            Value::String(s) if s == "required" => Some(json!({"type": "any"})),
-            Value::String(s) if s == "none" => Some(json!({"type": "none"})),
-            Value::String(_) => Some(json!({"type": "auto"})),
-            Value::Object(o) => o
-                .get("function")
-                .and_then(|f| f.get("name"))
-                .map(|n| json!({"type": "tool", "name": n})),
-            _ => None,
-        };
-        if let Some(c) = choice {
-            body.insert("tool_choice".into(), c);
-        }
-    }
-    if req.stream {
-        body.insert("stream".into(), json!(true));
-    }
-    // Same protocol: the client's own Anthropic fields go along (metadata, top_k, thinking...).
-    if req.origin == Protocol::AnthropicMessages {
-        for (k, v) in &req.extra {
-            body.entry(k.clone()).or_insert_with(|| v.clone());
-        }
-    }
-    Value::Object(body)
 }

@@ -38,92 +38,7 @@ pub fn request_from_value(
         Some(Value::Array(a)) if !a.is_empty() => a,
         _ => return Err(bad("contents", "is required and must be a non-empty array")),
     };
-    // Function calls seen so far, so that a response can be paired with its call's id.
-    let mut call_ids: Vec<(String, String)> = Vec::new();
-    for (i, c) in contents.into_iter().enumerate() {
-        let from = messages.len();
-        let role = match c.get("role").and_then(Value::as_str) {
-            Some("model") => Role::Assistant,
-            Some("user") | None => Role::User,
-            Some(other) => {
-                return Err(bad(
-                    &format!("contents[{i}].role"),
-                    format!("unknown role {other:?}"),
-                ));
-            }
-        };
-        let mut parts = Vec::new();
-        let mut calls = Vec::new();
-        let mut reasoning = String::new();
-        for (j, p) in c["parts"].as_array().into_iter().flatten().enumerate() {
-            if let Some(t) = p.get("text").and_then(Value::as_str) {
-                if p.get("thought").and_then(Value::as_bool) == Some(true) {
-                    reasoning.push_str(t);
-                } else {
-                    parts.push(Part::Text {
-                        text: t.to_string(),
-                        extra: Map::new(),
-                    });
-                }
-            } else if let Some(d) = p.get("inlineData").or_else(|| p.get("inline_data")) {
-                let mime = d
-                    .get("mimeType")
-                    .or_else(|| d.get("mime_type"))
-                    .and_then(Value::as_str)
-                    .unwrap_or("image/png");
-                let data = d["data"].as_str().unwrap_or_default();
-                parts.push(Part::Image {
-                    url: format!("data:{mime};base64,{data}"),
-                    detail: None,
-                    extra: Map::new(),
-                });
-            } else if let Some(f) = p.get("fileData").or_else(|| p.get("file_data")) {
-                let uri = f
-                    .get("fileUri")
-                    .or_else(|| f.get("file_uri"))
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                parts.push(Part::Image {
-                    url: uri.to_string(),
-                    detail: None,
-                    extra: Map::new(),
-                });
-            } else if let Some(fc) = p.get("functionCall").or_else(|| p.get("function_call")) {
-                let name = fc["name"].as_str().unwrap_or_default().to_string();
-                let id = fc["id"]
-                    .as_str()
-                    .map_or_else(|| format!("call_{i}_{j}"), str::to_string);
-                call_ids.push((name.clone(), id.clone()));
-                calls.push(ToolCall::Function {
-                    id: Some(id),
-                    name,
-                    arguments: Some(fc.get("args").map_or_else(|| "{}".into(), Value::to_string)),
-                    extra: Map::new(),
-                });
-            } else if let Some(fr) = p
-                .get("functionResponse")
-                .or_else(|| p.get("function_response"))
-            {
-                let name = fr["name"].as_str().unwrap_or_default();
-                let id = fr["id"].as_str().map(str::to_string).or_else(|| {
-                    call_ids
-                        .iter()
-                        .rev()
-                        .find(|(n, _)| n == name)
-                        .map(|(_, id)| id.clone())
-                });
-                messages.push(Message {
-                    tool_call_id: id,
-                    name: Some(name.to_string()),
-                    ..Message::new(Role::Tool, fr["response"].to_string())
-                });
-            }
-        }
-        messages.extend(Message::from_blocks(role, parts, calls, reasoning));
-        for m in &mut messages[from..] {
-            m.source = Some(i as u32);
-        }
-    }
+    read_contents(contents, &mut messages)?;
     let gc = m
         .shift_remove("generationConfig")
         .or_else(|| m.shift_remove("generation_config"));
@@ -133,45 +48,8 @@ pub fn request_from_value(
             .and_then(Value::as_number)
             .cloned()
     };
-    let tools = m
-        .shift_remove("tools")
-        .and_then(|t| t.as_array().cloned())
-        .unwrap_or_default()
-        .into_iter()
-        .flat_map(|t| {
-            t.get("functionDeclarations")
-                .or_else(|| t.get("function_declarations"))
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default()
-        })
-        .map(|f| Tool::Function {
-            name: f["name"].as_str().unwrap_or_default().to_string(),
-            description: f["description"].as_str().map(str::to_string),
-            parameters: f
-                .get("parameters")
-                .or_else(|| f.get("parametersJsonSchema"))
-                .cloned(),
-            extra: Map::new(),
-        })
-        .collect();
-    let tool_choice = m
-        .shift_remove("toolConfig")
-        .or_else(|| m.shift_remove("tool_config"))
-        .and_then(|tc| {
-            let fc = tc
-                .get("functionCallingConfig")
-                .or_else(|| tc.get("function_calling_config"))?
-                .clone();
-            Some(match fc["mode"].as_str() {
-                Some("ANY") => match fc["allowedFunctionNames"].as_array().map(Vec::as_slice) {
-                    Some([one]) => json!({"type": "function", "function": {"name": one}}),
-                    _ => json!("required"),
-                },
-                Some("NONE") => json!("none"),
-                _ => json!("auto"),
-            })
-        });
+    let tools = tools_of(&mut m);
+    let tool_choice = tool_choice_of(&mut m);
     // Generation settings with no canonical field (responseSchema, thinkingConfig, topK...):
     // named among the request's own fields, so that crossing protocols says they stayed behind.
     // (A Gemini channel gets the client's body as is.)
@@ -215,6 +93,154 @@ pub fn request_from_value(
         extra: m,
         hops: 0,
     })
+}
+
+/// `contents` → canonical messages, each marked with the turn it came from.
+fn read_contents(contents: Vec<Value>, messages: &mut Vec<Message>) -> Result<(), InvalidRequest> {
+    // Function calls seen so far, so that a response can be paired with its call's id.
+    let mut call_ids: Vec<(String, String)> = Vec::new();
+    for (i, c) in contents.into_iter().enumerate() {
+        let from = messages.len();
+        turn(&c, i, &mut call_ids, messages)?;
+        for m in &mut messages[from..] {
+            m.source = Some(i as u32);
+        }
+    }
+    Ok(())
+}
+
+/// One turn → canonical messages: its function responses first, each a tool message paired
+/// with its call's id, then the turn itself.
+fn turn(
+    c: &Value,
+    i: usize,
+    call_ids: &mut Vec<(String, String)>,
+    messages: &mut Vec<Message>,
+) -> Result<(), InvalidRequest> {
+    let role = match c.get("role").and_then(Value::as_str) {
+        Some("model") => Role::Assistant,
+        Some("user") | None => Role::User,
+        Some(other) => {
+            return Err(bad(
+                &format!("contents[{i}].role"),
+                format!("unknown role {other:?}"),
+            ));
+        }
+    };
+    let mut parts = Vec::new();
+    let mut calls = Vec::new();
+    let mut reasoning = String::new();
+    for (j, p) in c["parts"].as_array().into_iter().flatten().enumerate() {
+        if let Some(t) = p.get("text").and_then(Value::as_str) {
+            if p.get("thought").and_then(Value::as_bool) == Some(true) {
+                reasoning.push_str(t);
+            } else {
+                parts.push(Part::Text {
+                    text: t.to_string(),
+                    extra: Map::new(),
+                });
+            }
+        } else if let Some(d) = p.get("inlineData").or_else(|| p.get("inline_data")) {
+            let mime = d
+                .get("mimeType")
+                .or_else(|| d.get("mime_type"))
+                .and_then(Value::as_str)
+                .unwrap_or("image/png");
+            let data = d["data"].as_str().unwrap_or_default();
+            parts.push(Part::Image {
+                url: format!("data:{mime};base64,{data}"),
+                detail: None,
+                extra: Map::new(),
+            });
+        } else if let Some(f) = p.get("fileData").or_else(|| p.get("file_data")) {
+            let uri = f
+                .get("fileUri")
+                .or_else(|| f.get("file_uri"))
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            parts.push(Part::Image {
+                url: uri.to_string(),
+                detail: None,
+                extra: Map::new(),
+            });
+        } else if let Some(fc) = p.get("functionCall").or_else(|| p.get("function_call")) {
+            let name = fc["name"].as_str().unwrap_or_default().to_string();
+            let id = fc["id"]
+                .as_str()
+                .map_or_else(|| format!("call_{i}_{j}"), str::to_string);
+            call_ids.push((name.clone(), id.clone()));
+            calls.push(ToolCall::Function {
+                id: Some(id),
+                name,
+                arguments: Some(fc.get("args").map_or_else(|| "{}".into(), Value::to_string)),
+                extra: Map::new(),
+            });
+        } else if let Some(fr) = p
+            .get("functionResponse")
+            .or_else(|| p.get("function_response"))
+        {
+            let name = fr["name"].as_str().unwrap_or_default();
+            let id = fr["id"].as_str().map(str::to_string).or_else(|| {
+                call_ids
+                    .iter()
+                    .rev()
+                    .find(|(n, _)| n == name)
+                    .map(|(_, id)| id.clone())
+            });
+            messages.push(Message {
+                tool_call_id: id,
+                name: Some(name.to_string()),
+                ..Message::new(Role::Tool, fr["response"].to_string())
+            });
+        }
+    }
+    messages.extend(Message::from_blocks(role, parts, calls, reasoning));
+    Ok(())
+}
+
+/// `tools` → canonical tools: the function declarations of every tool.
+fn tools_of(m: &mut Map<String, Value>) -> Vec<Tool> {
+    m.shift_remove("tools")
+        .and_then(|t| t.as_array().cloned())
+        .unwrap_or_default()
+        .into_iter()
+        .flat_map(|t| {
+            t.get("functionDeclarations")
+                .or_else(|| t.get("function_declarations"))
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+        })
+        .map(|f| Tool::Function {
+            name: f["name"].as_str().unwrap_or_default().to_string(),
+            description: f["description"].as_str().map(str::to_string),
+            parameters: f
+                .get("parameters")
+                .or_else(|| f.get("parametersJsonSchema"))
+                .cloned(),
+            extra: Map::new(),
+        })
+        .collect()
+}
+
+/// `toolConfig` → its Chat Completions `tool_choice`.
+fn tool_choice_of(m: &mut Map<String, Value>) -> Option<Value> {
+    m.shift_remove("toolConfig")
+        .or_else(|| m.shift_remove("tool_config"))
+        .and_then(|tc| {
+            let fc = tc
+                .get("functionCallingConfig")
+                .or_else(|| tc.get("function_calling_config"))?
+                .clone();
+            Some(match fc["mode"].as_str() {
+                Some("ANY") => match fc["allowedFunctionNames"].as_array().map(Vec::as_slice) {
+                    Some([one]) => json!({"type": "function", "function": {"name": one}}),
+                    _ => json!("required"),
+                },
+                Some("NONE") => json!("none"),
+                _ => json!("auto"),
+            })
+        })
 }
 
 fn parts_text(parts: &Value) -> String {

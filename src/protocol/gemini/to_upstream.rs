@@ -2,7 +2,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::protocol::{ChatRequest, Content, Part, Protocol, Role, Tool, ToolCall};
+use crate::protocol::{ChatRequest, Content, Message, Part, Protocol, Role, Tool, ToolCall};
 
 /// Canonical request → Gemini body (the model goes in the URL).
 pub fn request_to_value(req: &ChatRequest) -> Value {
@@ -12,6 +12,37 @@ pub fn request_to_value(req: &ChatRequest) -> Value {
     {
         return raw.clone();
     }
+    let (system, contents) = contents_of(&req.messages);
+    let mut body = Map::new();
+    body.insert("contents".into(), Value::Array(contents));
+    if !system.is_empty() {
+        body.insert(
+            "systemInstruction".into(),
+            json!({"parts": [{"text": system.join("\n\n")}]}),
+        );
+    }
+    let decls = declarations(&req.tools);
+    if !decls.is_empty() {
+        body.insert("tools".into(), json!([{"functionDeclarations": decls}]));
+    }
+    if let Some(c) = req.tool_choice.as_ref().and_then(function_calling_config) {
+        body.insert("toolConfig".into(), json!({"functionCallingConfig": c}));
+    }
+    let gc = generation_config(req);
+    if !gc.is_empty() {
+        body.insert("generationConfig".into(), Value::Object(gc));
+    }
+    if req.origin == Protocol::Gemini {
+        for (k, v) in &req.extra {
+            body.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+    }
+    Value::Object(body)
+}
+
+/// The system text, and the contents: tool results as function responses in user turns,
+/// consecutive turns of the same role merged.
+fn contents_of(messages: &[Message]) -> (Vec<String>, Vec<Value>) {
     let mut system = Vec::new();
     let mut contents: Vec<Value> = Vec::new();
     // Tool call id → function name, for the responses that follow.
@@ -29,29 +60,8 @@ pub fn request_to_value(req: &ChatRequest) -> Value {
             _ => contents.push(json!({"role": role, "parts": parts})),
         }
     };
-    for m in &req.messages {
-        let mut parts = Vec::new();
-        match &m.content {
-            Some(Content::Text(t)) if !t.is_empty() => parts.push(json!({"text": t})),
-            Some(Content::Parts(ps)) => {
-                for p in ps {
-                    match p {
-                        Part::Text { text, .. } => parts.push(json!({"text": text})),
-                        Part::Image { url, .. } => {
-                            if let Some(rest) = url.strip_prefix("data:")
-                                && let Some((mime, data)) = rest.split_once(";base64,")
-                            {
-                                parts.push(json!({"inlineData": {"mimeType": mime, "data": data}}));
-                            } else {
-                                parts.push(json!({"fileData": {"fileUri": url}}));
-                            }
-                        }
-                        Part::Other(_) => {}
-                    }
-                }
-            }
-            _ => {}
-        }
+    for m in messages {
+        let mut parts = parts_of(m.content.as_ref());
         match m.role {
             Role::System | Role::Developer => {
                 for p in parts {
@@ -101,16 +111,39 @@ pub fn request_to_value(req: &ChatRequest) -> Value {
             _ => push("user", parts),
         }
     }
-    let mut body = Map::new();
-    body.insert("contents".into(), Value::Array(contents));
-    if !system.is_empty() {
-        body.insert(
-            "systemInstruction".into(),
-            json!({"parts": [{"text": system.join("\n\n")}]}),
-        );
+    (system, contents)
+}
+
+/// A message's text and images as Gemini parts.
+fn parts_of(content: Option<&Content>) -> Vec<Value> {
+    let mut parts = Vec::new();
+    match content {
+        Some(Content::Text(t)) if !t.is_empty() => parts.push(json!({"text": t})),
+        Some(Content::Parts(ps)) => {
+            for p in ps {
+                match p {
+                    Part::Text { text, .. } => parts.push(json!({"text": text})),
+                    Part::Image { url, .. } => {
+                        if let Some(rest) = url.strip_prefix("data:")
+                            && let Some((mime, data)) = rest.split_once(";base64,")
+                        {
+                            parts.push(json!({"inlineData": {"mimeType": mime, "data": data}}));
+                        } else {
+                            parts.push(json!({"fileData": {"fileUri": url}}));
+                        }
+                    }
+                    Part::Other(_) => {}
+                }
+            }
+        }
+        _ => {}
     }
-    let decls: Vec<Value> = req
-        .tools
+    parts
+}
+
+/// Canonical function tools → Gemini function declarations (others have no Gemini form).
+fn declarations(tools: &[Tool]) -> Vec<Value> {
+    tools
         .iter()
         .filter_map(|t| match t {
             Tool::Function {
@@ -130,25 +163,25 @@ pub fn request_to_value(req: &ChatRequest) -> Value {
             }
             Tool::Other(_) => None,
         })
-        .collect();
-    if !decls.is_empty() {
-        body.insert("tools".into(), json!([{"functionDeclarations": decls}]));
+        .collect()
+}
+
+/// A Chat Completions `tool_choice` → Gemini's function calling config, when it has one.
+fn function_calling_config(tc: &Value) -> Option<Value> {
+    match tc {
+        Value::String(s) if s == "required" => Some(json!({"mode": "ANY"})),
+        Value::String(s) if s == "none" => Some(json!({"mode": "NONE"})),
+        Value::String(_) => Some(json!({"mode": "AUTO"})),
+        Value::Object(o) => o
+            .get("function")
+            .and_then(|f| f.get("name"))
+            .map(|n| json!({"mode": "ANY", "allowedFunctionNames": [n]})),
+        _ => None,
     }
-    if let Some(tc) = &req.tool_choice {
-        let cfg = match tc {
-            Value::String(s) if s == "required" => Some(json!({"mode": "ANY"})),
-            Value::String(s) if s == "none" => Some(json!({"mode": "NONE"})),
-            Value::String(_) => Some(json!({"mode": "AUTO"})),
-            Value::Object(o) => o
-                .get("function")
-                .and_then(|f| f.get("name"))
-                .map(|n| json!({"mode": "ANY", "allowedFunctionNames": [n]})),
-            _ => None,
-        };
-        if let Some(c) = cfg {
-            body.insert("toolConfig".into(), json!({"functionCallingConfig": c}));
-        }
-    }
+}
+
+/// The output limit, sampling settings and stop sequences as a `generationConfig`.
+fn generation_config(req: &ChatRequest) -> Map<String, Value> {
     let mut gc = Map::new();
     if let Some((_, n)) = req.max_tokens {
         gc.insert("maxOutputTokens".into(), json!(n));
@@ -162,13 +195,5 @@ pub fn request_to_value(req: &ChatRequest) -> Value {
     if let Some(s) = &req.stop {
         gc.insert("stopSequences".into(), json!(s.sequences()));
     }
-    if !gc.is_empty() {
-        body.insert("generationConfig".into(), Value::Object(gc));
-    }
-    if req.origin == Protocol::Gemini {
-        for (k, v) in &req.extra {
-            body.entry(k.clone()).or_insert_with(|| v.clone());
-        }
-    }
-    Value::Object(body)
+    gc
 }

@@ -140,64 +140,14 @@ pub fn request_from_value(body: Value) -> Result<(ChatRequest, Echo), InvalidReq
     {
         chat.insert("reasoning_effort".into(), effort.clone());
     }
-    if let Some(format) = m.get("text").and_then(|t| t.get("format")) {
-        match format.get("type").and_then(Value::as_str) {
-            Some("json_schema") => {
-                let mut schema = Map::new();
-                for k in ["name", "schema", "strict", "description"] {
-                    if let Some(v) = format.get(k) {
-                        schema.insert(k.into(), v.clone());
-                    }
-                }
-                chat.insert(
-                    "response_format".into(),
-                    json!({"type": "json_schema", "json_schema": schema}),
-                );
-            }
-            Some("json_object") => {
-                chat.insert("response_format".into(), json!({"type": "json_object"}));
-            }
-            _ => {}
-        }
+    if let Some(format) = m.get("text").and_then(|t| t.get("format"))
+        && let Some(f) = response_format(format)
+    {
+        chat.insert("response_format".into(), f);
     }
     let mut custom_tools = Vec::new();
     if let Some(tools) = m.remove("tools").filter(|v| !v.is_null()) {
-        let Value::Array(tools) = tools else {
-            return Err(bad(
-                "tools",
-                format!("expected an array, got {}", kind(&tools)),
-            ));
-        };
-        let mut out = Vec::new();
-        for (i, t) in tools.into_iter().enumerate() {
-            match t.get("type").and_then(Value::as_str) {
-                Some("function") => {
-                    let name = t.get("name").and_then(Value::as_str).unwrap_or_default();
-                    if name.is_empty() {
-                        return Err(bad(&format!("tools[{i}].name"), "is required"));
-                    }
-                    let mut f = Map::new();
-                    for k in ["name", "description", "parameters", "strict"] {
-                        if let Some(v) = t.get(k).filter(|v| !v.is_null()) {
-                            f.insert(k.into(), v.clone());
-                        }
-                    }
-                    out.push(json!({"type": "function", "function": f}));
-                }
-                Some("custom") => {
-                    let name = t.get("name").and_then(Value::as_str).unwrap_or_default();
-                    custom_tools.push(name.to_string());
-                    out.push(json!({"type": "function", "function": {
-                        "name": name,
-                        "description": t.get("description").cloned().unwrap_or(Value::Null),
-                        "parameters": {"type": "object", "properties": {"input": {"type": "string"}},
-                                       "required": ["input"]},
-                    }}));
-                }
-                Some(other) => losses.push(format!("{other} tool")),
-                None => return Err(bad(&format!("tools[{i}].type"), "is required")),
-            }
-        }
+        let out = tools_of(tools, &mut custom_tools, &mut losses)?;
         if !out.is_empty() {
             chat.insert("tools".into(), Value::Array(out));
         }
@@ -206,64 +156,12 @@ pub fn request_from_value(body: Value) -> Result<(ChatRequest, Echo), InvalidReq
     if !chat.contains_key("tools") {
         chat.remove("parallel_tool_calls");
     }
-    if let Some(tc) = m.remove("tool_choice").filter(|v| !v.is_null()) {
-        let choice = match &tc {
-            Value::String(_) => Some(tc.clone()),
-            Value::Object(o) => match o.get("type").and_then(Value::as_str) {
-                Some("function" | "custom") => o
-                    .get("name")
-                    .map(|n| json!({"type": "function", "function": {"name": n}})),
-                // Forcing a hosted tool: it is not there any more, let the model choose.
-                _ => Some(json!("auto")),
-            },
-            _ => None,
-        };
-        if let Some(c) = choice.filter(|_| chat.contains_key("tools")) {
-            chat.insert("tool_choice".into(), c);
-        }
+    if let Some(tc) = m.remove("tool_choice").filter(|v| !v.is_null())
+        && let Some(c) = tool_choice_of(&tc).filter(|_| chat.contains_key("tools"))
+    {
+        chat.insert("tool_choice".into(), c);
     }
-    let mut messages: Vec<Value> = Vec::new();
-    // Per message: the input item it starts at (trimming cuts the raw input by these).
-    let mut sources: Vec<Option<u32>> = Vec::new();
-    if let Some(i) = m.remove("instructions").filter(|v| !v.is_null()) {
-        match i {
-            Value::String(s) => {
-                messages.push(json!({"role": "system", "content": s}));
-                sources.push(None);
-            }
-            other => {
-                return Err(bad(
-                    "instructions",
-                    format!("expected a string, got {}", kind(&other)),
-                ));
-            }
-        }
-    }
-    match m.remove("input") {
-        Some(Value::String(s)) => {
-            messages.push(json!({"role": "user", "content": s}));
-            sources.push(None);
-        }
-        Some(Value::Array(items)) => {
-            for (i, item) in items.into_iter().enumerate() {
-                input_item(item, i, &mut messages, &mut losses)?;
-                sources.resize(messages.len(), Some(i as u32));
-            }
-        }
-        None | Some(Value::Null) => return Err(bad("input", "is required")),
-        Some(other) => {
-            return Err(bad(
-                "input",
-                format!(
-                    "expected a string or an array of items, got {}",
-                    kind(&other)
-                ),
-            ));
-        }
-    }
-    if messages.is_empty() {
-        return Err(bad("input", "must contain at least one message"));
-    }
+    let (messages, sources) = messages_of(&mut m, &mut losses)?;
     chat.insert("messages".into(), Value::Array(messages));
     // The rest (include, store, truncation, stream_options...) is the Responses API's own.
     let mut req = crate::protocol::openai::request_from_value(Value::Object(chat))?;
@@ -289,6 +187,135 @@ pub fn request_from_value(body: Value) -> Result<(ChatRequest, Echo), InvalidReq
             conversation,
         },
     ))
+}
+
+/// `text.format` → the Chat Completions `response_format`, for a JSON one.
+fn response_format(format: &Value) -> Option<Value> {
+    match format.get("type").and_then(Value::as_str) {
+        Some("json_schema") => {
+            let mut schema = Map::new();
+            for k in ["name", "schema", "strict", "description"] {
+                if let Some(v) = format.get(k) {
+                    schema.insert(k.into(), v.clone());
+                }
+            }
+            Some(json!({"type": "json_schema", "json_schema": schema}))
+        }
+        Some("json_object") => Some(json!({"type": "json_object"})),
+        _ => None,
+    }
+}
+
+/// Responses tools → Chat Completions tools: functions as they are, `custom` tools as functions
+/// of one `input` string (their names kept in `custom_tools`); hosted tools are named in
+/// `losses`.
+fn tools_of(
+    tools: Value,
+    custom_tools: &mut Vec<String>,
+    losses: &mut Vec<String>,
+) -> Result<Vec<Value>, InvalidRequest> {
+    let Value::Array(tools) = tools else {
+        return Err(bad(
+            "tools",
+            format!("expected an array, got {}", kind(&tools)),
+        ));
+    };
+    let mut out = Vec::new();
+    for (i, t) in tools.into_iter().enumerate() {
+        match t.get("type").and_then(Value::as_str) {
+            Some("function") => {
+                let name = t.get("name").and_then(Value::as_str).unwrap_or_default();
+                if name.is_empty() {
+                    return Err(bad(&format!("tools[{i}].name"), "is required"));
+                }
+                let mut f = Map::new();
+                for k in ["name", "description", "parameters", "strict"] {
+                    if let Some(v) = t.get(k).filter(|v| !v.is_null()) {
+                        f.insert(k.into(), v.clone());
+                    }
+                }
+                out.push(json!({"type": "function", "function": f}));
+            }
+            Some("custom") => {
+                let name = t.get("name").and_then(Value::as_str).unwrap_or_default();
+                custom_tools.push(name.to_string());
+                out.push(json!({"type": "function", "function": {
+                    "name": name,
+                    "description": t.get("description").cloned().unwrap_or(Value::Null),
+                    "parameters": {"type": "object", "properties": {"input": {"type": "string"}},
+                                   "required": ["input"]},
+                }}));
+            }
+            Some(other) => losses.push(format!("{other} tool")),
+            None => return Err(bad(&format!("tools[{i}].type"), "is required")),
+        }
+    }
+    Ok(out)
+}
+
+/// A Responses `tool_choice` → its Chat Completions form (a hosted tool's: `auto`).
+fn tool_choice_of(tc: &Value) -> Option<Value> {
+    match tc {
+        Value::String(_) => Some(tc.clone()),
+        Value::Object(o) => match o.get("type").and_then(Value::as_str) {
+            Some("function" | "custom") => o
+                .get("name")
+                .map(|n| json!({"type": "function", "function": {"name": n}})),
+            // Forcing a hosted tool: it is not there any more, let the model choose.
+            _ => Some(json!("auto")),
+        },
+        _ => None,
+    }
+}
+
+/// `instructions` and `input` → Chat Completions messages, with the input item each starts at.
+fn messages_of(
+    m: &mut Map<String, Value>,
+    losses: &mut Vec<String>,
+) -> Result<(Vec<Value>, Vec<Option<u32>>), InvalidRequest> {
+    let mut messages: Vec<Value> = Vec::new();
+    // Per message: the input item it starts at (trimming cuts the raw input by these).
+    let mut sources: Vec<Option<u32>> = Vec::new();
+    if let Some(i) = m.remove("instructions").filter(|v| !v.is_null()) {
+        match i {
+            Value::String(s) => {
+                messages.push(json!({"role": "system", "content": s}));
+                sources.push(None);
+            }
+            other => {
+                return Err(bad(
+                    "instructions",
+                    format!("expected a string, got {}", kind(&other)),
+                ));
+            }
+        }
+    }
+    match m.remove("input") {
+        Some(Value::String(s)) => {
+            messages.push(json!({"role": "user", "content": s}));
+            sources.push(None);
+        }
+        Some(Value::Array(items)) => {
+            for (i, item) in items.into_iter().enumerate() {
+                input_item(item, i, &mut messages, losses)?;
+                sources.resize(messages.len(), Some(i as u32));
+            }
+        }
+        None | Some(Value::Null) => return Err(bad("input", "is required")),
+        Some(other) => {
+            return Err(bad(
+                "input",
+                format!(
+                    "expected a string or an array of items, got {}",
+                    kind(&other)
+                ),
+            ));
+        }
+    }
+    if messages.is_empty() {
+        return Err(bad("input", "must contain at least one message"));
+    }
+    Ok((messages, sources))
 }
 
 /// One input item → Chat Completions messages (a call joins the assistant turn before it).

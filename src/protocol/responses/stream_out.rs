@@ -4,7 +4,7 @@ use serde_json::{Value, json};
 
 use super::echo::skeleton;
 use super::{Echo, message_item, reasoning_item, status_of, usage_json};
-use crate::protocol::{Protocol, StreamChunk, Usage};
+use crate::protocol::{Protocol, StreamChunk, ToolCallDelta, Usage};
 
 /// The text item being streamed (reasoning or message): one at a time.
 #[derive(Debug)]
@@ -229,114 +229,129 @@ impl StreamEncoder {
         let d = &choice.delta;
         let tag = self.tag();
         if let Some(r) = d.reasoning.as_deref().filter(|r| !r.is_empty()) {
-            if !matches!(self.open, Some(Open::Reasoning { .. })) {
-                self.close_text(out);
-                let index = self.take_index();
-                let id = format!("rs_{tag}_{index}");
-                self.event(
-                    out,
-                    "response.output_item.added",
-                    json!({"output_index": index,
-                        "item": {"type": "reasoning", "id": id, "summary": []}}),
-                );
-                self.event(
-                    out,
-                    "response.reasoning_summary_part.added",
-                    json!({"item_id": id, "output_index": index, "summary_index": 0,
-                        "part": {"type": "summary_text", "text": ""}}),
-                );
-                self.open = Some(Open::Reasoning {
-                    index,
-                    id,
-                    text: String::new(),
-                });
-            }
-            if let Some(Open::Reasoning { index, id, text }) = &mut self.open {
-                text.push_str(r);
-                let data =
-                    json!({"item_id": id, "output_index": index, "summary_index": 0, "delta": r});
-                self.event(out, "response.reasoning_summary_text.delta", data);
-            }
+            self.reasoning_delta(r, &tag, out);
         }
         if let Some(t) = d.content.as_deref().filter(|t| !t.is_empty()) {
-            if !matches!(self.open, Some(Open::Message { .. })) {
-                self.close_text(out);
-                let index = self.take_index();
-                let id = format!("msg_{tag}_{index}");
-                self.event(
-                    out,
-                    "response.output_item.added",
-                    json!({"output_index": index, "item": {"type": "message", "id": id,
-                        "status": "in_progress", "role": "assistant", "content": []}}),
-                );
-                self.event(
-                    out,
-                    "response.content_part.added",
-                    json!({"item_id": id, "output_index": index, "content_index": 0,
-                        "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}}),
-                );
-                self.open = Some(Open::Message {
-                    index,
-                    id,
-                    text: String::new(),
-                });
-            }
-            if let Some(Open::Message { index, id, text }) = &mut self.open {
-                text.push_str(t);
-                let data = json!({"item_id": id, "output_index": index, "content_index": 0,
-                    "delta": t, "logprobs": []});
-                self.event(out, "response.output_text.delta", data);
-            }
+            self.text_delta(t, &tag, out);
         }
         for tc in &d.tool_calls {
-            // The same call: its upstream index, with no id or the id it started with.
-            let known = self.calls.iter().position(|c| {
-                c.upstream == tc.index && tc.id.as_ref().is_none_or(|id| *id == c.call_id)
-            });
-            let k = match known {
-                Some(k) => k,
-                None => {
-                    // Text before the calls is finished once they begin.
-                    self.close_text(out);
-                    let index = self.take_index();
-                    let name = tc.name.clone().unwrap_or_default();
-                    let call_id = tc
-                        .id
-                        .clone()
-                        .unwrap_or_else(|| format!("call_{tag}_{index}"));
-                    let id = format!("fc_{tag}_{index}");
-                    let custom = self.echo.custom_tools.contains(&name);
-                    if !custom {
-                        self.event(
-                            out,
-                            "response.output_item.added",
-                            json!({"output_index": index, "item": {"type": "function_call", "id": id,
-                                "call_id": call_id, "name": name, "arguments": "", "status": "in_progress"}}),
-                        );
-                    }
-                    self.calls.push(Call {
-                        upstream: tc.index,
-                        index,
-                        id,
-                        call_id,
-                        name,
-                        args: String::new(),
-                        custom,
-                    });
-                    self.calls.len() - 1
-                }
-            };
-            if let Some(a) = tc.arguments.as_deref().filter(|a| !a.is_empty()) {
-                let call = &mut self.calls[k];
-                call.args.push_str(a);
-                if !call.custom {
-                    let data = json!({"item_id": call.id, "output_index": call.index, "delta": a});
-                    self.event(out, "response.function_call_arguments.delta", data);
-                }
-            }
+            self.tool_call_delta(tc, &tag, out);
         }
         if let Some(f) = &choice.finish_reason {
             self.finish = Some(f.clone());
+        }
+    }
+
+    /// Reasoning text: into the open reasoning item, or a new one after closing the open message.
+    fn reasoning_delta(&mut self, r: &str, tag: &str, out: &mut Vec<u8>) {
+        if !matches!(self.open, Some(Open::Reasoning { .. })) {
+            self.close_text(out);
+            let index = self.take_index();
+            let id = format!("rs_{tag}_{index}");
+            self.event(
+                out,
+                "response.output_item.added",
+                json!({"output_index": index,
+                    "item": {"type": "reasoning", "id": id, "summary": []}}),
+            );
+            self.event(
+                out,
+                "response.reasoning_summary_part.added",
+                json!({"item_id": id, "output_index": index, "summary_index": 0,
+                    "part": {"type": "summary_text", "text": ""}}),
+            );
+            self.open = Some(Open::Reasoning {
+                index,
+                id,
+                text: String::new(),
+            });
+        }
+        if let Some(Open::Reasoning { index, id, text }) = &mut self.open {
+            text.push_str(r);
+            let data =
+                json!({"item_id": id, "output_index": index, "summary_index": 0, "delta": r});
+            self.event(out, "response.reasoning_summary_text.delta", data);
+        }
+    }
+
+    /// Answer text: into the open message item, or a new one after closing the open reasoning.
+    fn text_delta(&mut self, t: &str, tag: &str, out: &mut Vec<u8>) {
+        if !matches!(self.open, Some(Open::Message { .. })) {
+            self.close_text(out);
+            let index = self.take_index();
+            let id = format!("msg_{tag}_{index}");
+            self.event(
+                out,
+                "response.output_item.added",
+                json!({"output_index": index, "item": {"type": "message", "id": id,
+                    "status": "in_progress", "role": "assistant", "content": []}}),
+            );
+            self.event(
+                out,
+                "response.content_part.added",
+                json!({"item_id": id, "output_index": index, "content_index": 0,
+                    "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}}),
+            );
+            self.open = Some(Open::Message {
+                index,
+                id,
+                text: String::new(),
+            });
+        }
+        if let Some(Open::Message { index, id, text }) = &mut self.open {
+            text.push_str(t);
+            let data = json!({"item_id": id, "output_index": index, "content_index": 0,
+                "delta": t, "logprobs": []});
+            self.event(out, "response.output_text.delta", data);
+        }
+    }
+
+    /// A tool-call delta: the call's item opened when the call is new, its arguments added.
+    fn tool_call_delta(&mut self, tc: &ToolCallDelta, tag: &str, out: &mut Vec<u8>) {
+        // The same call: its upstream index, with no id or the id it started with.
+        let known = self.calls.iter().position(|c| {
+            c.upstream == tc.index && tc.id.as_ref().is_none_or(|id| *id == c.call_id)
+        });
+        let k = match known {
+            Some(k) => k,
+            None => {
+                // Text before the calls is finished once they begin.
+                self.close_text(out);
+                let index = self.take_index();
+                let name = tc.name.clone().unwrap_or_default();
+                let call_id = tc
+                    .id
+                    .clone()
+                    .unwrap_or_else(|| format!("call_{tag}_{index}"));
+                let id = format!("fc_{tag}_{index}");
+                let custom = self.echo.custom_tools.contains(&name);
+                if !custom {
+                    self.event(
+                        out,
+                        "response.output_item.added",
+                        json!({"output_index": index, "item": {"type": "function_call", "id": id,
+                            "call_id": call_id, "name": name, "arguments": "", "status": "in_progress"}}),
+                    );
+                }
+                self.calls.push(Call {
+                    upstream: tc.index,
+                    index,
+                    id,
+                    call_id,
+                    name,
+                    args: String::new(),
+                    custom,
+                });
+                self.calls.len() - 1
+            }
+        };
+        if let Some(a) = tc.arguments.as_deref().filter(|a| !a.is_empty()) {
+            let call = &mut self.calls[k];
+            call.args.push_str(a);
+            if !call.custom {
+                let data = json!({"item_id": call.id, "output_index": call.index, "delta": a});
+                self.event(out, "response.function_call_arguments.delta", data);
+            }
         }
     }
 
