@@ -27,7 +27,22 @@ fn chat_sse(out: &mut String, c: &super::StreamChunk) {
 
 /// Runs one pair's translation on an input; the output is JSON text or SSE text.
 fn translate(pair: &str, input: Value) -> String {
-    let json = |v: Value| serde_json::to_string_pretty(&v).unwrap_or_default() + "\n";
+    if pair.ends_with("-stream") {
+        stream(pair, input)
+    } else if pair.ends_with("-response") {
+        response(pair, input)
+    } else {
+        request(pair, input)
+    }
+}
+
+/// A JSON output as the fixtures hold it: pretty, with a final newline.
+fn json(v: Value) -> String {
+    serde_json::to_string_pretty(&v).unwrap_or_default() + "\n"
+}
+
+/// A request pair: a client's request read, then written for another protocol's upstream.
+fn request(pair: &str, input: Value) -> String {
     match pair {
         "anthropic-to-openai-request" => {
             let req = anthropic::request_from_value(input).expect("valid fixture");
@@ -59,6 +74,24 @@ fn translate(pair: &str, input: Value) -> String {
             let req = super::openai::request_from_value(input).expect("valid fixture");
             json(gemini::request_to_value(&req))
         }
+        "responses-to-openai-request" => {
+            let (req, _) = super::responses::request_from_value(input).expect("valid fixture");
+            json(
+                serde_json::to_value(RequestBody {
+                    req: &req,
+                    model: "gpt-x",
+                    force_usage: false,
+                })
+                .unwrap_or_default(),
+            )
+        }
+        other => panic!("no translation for fixture pair {other}"),
+    }
+}
+
+/// A response pair: an upstream's answer read, then written for another protocol's client.
+fn response(pair: &str, input: Value) -> String {
+    match pair {
         "openai-to-anthropic-response" => {
             let resp = response_from_value(input).expect("valid fixture");
             json(anthropic::response_to_value(&resp, "m"))
@@ -87,7 +120,28 @@ fn translate(pair: &str, input: Value) -> String {
                 .unwrap_or_default(),
             )
         }
-        // Streams: the input is a JSON array of OpenAI chunks (or upstream events).
+        "openai-to-responses-response" => {
+            let resp = response_from_value(input).expect("valid fixture");
+            json(super::responses::response_to_value(&resp, &echo(), "m"))
+        }
+        "responses-to-openai-response" => {
+            let mut resp = super::responses::response_from_value(input).expect("valid fixture");
+            resp.raw = None;
+            json(
+                serde_json::to_value(ResponseBody {
+                    resp: &resp,
+                    report: None,
+                })
+                .unwrap_or_default(),
+            )
+        }
+        other => panic!("no translation for fixture pair {other}"),
+    }
+}
+
+/// A stream pair: the input is a JSON array of OpenAI chunks (or upstream events).
+fn stream(pair: &str, input: Value) -> String {
+    match pair {
         "openai-to-anthropic-stream" => {
             let mut enc = anthropic::StreamEncoder::default();
             let mut out = Vec::new();
@@ -133,21 +187,6 @@ fn translate(pair: &str, input: Value) -> String {
             }
             out
         }
-        "responses-to-openai-request" => {
-            let (req, _) = super::responses::request_from_value(input).expect("valid fixture");
-            json(
-                serde_json::to_value(RequestBody {
-                    req: &req,
-                    model: "gpt-x",
-                    force_usage: false,
-                })
-                .unwrap_or_default(),
-            )
-        }
-        "openai-to-responses-response" => {
-            let resp = response_from_value(input).expect("valid fixture");
-            json(super::responses::response_to_value(&resp, &echo(), "m"))
-        }
         "openai-to-responses-stream" => {
             let mut enc = super::responses::StreamEncoder::new(echo(), "m".into());
             let mut out = Vec::new();
@@ -156,17 +195,6 @@ fn translate(pair: &str, input: Value) -> String {
             }
             enc.done(&mut out);
             String::from_utf8(out).unwrap_or_default()
-        }
-        "responses-to-openai-response" => {
-            let mut resp = super::responses::response_from_value(input).expect("valid fixture");
-            resp.raw = None;
-            json(
-                serde_json::to_value(ResponseBody {
-                    resp: &resp,
-                    report: None,
-                })
-                .unwrap_or_default(),
-            )
         }
         "responses-to-openai-stream" => {
             let mut dec = super::responses::StreamDecoder::default();
