@@ -432,6 +432,9 @@ pub struct Usage {
     pub total_tokens: Option<u64>,
     /// Of `input_tokens` (which counts every prompt token), those read from a prompt cache.
     pub cached_tokens: Option<u64>,
+    /// Of `output_tokens` (which counts every generated token, as OpenAI does), those spent
+    /// reasoning.
+    pub reasoning_tokens: Option<u64>,
     /// Provider details (cached tokens, reasoning tokens...), as sent.
     pub extra: Map<String, Value>,
 }

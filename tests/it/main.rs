@@ -22,3 +22,4 @@ mod shared;
 mod streaming;
 mod support;
 mod tools;
+mod usage;

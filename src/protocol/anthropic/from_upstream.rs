@@ -34,6 +34,8 @@ fn usage_from(u: &Value) -> Option<Usage> {
         output_tokens: u.get("output_tokens").and_then(Value::as_u64),
         total_tokens: None,
         cached_tokens: cached,
+        // Anthropic counts thinking in `output_tokens` without saying how much of it.
+        reasoning_tokens: None,
         extra: Map::new(),
     })
 }

@@ -45,10 +45,12 @@ fn message_id(id: Option<&str>) -> String {
 
 /// Anthropic counts cache reads apart from `input_tokens`; the canonical count includes them.
 fn usage_json(input: u64, output: u64, cached: Option<u64>) -> Value {
-    let mut v =
-        json!({"input_tokens": input.saturating_sub(cached.unwrap_or(0)), "output_tokens": output});
-    if let Some(c) = cached {
-        v["cache_read_input_tokens"] = c.into();
-    }
-    v
+    let cached = cached.unwrap_or(0);
+    // Complete as Anthropic writes it; a translated answer knows of no cache writes.
+    json!({
+        "input_tokens": input.saturating_sub(cached),
+        "output_tokens": output,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": cached,
+    })
 }

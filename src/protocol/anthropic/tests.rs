@@ -146,7 +146,7 @@ fn cached_prompt_tokens_cross_every_pair() {
     .unwrap();
     assert_eq!(
         response_to_value(&o, "m")["usage"],
-        json!({"input_tokens": 3, "output_tokens": 5, "cache_read_input_tokens": 100})
+        json!({"input_tokens": 3, "output_tokens": 5, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 100})
     );
     let gm = gemini::response_from_value(&json!({"candidates": [{"content": {"role": "model",
             "parts": [{"text": "hi"}]}, "finishReason": "STOP"}],
@@ -178,7 +178,7 @@ fn cached_prompt_tokens_cross_every_pair() {
         .unwrap();
     assert_eq!(
         delta["usage"],
-        json!({"input_tokens": 3, "output_tokens": 5, "cache_read_input_tokens": 100})
+        json!({"input_tokens": 3, "output_tokens": 5, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 100})
     );
 }
 

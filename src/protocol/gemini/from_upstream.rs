@@ -23,11 +23,16 @@ fn finish_from(f: Option<&str>) -> Option<String> {
 
 fn usage_from(u: &Value) -> Option<Usage> {
     u.as_object()?;
+    let thoughts = u["thoughtsTokenCount"].as_u64();
     Some(Usage {
         input_tokens: u["promptTokenCount"].as_u64(),
-        output_tokens: u["candidatesTokenCount"].as_u64(),
+        // Gemini counts thoughts apart from the candidates; the canonical count has both.
+        output_tokens: u["candidatesTokenCount"]
+            .as_u64()
+            .map(|n| n + thoughts.unwrap_or(0)),
         total_tokens: u["totalTokenCount"].as_u64(),
         cached_tokens: u["cachedContentTokenCount"].as_u64(),
+        reasoning_tokens: thoughts,
         extra: Map::new(),
     })
 }

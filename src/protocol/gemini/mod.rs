@@ -41,9 +41,17 @@ fn finish_to(f: Option<&str>) -> &'static str {
 
 fn usage_to(u: &Usage) -> Value {
     let (i, o) = (u.input_tokens.unwrap_or(0), u.output_tokens.unwrap_or(0));
-    let mut v = json!({"promptTokenCount": i, "candidatesTokenCount": o, "totalTokenCount": u.total_tokens.unwrap_or(i + o)});
+    let thoughts = u.reasoning_tokens.unwrap_or(0).min(o);
+    let mut v = json!({
+        "promptTokenCount": i,
+        "candidatesTokenCount": o - thoughts,
+        "totalTokenCount": u.total().unwrap_or(i + o),
+    });
     if let Some(c) = u.cached_tokens {
         v["cachedContentTokenCount"] = c.into();
+    }
+    if thoughts > 0 {
+        v["thoughtsTokenCount"] = thoughts.into();
     }
     v
 }

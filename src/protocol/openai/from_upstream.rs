@@ -41,12 +41,12 @@ fn lenient_u64(m: &mut Map<String, Value>, key: &str) -> Option<u64> {
 fn usage_from_value(v: Value, path: &str) -> Read<Usage> {
     let mut m = object(v, path)?;
     // Read, not moved: the details stay in `extra` for OpenAI clients, exactly as sent.
-    let cached = m
-        .get("prompt_tokens_details")
-        .and_then(|d| d.get("cached_tokens"))
-        .and_then(Value::as_u64);
+    let detail = |d: &str, k: &str| m.get(d).and_then(|d| d.get(k)).and_then(Value::as_u64);
+    let cached = detail("prompt_tokens_details", "cached_tokens");
+    let reasoning = detail("completion_tokens_details", "reasoning_tokens");
     Ok(Usage {
         cached_tokens: cached,
+        reasoning_tokens: reasoning,
         input_tokens: lenient_u64(&mut m, "prompt_tokens"),
         output_tokens: lenient_u64(&mut m, "completion_tokens"),
         total_tokens: lenient_u64(&mut m, "total_tokens"),

@@ -128,7 +128,10 @@ fn response_roundtrip_and_report() {
         report: None,
     })
     .unwrap();
-    assert_eq!(out, input);
+    // As sent, completed with the details object the upstream left out.
+    let mut expected = input.clone();
+    expected["usage"]["completion_tokens_details"] = json!({"reasoning_tokens": 0});
+    assert_eq!(out, expected);
     let rep = json!({"served_channel": "a"});
     let out = serde_json::to_value(ResponseBody {
         resp: &resp,
@@ -256,7 +259,13 @@ fn upstream_answers_are_read_leniently_and_usage_is_kept_as_sent() {
         usage_null: true,
     })
     .unwrap();
-    assert_eq!(out["usage"], json!({"prompt_tokens": 2}));
+    // Completed: every count, the details objects, the total summed.
+    assert_eq!(
+        out["usage"],
+        json!({"prompt_tokens": 2, "completion_tokens": 0, "total_tokens": 2,
+            "prompt_tokens_details": {"cached_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": 0}})
+    );
     let plain = chunk_from_value(json!({"choices": []})).unwrap();
     let out = serde_json::to_value(ChunkBody {
         chunk: &plain,

@@ -152,23 +152,26 @@ pub(super) struct UsageView<'a>(pub(super) &'a Usage);
 
 impl Serialize for UsageView<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        // Complete whatever the upstream's protocol counted: OpenAI's SDK users sum and read
+        // every field (the details as sent, when an OpenAI upstream sent them).
         let u = self.0;
+        let (prompt, completion) = (u.input_tokens.unwrap_or(0), u.output_tokens.unwrap_or(0));
         let mut m = s.serialize_map(None)?;
-        if let Some(n) = u.input_tokens {
-            m.serialize_entry("prompt_tokens", &n)?;
-        }
-        if let Some(n) = u.output_tokens {
-            m.serialize_entry("completion_tokens", &n)?;
-        }
-        if let Some(n) = u.total_tokens {
-            m.serialize_entry("total_tokens", &n)?;
-        }
-        if let Some(n) = u.cached_tokens
-            && !u.extra.contains_key("prompt_tokens_details")
-        {
+        m.serialize_entry("prompt_tokens", &prompt)?;
+        m.serialize_entry("completion_tokens", &completion)?;
+        m.serialize_entry("total_tokens", &u.total().unwrap_or(prompt + completion))?;
+        if !u.extra.contains_key("prompt_tokens_details") {
+            let cached = u.cached_tokens.unwrap_or(0);
             m.serialize_entry(
                 "prompt_tokens_details",
-                &serde_json::json!({"cached_tokens": n}),
+                &serde_json::json!({"cached_tokens": cached}),
+            )?;
+        }
+        if !u.extra.contains_key("completion_tokens_details") {
+            let reasoning = u.reasoning_tokens.unwrap_or(0);
+            m.serialize_entry(
+                "completion_tokens_details",
+                &serde_json::json!({"reasoning_tokens": reasoning}),
             )?;
         }
         write_extra(&mut m, &u.extra)?;

@@ -48,18 +48,13 @@ use super::Usage;
 fn usage_json(u: &Usage) -> Value {
     let input = u.input_tokens.unwrap_or(0);
     let output = u.output_tokens.unwrap_or(0);
-    let reasoning = u
-        .extra
-        .get("completion_tokens_details")
-        .and_then(|d| d.get("reasoning_tokens"))
-        .and_then(Value::as_u64)
-        .unwrap_or(0);
+    let reasoning = u.reasoning_tokens.unwrap_or(0);
     json!({
         "input_tokens": input,
         "input_tokens_details": {"cached_tokens": u.cached_tokens.unwrap_or(0)},
         "output_tokens": output,
         "output_tokens_details": {"reasoning_tokens": reasoning},
-        "total_tokens": u.total_tokens.unwrap_or(input + output),
+        "total_tokens": u.total().unwrap_or(input + output),
     })
 }
 

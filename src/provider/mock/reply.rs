@@ -36,6 +36,7 @@ fn usage(req: &ChatRequest, output_tokens: u64) -> Usage {
         output_tokens: Some(output_tokens),
         total_tokens: Some(input.saturating_add(output_tokens)),
         cached_tokens: None,
+        reasoning_tokens: None,
         extra: Map::new(),
     }
 }
