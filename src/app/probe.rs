@@ -64,6 +64,7 @@ fn probe_request(model: &str) -> ChatRequest {
         raw: None,
         extra: Map::new(),
         hops: 0,
+        response_format: None,
     }
 }
 

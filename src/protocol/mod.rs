@@ -288,6 +288,41 @@ pub struct ChatRequest {
     pub extra: Map<String, Value>,
     /// Switchyards this request has passed through before this one (`x-switchyard-hops`).
     pub hops: u32,
+    /// The shape the answer must take, as a client of another protocol than OpenAI's asked for
+    /// it (an OpenAI client's `response_format` stays in `extra`: see `response_format()`).
+    pub response_format: Option<ResponseFormat>,
+}
+
+/// What shape the answer must take: OpenAI's `response_format`, Gemini's response schema and
+/// MIME type, Anthropic's `output_config.format`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ResponseFormat {
+    /// Any JSON object.
+    Json,
+    /// JSON matching a JSON Schema.
+    Schema {
+        name: Option<String>,
+        schema: Value,
+        strict: Option<bool>,
+    },
+}
+
+impl ResponseFormat {
+    /// OpenAI's `response_format` (also what a Responses request's `text.format` became).
+    pub fn from_openai(v: &Value) -> Option<ResponseFormat> {
+        match v["type"].as_str()? {
+            "json_object" => Some(ResponseFormat::Json),
+            "json_schema" => {
+                let s = &v["json_schema"];
+                Some(ResponseFormat::Schema {
+                    name: s["name"].as_str().map(str::to_string),
+                    schema: s.get("schema").cloned().unwrap_or(Value::Null),
+                    strict: s["strict"].as_bool(),
+                })
+            }
+            _ => None,
+        }
+    }
 }
 
 /// The items of every `list[].items[]` in a JSON body (`messages[].content[]`...).
@@ -317,6 +352,7 @@ impl ChatRequest {
             raw,
             extra: self.extra.clone(),
             hops: self.hops,
+            response_format: self.response_format.clone(),
         }
     }
 
@@ -358,14 +394,40 @@ impl ChatRequest {
             || nested(raw, "messages", "content").any(marked)
     }
 
+    /// The shape the answer must take, whichever protocol the client asked in.
+    pub fn response_format(&self) -> Option<ResponseFormat> {
+        match &self.response_format {
+            Some(f) => Some(f.clone()),
+            None if self.origin.speaks_chat() => self
+                .extra
+                .get("response_format")
+                .and_then(ResponseFormat::from_openai),
+            None => None,
+        }
+    }
+
     /// What translating this request to `target` cannot carry: empty when nothing is lost.
     /// Named by field, never by value (it goes into a header and the log).
     pub fn translation_losses(&self, target: Protocol) -> Vec<String> {
         if self.origin == target || (target == Protocol::OpenAiChat && self.origin.speaks_chat()) {
             return Vec::new();
         }
-        // The client's own protocol fields stay behind (OpenAI's go only to OpenAI).
-        let mut lost: Vec<String> = self.extra.keys().cloned().collect();
+        // The client's own protocol fields stay behind (OpenAI's go only to OpenAI), but for a
+        // response format the target carries.
+        let carried = match self.response_format() {
+            Some(ResponseFormat::Schema { .. }) => true,
+            Some(ResponseFormat::Json) => target != Protocol::AnthropicMessages,
+            None => false,
+        };
+        let mut lost: Vec<String> = self
+            .extra
+            .keys()
+            .filter(|k| !(carried && *k == "response_format"))
+            .cloned()
+            .collect();
+        if !carried && self.response_format.is_some() {
+            lost.push("response_format".into());
+        }
         if self.tools.iter().any(|t| matches!(t, Tool::Other(_))) {
             lost.push("non-function tools".into());
         }

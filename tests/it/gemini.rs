@@ -228,7 +228,7 @@ async fn same_protocol_answers_pass_through_with_thought_signatures() {
 }
 
 #[tokio::test]
-async fn a_gemini_cli_request_is_served_across_protocols_and_says_what_stayed_behind() {
+async fn a_gemini_cli_json_mode_request_is_served_across_protocols_with_its_schema() {
     let up = mock(text_spec("{\"a\": \"b\"}")).await;
     let gw = gateway(&openai_channel("gpt", &up.base_url(), 1, "")).await;
     // Gemini CLI's JSON-mode call: an empty declarations list and a response schema.
@@ -239,11 +239,22 @@ async fn a_gemini_cli_request_is_served_across_protocols_and_says_what_stayed_be
     let key = format!("key={KEY}");
     let resp = generate(&gw, false, body, &key).await;
     assert_eq!(resp.status(), 200);
-    let t = header(&resp, "x-switchyard-translation").to_string();
-    assert!(t.contains("generationConfig.responseSchema"), "{t}");
-    assert!(!t.contains("temperature"), "{t}");
+    // The schema crosses as OpenAI's response_format (Gemini's upper-case types as JSON
+    // Schema's); nothing stayed behind.
+    assert_eq!(header(&resp, "x-switchyard-translation"), "lossless");
     let got = &up.received()[0].body;
     assert_eq!(got["temperature"], 0);
+    assert_eq!(
+        got["response_format"],
+        json!({"type": "json_schema", "json_schema": {"name": "response",
+            "schema": {"type": "object", "properties": {"a": {"type": "string"}}}}})
+    );
     assert!(got.get("tools").is_none(), "{got}");
     assert!(got.to_string().find("generationConfig").is_none(), "{got}");
+    // A setting with no counterpart is named as what stayed behind.
+    let body = json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+        "generationConfig": {"topK": 3}});
+    let resp = generate(&gw, false, body, &key).await;
+    let t = header(&resp, "x-switchyard-translation").to_string();
+    assert!(t.contains("generationConfig.topK"), "{t}");
 }

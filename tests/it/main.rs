@@ -17,6 +17,7 @@ mod hygiene;
 mod latency;
 mod local_embedder;
 mod responses;
+mod schemas;
 mod semantic;
 mod shared;
 mod streaming;

@@ -4,8 +4,8 @@ use serde_json::{Map, Value, json};
 
 use crate::protocol::json_kind as kind;
 use crate::protocol::{
-    ChatRequest, InvalidRequest, MaxTokensField, Message, Part, Protocol, Role, Stop, Tool,
-    ToolCall,
+    ChatRequest, InvalidRequest, MaxTokensField, Message, Part, Protocol, ResponseFormat, Role,
+    Stop, Tool, ToolCall,
 };
 
 fn expect_obj(v: Value, path: &str) -> Result<Map<String, Value>, InvalidRequest> {
@@ -126,6 +126,7 @@ pub fn request_from_value(body: Value) -> Result<ChatRequest, InvalidRequest> {
     };
     let tools = tools_of(&mut m)?;
     let tool_choice = tool_choice_of(&mut m)?;
+    let response_format = output_format_of(&mut m);
     Ok(ChatRequest {
         model,
         messages,
@@ -143,7 +144,32 @@ pub fn request_from_value(body: Value) -> Result<ChatRequest, InvalidRequest> {
         // never sent to another protocol's upstream.
         extra: m,
         hops: 0,
+        response_format,
     })
+}
+
+/// `output_config.format` (or the older top-level `output_format`): JSON matching a schema.
+fn output_format_of(m: &mut Map<String, Value>) -> Option<ResponseFormat> {
+    let schema = |f: &Value| {
+        (f["type"] == "json_schema").then(|| ResponseFormat::Schema {
+            name: None,
+            schema: f.get("schema").cloned().unwrap_or(Value::Null),
+            strict: None,
+        })
+    };
+    if let Some(Value::Object(cfg)) = m.get_mut("output_config")
+        && let Some(f) = cfg.get("format").and_then(schema)
+    {
+        cfg.shift_remove("format");
+        // Nothing else in it: nothing of it stays behind when the request crosses over.
+        if cfg.is_empty() {
+            m.shift_remove("output_config");
+        }
+        return Some(f);
+    }
+    let f = m.get("output_format").and_then(schema)?;
+    m.shift_remove("output_format");
+    Some(f)
 }
 
 /// `system` and `messages` → canonical messages, each marked with the turn it came from.

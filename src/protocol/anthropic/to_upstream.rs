@@ -2,7 +2,9 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::protocol::{ChatRequest, Content, Message, Part, Protocol, Role, Tool, ToolCall};
+use crate::protocol::{
+    ChatRequest, Content, Message, Part, Protocol, ResponseFormat, Role, Tool, ToolCall,
+};
 
 /// A `data:` URL → Anthropic's base64 image source; anything else → a URL source.
 fn image_source(url: &str) -> Value {
@@ -91,6 +93,13 @@ pub fn request_to_value(req: &ChatRequest, model: &str) -> Value {
     }
     if req.stream {
         body.insert("stream".into(), json!(true));
+    }
+    // Anthropic has no mode for any JSON object: only a schema crosses.
+    if let Some(ResponseFormat::Schema { schema, .. }) = req.response_format() {
+        body.insert(
+            "output_config".into(),
+            json!({"format": {"type": "json_schema", "schema": schema}}),
+        );
     }
     // Same protocol: the client's own Anthropic fields go along (metadata, top_k, thinking...).
     if req.origin == Protocol::AnthropicMessages {

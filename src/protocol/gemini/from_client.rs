@@ -3,8 +3,8 @@
 use serde_json::{Map, Value, json};
 
 use crate::protocol::{
-    ChatRequest, InvalidRequest, MaxTokensField, Message, Part, Protocol, Role, Stop, Tool,
-    ToolCall,
+    ChatRequest, InvalidRequest, MaxTokensField, Message, Part, Protocol, ResponseFormat, Role,
+    Stop, Tool, ToolCall,
 };
 
 fn bad(param: &str, message: impl Into<String>) -> InvalidRequest {
@@ -50,18 +50,20 @@ pub fn request_from_value(
     };
     let tools = tools_of(&mut m);
     let tool_choice = tool_choice_of(&mut m);
-    // Generation settings with no canonical field (responseSchema, thinkingConfig, topK...):
-    // named among the request's own fields, so that crossing protocols says they stayed behind.
-    // (A Gemini channel gets the client's body as is.)
+    let response_format = gc.and_then(response_format_of);
+    // Generation settings with no canonical field (thinkingConfig, topK...): named among the
+    // request's own fields, so that crossing protocols says they stayed behind. (A Gemini
+    // channel gets the client's body as is.)
     for k in gc
         .and_then(Value::as_object)
         .into_iter()
         .flat_map(|g| g.keys())
     {
-        if !matches!(
+        let carried = matches!(
             k.as_str(),
             "maxOutputTokens" | "temperature" | "topP" | "stopSequences"
-        ) {
+        ) || (response_format.is_some() && RESPONSE_FIELDS.contains(&k.as_str()));
+        if !carried {
             m.insert(format!("generationConfig.{k}"), Value::Null);
         }
     }
@@ -92,7 +94,61 @@ pub fn request_from_value(
         raw: Some(client_body),
         extra: m,
         hops: 0,
+        response_format,
     })
+}
+
+/// The generation settings that say what shape the answer takes, in both spellings.
+const RESPONSE_FIELDS: [&str; 6] = [
+    "responseMimeType",
+    "responseJsonSchema",
+    "responseSchema",
+    "response_mime_type",
+    "response_json_schema",
+    "response_schema",
+];
+
+/// A JSON answer, with the schema it must match: `responseJsonSchema` (a JSON Schema, as the
+/// google-genai SDK and Gemini CLI send it) or `responseSchema` (Gemini's OpenAPI subset).
+fn response_format_of(gc: &Value) -> Option<ResponseFormat> {
+    let field = |camel: &str, snake: &str| gc.get(camel).or_else(|| gc.get(snake));
+    if let Some(schema) = field("responseJsonSchema", "response_json_schema") {
+        return Some(ResponseFormat::Schema {
+            name: None,
+            schema: schema.clone(),
+            strict: None,
+        });
+    }
+    if let Some(schema) = field("responseSchema", "response_schema") {
+        return Some(ResponseFormat::Schema {
+            name: None,
+            schema: json_schema_of(schema),
+            strict: None,
+        });
+    }
+    let json = field("responseMimeType", "response_mime_type")
+        .and_then(Value::as_str)
+        .is_some_and(|m| m == "application/json");
+    json.then_some(ResponseFormat::Json)
+}
+
+/// Gemini's OpenAPI-subset schema as JSON Schema: its types are upper case (`OBJECT`).
+pub(super) fn json_schema_of(schema: &Value) -> Value {
+    match schema {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .map(|(k, v)| {
+                    let v = match (k.as_str(), v) {
+                        ("type", Value::String(t)) => Value::String(t.to_ascii_lowercase()),
+                        _ => json_schema_of(v),
+                    };
+                    (k.clone(), v)
+                })
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(json_schema_of).collect()),
+        other => other.clone(),
+    }
 }
 
 /// `contents` → canonical messages, each marked with the turn it came from.
@@ -214,10 +270,13 @@ fn tools_of(m: &mut Map<String, Value>) -> Vec<Tool> {
         .map(|f| Tool::Function {
             name: f["name"].as_str().unwrap_or_default().to_string(),
             description: f["description"].as_str().map(str::to_string),
+            // `parametersJsonSchema`: a JSON Schema, as Gemini CLI and the google-genai SDK
+            // send MCP tools; `parameters`: Gemini's OpenAPI subset.
             parameters: f
-                .get("parameters")
-                .or_else(|| f.get("parametersJsonSchema"))
-                .cloned(),
+                .get("parametersJsonSchema")
+                .or_else(|| f.get("parameters_json_schema"))
+                .cloned()
+                .or_else(|| f.get("parameters").map(json_schema_of)),
             extra: Map::new(),
         })
         .collect()

@@ -2,7 +2,9 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::protocol::{ChatRequest, Content, Message, Part, Protocol, Role, Tool, ToolCall};
+use crate::protocol::{
+    ChatRequest, Content, Message, Part, Protocol, ResponseFormat, Role, Tool, ToolCall,
+};
 
 /// Canonical request → Gemini body (the model goes in the URL).
 pub fn request_to_value(req: &ChatRequest) -> Value {
@@ -156,8 +158,10 @@ fn declarations(tools: &[Tool]) -> Vec<Value> {
                 if let Some(d) = description {
                     f["description"] = json!(d);
                 }
+                // Canonical parameters are JSON Schema (`additionalProperties`, `$ref`...), which
+                // Gemini's `parameters` (an OpenAPI subset) refuses and `parametersJsonSchema` takes.
                 if let Some(p) = parameters {
-                    f["parameters"] = p.clone();
+                    f["parametersJsonSchema"] = p.clone();
                 }
                 Some(f)
             }
@@ -194,6 +198,12 @@ fn generation_config(req: &ChatRequest) -> Map<String, Value> {
     }
     if let Some(s) = &req.stop {
         gc.insert("stopSequences".into(), json!(s.sequences()));
+    }
+    if let Some(f) = req.response_format() {
+        gc.insert("responseMimeType".into(), json!("application/json"));
+        if let ResponseFormat::Schema { schema, .. } = f {
+            gc.insert("responseJsonSchema".into(), schema);
+        }
     }
     gc
 }

@@ -122,6 +122,7 @@ pub fn request_from_value(body: Value) -> Result<ChatRequest, InvalidRequest> {
         raw: None,
         extra: m,
         hops: 0,
+        response_format: None,
     })
 }
 

@@ -2,10 +2,10 @@
 
 use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 use super::write::{MessageView, Seq, write_extra};
-use crate::protocol::{ChatRequest, EmbeddingsRequest, MaxTokensField, Stop, Tool};
+use crate::protocol::{ChatRequest, EmbeddingsRequest, MaxTokensField, ResponseFormat, Stop, Tool};
 
 /// Canonical request → upstream body, written directly (no intermediate JSON tree).
 pub struct RequestBody<'a> {
@@ -48,6 +48,28 @@ impl Serialize for RequestBody<'_> {
         }
         if let Some(tc) = &r.tool_choice {
             m.serialize_entry("tool_choice", tc)?;
+        }
+        // Another protocol's client asked for JSON (an OpenAI client's own goes with `extra`).
+        match &r.response_format {
+            Some(ResponseFormat::Json) => {
+                m.serialize_entry("response_format", &json!({"type": "json_object"}))?
+            }
+            Some(ResponseFormat::Schema {
+                name,
+                schema,
+                strict,
+            }) => {
+                let mut s =
+                    json!({"name": name.as_deref().unwrap_or("response"), "schema": schema});
+                if let Some(strict) = strict {
+                    s["strict"] = json!(strict);
+                }
+                m.serialize_entry(
+                    "response_format",
+                    &json!({"type": "json_schema", "json_schema": s}),
+                )?
+            }
+            None => {}
         }
         let want_usage = r.stream && (self.force_usage || r.stream_include_usage);
         let mut wrote_options = false;
