@@ -5,6 +5,7 @@ use std::process::{Child, Command, Stdio};
 
 use serde_json::{Value, json};
 
+use crate::semantic_data::labelled_config;
 use crate::support::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_switchyard");

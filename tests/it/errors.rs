@@ -198,9 +198,15 @@ fn code_and_attempts(protocol: &str, v: &serde_json::Value) -> (String, serde_js
             let of = |t: &str| details.iter().find(|d| d["@type"] == t).cloned();
             let info = of("type.googleapis.com/google.rpc.ErrorInfo").unwrap_or_default();
             let attempts = of("type.googleapis.com/switchyard.v1.Attempts").unwrap_or_default();
-            (info["reason"].as_str().unwrap_or("").into(), attempts["attempts"].clone())
+            (
+                info["reason"].as_str().unwrap_or("").into(),
+                attempts["attempts"].clone(),
+            )
         }
-        _ => (e["code"].as_str().unwrap_or("").into(), e["attempts"].clone()),
+        _ => (
+            e["code"].as_str().unwrap_or("").into(),
+            e["attempts"].clone(),
+        ),
     }
 }
 
@@ -217,9 +223,21 @@ async fn exhausted_errors_list_their_attempts_and_code_in_every_envelope() {
     .await;
     let user = json!([{"role": "user", "content": "hi"}]);
     let cases = [
-        ("openai", "/v1/chat/completions", json!({"model": "m", "messages": user})),
-        ("responses", "/v1/responses", json!({"model": "m", "input": "hi"})),
-        ("anthropic", "/v1/messages", json!({"model": "m", "max_tokens": 5, "messages": user})),
+        (
+            "openai",
+            "/v1/chat/completions",
+            json!({"model": "m", "messages": user}),
+        ),
+        (
+            "responses",
+            "/v1/responses",
+            json!({"model": "m", "input": "hi"}),
+        ),
+        (
+            "anthropic",
+            "/v1/messages",
+            json!({"model": "m", "max_tokens": 5, "messages": user}),
+        ),
         (
             "gemini",
             "/v1beta/models/m:generateContent",
@@ -231,7 +249,10 @@ async fn exhausted_errors_list_their_attempts_and_code_in_every_envelope() {
         assert_eq!(resp.status(), 502, "{protocol}");
         assert_eq!(header(&resp, "x-should-retry"), "false", "{protocol}");
         let raw = resp.text().await.unwrap();
-        assert!(!raw.contains("mock fault"), "{protocol}: upstream text leaked: {raw}");
+        assert!(
+            !raw.contains("mock fault"),
+            "{protocol}: upstream text leaked: {raw}"
+        );
         let v: serde_json::Value = serde_json::from_str(&raw).unwrap();
         let (code, attempts) = code_and_attempts(protocol, &v);
         assert_eq!(code, "all_attempts_failed", "{protocol}: {v}");

@@ -18,6 +18,7 @@ mod latency;
 mod local_embedder;
 mod responses;
 mod semantic;
+mod semantic_data;
 mod shared;
 mod streaming;
 mod support;

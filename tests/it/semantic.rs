@@ -9,6 +9,7 @@ use axum::{Json, Router, extract::State, routing::post};
 use serde_json::{Value, json};
 use switchyard::provider::mock::MockServer;
 
+use crate::semantic_data::{labelled_accuracy, labelled_config};
 use crate::support::*;
 
 /// What the test embedder answers.
