@@ -1,6 +1,7 @@
-//! Shared state across replicas through a real Redis: bindings kept across replicas and
-//! restarts, TTLs set and refreshed in Redis, circuit openings honoured by the other replica,
-//! and a Redis that goes away and comes back.
+//! Replicas sharing state through a real Redis: session bindings kept across replicas and
+//! restarts with their TTLs set and refreshed in Redis, circuit openings, cooled credentials and
+//! rate counters honoured by the other replica, a Redis that goes away and comes back, and Redis
+//! over TLS.
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
