@@ -256,7 +256,8 @@ async fn a_tpm_budget_is_settled_by_real_usage_and_refills() {
 async fn a_probe_with_a_refused_key_re_enables_it_when_it_works_again() {
     let (pool, gw) = refusing_key_a(r#"{ key = "sk-aaaa-1111" }, { key = "sk-bbbb-2222" }"#).await;
     assert_eq!(gw.chat(chat_body(false)).await.status(), 200);
-    // Key a is disabled. The upstream accepts it again; the next probe interval tests it.
+    assert_eq!(disabled_keys(&gw).await, 1, "key a is disabled");
+    // The upstream accepts key a again; the next probe interval tests it.
     pool.set_spec(text_spec("ok"));
     let seen_before = pool.received().len();
     gw.clock.advance(std::time::Duration::from_secs(300));
@@ -264,7 +265,14 @@ async fn a_probe_with_a_refused_key_re_enables_it_when_it_works_again() {
     let probe = &pool.received()[seen_before];
     assert_eq!(probe.headers["authorization"], "Bearer sk-aaaa-1111");
     assert_eq!(probe.body["max_tokens"], 1);
-    // Re-enabled: key a takes its turns again.
+    // The probe's answer re-enables the key (the health view says so)...
+    until(
+        "the probed key re-enabled",
+        std::time::Duration::from_secs(10),
+        async || disabled_keys(&gw).await == 0,
+    )
+    .await;
+    // ...and key a takes its turns again.
     let mut used_a = false;
     for _ in 0..20 {
         gw.chat(chat_body(false)).await;
@@ -276,9 +284,20 @@ async fn a_probe_with_a_refused_key_re_enables_it_when_it_works_again() {
             used_a = true;
             break;
         }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     assert!(used_a, "the re-enabled key is used again");
+}
+
+/// How many of channel `pool`'s credentials `/admin/health` shows disabled.
+async fn disabled_keys(gw: &Gateway) -> usize {
+    let health = gw.admin_health().await;
+    let row = health.iter().find(|r| r["channel"] == "pool").unwrap();
+    row["credentials"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["disabled"] == true)
+        .count()
 }
 
 #[tokio::test]

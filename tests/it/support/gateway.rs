@@ -3,6 +3,7 @@
 //! every test drives it with.
 
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use switchyard::clock::ManualClock;
@@ -12,6 +13,7 @@ use switchyard::provider::{HttpClients, install_crypto_provider};
 use switchyard::server::Running;
 
 use super::mock::mock;
+use super::wait::until;
 
 /// The gateway key every test config declares.
 pub const KEY: &str = "sk-test-gateway-key";
@@ -256,6 +258,28 @@ pub async fn get_json(url: &str, token: Option<&str>) -> Value {
         .json()
         .await
         .expect("JSON body")
+}
+
+/// Waits until the gateway at `base` shows `channel`'s circuit in `state` (`open`, `closed`) in
+/// `/admin/health`, failing the test past `within`; returns how long it took, for tests that
+/// bound how soon a change shows (a replica honouring another's circuit opening).
+pub async fn wait_circuit(base: &str, channel: &str, state: &str, within: Duration) -> Duration {
+    let t0 = Instant::now();
+    let url = format!("{base}/admin/health");
+    until(
+        &format!("{channel}'s circuit {state}"),
+        within,
+        async || {
+            let v = get_json(&url, Some(ADMIN)).await;
+            let shown = v["data"].as_array().is_some_and(|rows| {
+                rows.iter()
+                    .any(|r| r["channel"] == channel && r["circuit"] == state)
+            });
+            if shown { Ok(()) } else { Err(v) }
+        },
+    )
+    .await;
+    t0.elapsed()
 }
 
 /// A chat request in session `id`: (status, serving channel, `x-switchyard-affinity`).

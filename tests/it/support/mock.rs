@@ -90,3 +90,17 @@ pub async fn eventually(m: &MockServer, what: &str, pred: impl Fn(&MockServer) -
         .await
         .unwrap_or_else(|_| panic!("timed out waiting for: {what}"));
 }
+
+/// Asserts a mock does not reach a state for `within`, failing the test with `what` the moment
+/// it does. The one wait that lasts its whole window, because it waits on an absence: nothing
+/// signals that something did not happen, so `within` is the time a faulty gateway would need
+/// to make it happen.
+pub async fn never_within(
+    m: &MockServer,
+    what: &str,
+    within: std::time::Duration,
+    pred: impl Fn(&MockServer) -> bool,
+) {
+    let reached = tokio::time::timeout(within, m.wait_until(pred)).await;
+    assert!(reached.is_err(), "{what}");
+}

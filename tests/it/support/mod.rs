@@ -4,14 +4,17 @@
 //! - [`gateway`]: the gateway under test, its config snippets, request and response helpers;
 //! - [`mock`]: upstreams for it to call (the mock server, canned and refusing upstreams);
 //! - [`sse`]: reading streamed answers;
-//! - [`redis`]: replicas sharing state through the test Redis.
+//! - [`redis`]: replicas sharing state through the test Redis;
+//! - [`wait`]: waiting on a condition with a deadline, the one way tests wait.
 
 mod gateway;
 mod mock;
 mod redis;
 mod sse;
+mod wait;
 
 pub use self::gateway::*;
 pub use self::mock::*;
 pub use self::redis::*;
 pub use self::sse::*;
+pub use self::wait::*;
