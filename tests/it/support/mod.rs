@@ -5,16 +5,19 @@
 //! - [`mock`]: upstreams for it to call (the mock server, canned and refusing upstreams);
 //! - [`sse`]: reading streamed answers;
 //! - [`redis`]: replicas sharing state through the test Redis;
+//! - [`scenario`]: failover scenarios as table rows (channels, requests, expected attempts);
 //! - [`wait`]: waiting on a condition with a deadline, the one way tests wait.
 
 mod gateway;
 mod mock;
 mod redis;
+mod scenario;
 mod sse;
 mod wait;
 
 pub use self::gateway::*;
 pub use self::mock::*;
 pub use self::redis::*;
+pub use self::scenario::*;
 pub use self::sse::*;
 pub use self::wait::*;
