@@ -5,6 +5,7 @@ use std::process::{Child, Command, Stdio};
 
 use serde_json::{Value, json};
 
+use crate::semantic_data::labelled_config;
 use crate::support::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_switchyard");
@@ -220,15 +221,15 @@ async fn sighup_reloads_the_config_file() {
             .success()
     );
     // The reload happens asynchronously in the server; ask until it shows (bounded).
-    let mut seen = String::new();
-    for _ in 0..200 {
-        seen = models().await;
-        if seen == "after" {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    assert_eq!(seen, "after");
+    until(
+        "the reloaded config's model",
+        std::time::Duration::from_secs(10),
+        async || match models().await {
+            seen if seen == "after" => Ok(()),
+            seen => Err(seen),
+        },
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -499,15 +500,8 @@ async fn two_switchyard_processes_share_a_binding_through_redis_across_restarts(
     let start = |path: std::path::PathBuf, dir: std::path::PathBuf| async move {
         let args = ["serve", "--config", path.to_str().unwrap()];
         let (proc, url) = spawn_listening(&args, &dir, "listening on").await;
-        // Wait until it has reached Redis.
-        for _ in 0..200 {
-            let v = get_json(&format!("{url}/readyz"), None).await;
-            if v["state"]["connected"] == true && v["state"]["events_subscribed"] == true {
-                return (proc, url);
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
-        panic!("{url} never connected to Redis");
+        wait_connected_at(&url, true).await;
+        (proc, url)
     };
     let turn = |url: String| async move {
         let resp = client()
@@ -538,7 +532,7 @@ async fn two_switchyard_processes_share_a_binding_through_redis_across_restarts(
     assert_ne!(elsewhere, bound);
     assert_eq!(aff, "kept");
     // ...and process B honours it within the stated bound, without calling the channel.
-    wait_circuit_open(&ub, &bound, std::time::Duration::from_secs(1)).await;
+    wait_circuit(&ub, &bound, "open", std::time::Duration::from_secs(1)).await;
     let calls = m[i].requests();
     let (moved_to, aff) = turn(ub.clone()).await;
     assert_eq!(aff, "moved");

@@ -1,7 +1,9 @@
 //! Credential pools: a channel's keys are rotated, cooled and limited one by one, before the
 //! channel itself is failed over.
 
-use serde_json::Value;
+use std::time::Duration;
+
+use serde_json::json;
 use switchyard::provider::mock::{Fault, MockSpec};
 
 use crate::support::*;
@@ -27,16 +29,20 @@ fn keys_seen(m: &switchyard::provider::mock::MockServer) -> Vec<String> {
 
 /// A channel `pool` whose upstream refuses key `sk-aaaa-1111` (401), with these credentials.
 async fn refusing_key_a(credentials: &str) -> (switchyard::provider::mock::MockServer, Gateway) {
-    let pool = mock(with_key_faults(&[(
+    let pool = mock(key_a_refused()).await;
+    let gw = gateway(&pool_channel("pool", &pool.base_url(), 1, credentials)).await;
+    (pool, gw)
+}
+
+/// A 401 for key `sk-aaaa-1111`, and answers for the others.
+fn key_a_refused() -> MockSpec {
+    with_key_faults(&[(
         "sk-aaaa-1111",
         Fault {
             status: Some(401),
             ..Fault::default()
         },
-    )]))
-    .await;
-    let gw = gateway(&pool_channel("pool", &pool.base_url(), 1, credentials)).await;
-    (pool, gw)
+    )])
 }
 
 fn with_key_faults(faults: &[(&str, Fault)]) -> MockSpec {
@@ -49,59 +55,160 @@ fn with_key_faults(faults: &[(&str, Fault)]) -> MockSpec {
     }
 }
 
-#[tokio::test]
-async fn a_rate_limited_key_is_swapped_inside_the_channel_before_failing_over() {
-    let pool = mock(with_key_faults(&[(
+/// A 429 for key `sk-aaaa-1111` with `Retry-After: seconds`, and answers for the others.
+fn key_a_limited(seconds: u64) -> MockSpec {
+    with_key_faults(&[(
         "sk-aaaa-1111",
         Fault {
             status: Some(429),
-            retry_after_seconds: Some(30),
+            retry_after_seconds: Some(seconds),
             ..Fault::default()
         },
-    )]))
+    )])
+}
+
+/// What a pool's keys do to requests before its channel fails over: a limited key is swapped for
+/// another inside the channel, a pool out of headroom is a 429 that says for how long, refused
+/// keys make the channel unavailable, and a token budget is settled by the usage reported.
+#[tokio::test]
+async fn a_pools_keys_are_swapped_cooled_and_limited_before_the_channel_fails_over() {
+    // ~100 prompt tokens each (400 characters); the mock reports 103 + 3 = 106 used.
+    let big = |stream: Option<bool>| {
+        let mut b =
+            json!({"model": "m", "messages": [{"role": "user", "content": "x".repeat(400)}]});
+        if let Some(stream) = stream {
+            b["stream"] = stream.into();
+        }
+        Some(("/v1/chat/completions", b))
+    };
+    let served_by_pool = || {
+        Step::Send(Expect {
+            status: 200,
+            served: Some("pool"),
+            ..Expect::default()
+        })
+    };
+    scenarios(vec![
+        Scenario {
+            name: "a_rate_limited_key_is_swapped_inside_the_channel_before_failing_over",
+            channels: vec![
+                ch("pool", 1, key_a_limited(30)).keys(Keys::Pool(
+                    r#"{ key = "sk-aaaa-1111", label = "a" }, { key = "sk-bbbb-2222", label = "b" }"#,
+                )),
+                ch("backup", 2, text_spec("backup")),
+            ],
+            steps: vec![
+                Step::Send(Expect {
+                    status: 200,
+                    served: Some("pool"),
+                    reasons: &["rate_limit", "ok"],
+                    ..Expect::default()
+                }),
+                // The cooled key is not tried again while it cools; the other one serves.
+                served_by_pool(),
+                served_by_pool(),
+                served_by_pool(),
+            ],
+            calls: Calls::Each(&[5, 0]),
+            check: Some(|r| {
+                let b = "Bearer sk-bbbb-2222";
+                assert_eq!(
+                    keys_seen(r.up("pool")),
+                    ["Bearer sk-aaaa-1111", b, b, b, b]
+                );
+                // The health view shows the key by label, never the key.
+                let health = serde_json::to_string(&r.health).unwrap();
+                assert!(
+                    health.contains("\"label\":\"a\"") && !health.contains("sk-aaaa"),
+                    "{health}"
+                );
+            }),
+            ..Scenario::default()
+        },
+        Scenario {
+            name: "no_key_with_headroom_anywhere_is_429_with_the_time_to_the_earliest",
+            channels: vec![
+                ch("pool", 1, key_a_limited(40))
+                    .keys(Keys::Pool(r#"{ key = "sk-aaaa-1111", rpm = 60 }"#)),
+            ],
+            steps: vec![
+                Step::Send(Expect {
+                    status: 429,
+                    reasons: &["rate_limit"],
+                    code: Some("all_rate_limited"),
+                    ..Expect::default()
+                }),
+                Step::Advance(Duration::from_secs(10)),
+                Step::Send(Expect {
+                    status: 429,
+                    reasons: &["no_credential_headroom"],
+                    code: Some("all_rate_limited"),
+                    headers: &[("retry-after", "30")],
+                    ..Expect::default()
+                }),
+            ],
+            calls: Calls::Each(&[1]),
+            ..Scenario::default()
+        },
+        Scenario {
+            name: "a_channel_whose_keys_were_all_refused_is_unavailable_not_rate_limited",
+            channels: vec![
+                ch("pool", 1, key_a_refused()).keys(Keys::Pool(r#"{ key = "sk-aaaa-1111" }"#)),
+            ],
+            steps: vec![
+                Step::Send(Expect {
+                    status: 502,
+                    reasons: &["auth_error"],
+                    ..Expect::default()
+                }),
+                // Waiting will not help, so it is not a rate limit: 503, and why.
+                Step::Send(Expect {
+                    status: 503,
+                    reasons: &["credentials_refused"],
+                    headers: &[("retry-after", "")],
+                    ..Expect::default()
+                }),
+            ],
+            calls: Calls::Each(&[1]),
+            ..Scenario::default()
+        },
+        Scenario {
+            name: "a_tpm_budget_is_settled_by_real_usage_and_refills",
+            channels: vec![
+                ch("pool", 1, text_spec("abc"))
+                    .keys(Keys::Pool(r#"{ key = "sk-aaaa-1111", tpm = 200 }"#)),
+            ],
+            steps: vec![
+                Step::Send(Expect {
+                    request: big(Some(false)),
+                    status: 200,
+                    ..Expect::default()
+                }),
+                Step::Send(Expect {
+                    request: big(Some(true)),
+                    status: 200,
+                    ..Expect::default()
+                }),
+                // 200 - 2 x 106 = -12: overdrawn until 13 tokens have refilled (3.9 s at 200/min).
+                Step::Send(Expect {
+                    request: big(None),
+                    status: 429,
+                    reasons: &["no_credential_headroom"],
+                    headers: &[("retry-after", "4")],
+                    ..Expect::default()
+                }),
+                Step::Advance(Duration::from_secs(4)),
+                Step::Send(Expect {
+                    request: big(None),
+                    status: 200,
+                    ..Expect::default()
+                }),
+            ],
+            calls: Calls::Each(&[3]),
+            ..Scenario::default()
+        },
+    ])
     .await;
-    let backup = mock(text_spec("backup")).await;
-    let gw = gateway(&format!(
-        "{}{}",
-        pool_channel(
-            "pool",
-            &pool.base_url(),
-            1,
-            r#"{ key = "sk-aaaa-1111", label = "a" }, { key = "sk-bbbb-2222", label = "b" }"#
-        ),
-        openai_channel("backup", &backup.base_url(), 2, "")
-    ))
-    .await;
-    let resp = gw.chat(chat_body(false)).await;
-    assert_eq!(header(&resp, "x-switchyard-channel"), "pool");
-    let v: Value = resp.json().await.unwrap();
-    assert_eq!(
-        reasons(&v["switchyard"]["failover"]["attempts"]),
-        ["rate_limit", "ok"]
-    );
-    assert_eq!(
-        keys_seen(&pool),
-        ["Bearer sk-aaaa-1111", "Bearer sk-bbbb-2222"]
-    );
-    assert_eq!(backup.requests(), 0);
-    // The cooled key is not tried again while it cools; the other one serves.
-    for _ in 0..3 {
-        assert_eq!(
-            header(&gw.chat(chat_body(false)).await, "x-switchyard-channel"),
-            "pool"
-        );
-    }
-    assert!(
-        keys_seen(&pool)[2..]
-            .iter()
-            .all(|k| k == "Bearer sk-bbbb-2222")
-    );
-    // The health view shows the key by label, never the key.
-    let health = serde_json::to_string(&gw.admin_health().await).unwrap();
-    assert!(
-        health.contains("\"label\":\"a\"") && !health.contains("sk-aaaa"),
-        "{health}"
-    );
 }
 
 #[tokio::test]
@@ -159,34 +266,6 @@ async fn max_concurrency_is_never_exceeded_and_overflow_goes_elsewhere() {
 }
 
 #[tokio::test]
-async fn no_key_with_headroom_anywhere_is_429_with_the_time_to_the_earliest() {
-    let pool = mock(with_key_faults(&[(
-        "sk-aaaa-1111",
-        Fault {
-            status: Some(429),
-            retry_after_seconds: Some(40),
-            ..Fault::default()
-        },
-    )]))
-    .await;
-    let gw = gateway(&pool_channel(
-        "pool",
-        &pool.base_url(),
-        1,
-        r#"{ key = "sk-aaaa-1111", rpm = 60 }"#,
-    ))
-    .await;
-    assert_eq!(gw.chat(chat_body(false)).await.status(), 429);
-    gw.clock.advance(std::time::Duration::from_secs(10));
-    let resp = gw.chat(chat_body(false)).await;
-    assert_eq!(header(&resp, "retry-after"), "30");
-    let e = error_envelope(resp, 429).await;
-    assert_eq!(e["code"], "all_rate_limited");
-    assert_eq!(reasons(&e["attempts"]), ["no_credential_headroom"]);
-    assert_eq!(pool.requests(), 1);
-}
-
-#[tokio::test]
 async fn a_stream_holds_its_key_slot_until_it_ends() {
     let slow = mock(MockSpec {
         chunks: 5,
@@ -224,39 +303,11 @@ async fn a_stream_holds_its_key_slot_until_it_ends() {
 }
 
 #[tokio::test]
-async fn a_tpm_budget_is_settled_by_real_usage_and_refills() {
-    let up = mock(text_spec("abc")).await;
-    let gw = gateway(&pool_channel(
-        "pool",
-        &up.base_url(),
-        1,
-        r#"{ key = "sk-aaaa-1111", tpm = 200 }"#,
-    ))
-    .await;
-    // ~100 prompt tokens each (400 characters); the mock reports 103 + 3 = 106 used.
-    let body = serde_json::json!({"model": "m", "messages": [{"role": "user", "content": "x".repeat(400)}]});
-    for stream in [false, true] {
-        let mut b = body.clone();
-        b["stream"] = stream.into();
-        let resp = gw.chat(b).await;
-        assert_eq!(resp.status(), 200);
-        resp.text().await.unwrap();
-    }
-    // 200 - 2 x 106 = -12: overdrawn until 13 tokens have refilled (3.9 s at 200/min).
-    let resp = gw.chat(body.clone()).await;
-    assert_eq!(header(&resp, "retry-after"), "4");
-    let e = error_envelope(resp, 429).await;
-    assert_eq!(reasons(&e["attempts"]), ["no_credential_headroom"]);
-    gw.clock.advance(std::time::Duration::from_secs(4));
-    assert_eq!(gw.chat(body).await.status(), 200);
-    assert_eq!(up.requests(), 3);
-}
-
-#[tokio::test]
 async fn a_probe_with_a_refused_key_re_enables_it_when_it_works_again() {
     let (pool, gw) = refusing_key_a(r#"{ key = "sk-aaaa-1111" }, { key = "sk-bbbb-2222" }"#).await;
     assert_eq!(gw.chat(chat_body(false)).await.status(), 200);
-    // Key a is disabled. The upstream accepts it again; the next probe interval tests it.
+    assert_eq!(disabled_keys(&gw).await, 1, "key a is disabled");
+    // The upstream accepts key a again; the next probe interval tests it.
     pool.set_spec(text_spec("ok"));
     let seen_before = pool.received().len();
     gw.clock.advance(std::time::Duration::from_secs(300));
@@ -264,7 +315,14 @@ async fn a_probe_with_a_refused_key_re_enables_it_when_it_works_again() {
     let probe = &pool.received()[seen_before];
     assert_eq!(probe.headers["authorization"], "Bearer sk-aaaa-1111");
     assert_eq!(probe.body["max_tokens"], 1);
-    // Re-enabled: key a takes its turns again.
+    // The probe's answer re-enables the key (the health view says so)...
+    until(
+        "the probed key re-enabled",
+        std::time::Duration::from_secs(10),
+        async || disabled_keys(&gw).await == 0,
+    )
+    .await;
+    // ...and key a takes its turns again.
     let mut used_a = false;
     for _ in 0..20 {
         gw.chat(chat_body(false)).await;
@@ -276,22 +334,20 @@ async fn a_probe_with_a_refused_key_re_enables_it_when_it_works_again() {
             used_a = true;
             break;
         }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     assert!(used_a, "the re-enabled key is used again");
 }
 
-#[tokio::test]
-async fn a_channel_whose_keys_were_all_refused_is_unavailable_not_rate_limited() {
-    let (pool, gw) = refusing_key_a(r#"{ key = "sk-aaaa-1111" }"#).await;
-    let e = error_envelope(gw.chat(chat_body(false)).await, 502).await;
-    assert_eq!(reasons(&e["attempts"]), ["auth_error"]);
-    // Waiting will not help, so it is not a rate limit: 503, and why.
-    let resp = gw.chat(chat_body(false)).await;
-    assert!(header(&resp, "retry-after").is_empty());
-    let e = error_envelope(resp, 503).await;
-    assert_eq!(reasons(&e["attempts"]), ["credentials_refused"]);
-    assert_eq!(pool.requests(), 1);
+/// How many of channel `pool`'s credentials `/admin/health` shows disabled.
+async fn disabled_keys(gw: &Gateway) -> usize {
+    let health = gw.admin_health().await;
+    let row = health.iter().find(|r| r["channel"] == "pool").unwrap();
+    row["credentials"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["disabled"] == true)
+        .count()
 }
 
 #[tokio::test]

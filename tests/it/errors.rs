@@ -299,6 +299,8 @@ async fn a_body_that_trickles_past_the_deadline_is_408() {
         if i == 3 {
             return None;
         }
+        // Not a wait: the pace of the slow client under test (a byte every 200 ms, the whole
+        // body well past the 300 ms deadline), which the gateway must cut off.
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         Some((Ok::<_, std::io::Error>(b" ".to_vec()), i + 1))
     });

@@ -267,15 +267,8 @@ async fn probes_close_a_circuit_without_risking_a_client_request() {
     assert_eq!(probe["max_tokens"], 1);
     assert_eq!(probe["messages"][0]["content"], "ping");
     // Once the probe has closed the circuit, client requests are served by it again.
-    let mut served = String::new();
-    for _ in 0..100 {
-        served = ask(&gw).await.1;
-        if served == "dead" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(served, "dead");
+    wait_circuit(&gw.url, "dead", "closed", Duration::from_secs(10)).await;
+    assert_eq!(ask(&gw).await.1, "dead");
     let health = gw.admin_health().await;
     let row = health.iter().find(|r| r["channel"] == "dead").unwrap();
     assert_eq!(row["circuit"], "closed");
@@ -387,13 +380,14 @@ async fn turning_probes_on_while_half_open_does_not_strand_the_channel() {
     // Now probes are switched on; whatever state `a` is in, a probe must bring it back.
     gw.rewrite(&channels(""));
     assert_eq!(gw.reload().await.status(), 200);
+    wait_circuit(&gw.url, "a", "closed", Duration::from_secs(10)).await;
+    // Closed, `a` takes its share again (one of two equal channels, its health still low).
     let mut served_by_a = false;
     for _ in 0..200 {
         if header(&gw.chat(chat_body(false)).await, "x-switchyard-channel") == "a" {
             served_by_a = true;
             break;
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(served_by_a, "a recovered through a probe");
 }

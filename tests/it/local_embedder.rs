@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 
 use switchyard::semantic::local::LocalModel;
 
+use crate::semantic_data::{labelled_accuracy, labelled_config};
 use crate::support::*;
 
 /// The model directory, or `None` (with a message) when it is not there outside CI.

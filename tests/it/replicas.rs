@@ -1,9 +1,10 @@
-//! Shared state across replicas through a real Redis: bindings kept across replicas and
-//! restarts, TTLs set and refreshed in Redis, circuit openings honoured by the other replica,
-//! and a Redis that goes away and comes back.
+//! Replicas sharing state through a real Redis: session bindings kept across replicas and
+//! restarts with their TTLs set and refreshed in Redis, circuit openings, cooled credentials and
+//! rate counters honoured by the other replica, a Redis that goes away and comes back, and Redis
+//! over TLS.
 
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::AsyncCommands;
 use switchyard::provider::mock::MockServer;
@@ -76,11 +77,12 @@ async fn bindings_live_in_redis_with_their_ttl_refreshed_on_use() {
     assert!(ttl > 80_000, "{ttl}");
     // Let it run out: Redis drops the key, and the next turn starts a new binding.
     let _: () = c.pexpire(&keys[0], 1).await.unwrap();
-    let t0 = Instant::now();
-    while c.exists::<_, bool>(&keys[0]).await.unwrap() {
-        assert!(t0.elapsed() < Duration::from_secs(5));
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    until(
+        "Redis to drop the expired binding",
+        Duration::from_secs(5),
+        async || !c.exists::<_, bool>(&keys[0]).await.unwrap(),
+    )
+    .await;
     assert_eq!(session_turn(&gw, "s").await.2, "new");
 }
 
@@ -120,7 +122,7 @@ async fn two_replicas_share_bindings_and_circuits_and_a_restart_keeps_bindings()
     let (st, ch, _) = session_turn(&ra, "agent-1").await;
     assert_eq!(st, 200);
     assert_ne!(ch, bound);
-    let honoured_after = wait_circuit_open(&rb.url, &bound, Duration::from_secs(1)).await;
+    let honoured_after = wait_circuit(&rb.url, &bound, "open", Duration::from_secs(1)).await;
     let calls = bad.requests();
     let (st, ch, aff) = session_turn(&rb, "agent-1").await;
     assert_eq!(st, 200);
@@ -184,17 +186,12 @@ impl OwnRedis {
     }
 
     async fn wait_ready(&self) {
-        let t0 = Instant::now();
-        while tokio::net::TcpStream::connect(("127.0.0.1", self.port))
-            .await
-            .is_err()
-        {
-            assert!(
-                t0.elapsed() < Duration::from_secs(10),
-                "redis-server did not start"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        until(
+            "redis-server to listen",
+            Duration::from_secs(10),
+            async || tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await,
+        )
+        .await;
     }
 }
 
@@ -297,7 +294,7 @@ async fn redis_lost_mid_test_requests_still_succeed_and_sharing_resumes() {
     wait_connected(&other, true).await;
     a.set_spec(faulty("down", status(500)));
     assert_eq!(gw.chat(chat_body(false)).await.status(), 200);
-    wait_circuit_open(&other.url, "first", Duration::from_secs(1)).await;
+    wait_circuit(&other.url, "first", "open", Duration::from_secs(1)).await;
 }
 
 #[tokio::test]
@@ -325,29 +322,30 @@ async fn a_credential_cooled_through_one_replica_is_skipped_by_the_other() {
     let resp = ra.chat(chat_body(false)).await;
     assert_eq!(header(&resp, "x-switchyard-channel"), "spare");
     assert_eq!(limited.requests(), 1);
-    let t0 = Instant::now();
-    loop {
-        let health = rb.admin_health().await;
-        let cooling = health.iter().any(|r| {
-            r["channel"] == "keyed"
-                && r["credentials"].as_array().is_some_and(|cs| {
-                    cs.iter().any(|c| {
-                        c["label"] == "k1"
-                            && c["cooling_seconds_left"]
-                                .as_f64()
-                                .is_some_and(|s| s > 500.0)
+    until(
+        "B to see the key cool",
+        Duration::from_secs(1),
+        async || {
+            let health = rb.admin_health().await;
+            let cooling = health.iter().any(|r| {
+                r["channel"] == "keyed"
+                    && r["credentials"].as_array().is_some_and(|cs| {
+                        cs.iter().any(|c| {
+                            c["label"] == "k1"
+                                && c["cooling_seconds_left"]
+                                    .as_f64()
+                                    .is_some_and(|s| s > 500.0)
+                        })
                     })
-                })
-        });
-        if cooling {
-            break;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(1),
-            "B never saw the key cool: {health:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+            });
+            if cooling {
+                Ok(())
+            } else {
+                Err(serde_json::Value::from(health))
+            }
+        },
+    )
+    .await;
     // Through B: the cooled key is not tried at all; the spare is B's only call.
     let resp = rb.chat(chat_body(false)).await;
     assert_eq!(header(&resp, "x-switchyard-channel"), "spare");

@@ -1,4 +1,7 @@
-//! What crosses to the upstream: unknown fields do, client credentials never do.
+//! What the gateway forwards to an upstream and what it does not: unknown fields go through,
+//! gateway fields and client credentials never do; model names are mapped, upstream keys rotate,
+//! base URL queries are kept, redirects are not followed, Azure gets its own URLs and header,
+//! HTTP/1.1 unless a channel opts into HTTP/2; and `/v1/models` lists what the key may use.
 
 use serde_json::json;
 

@@ -1,0 +1,106 @@
+//! Upstreams for the gateway to call: the crate's standalone mock server with the specs and
+//! faults tests give it, and small hand-made upstreams (fixed bytes, a fixed status, nothing
+//! listening) for what the mock does not play.
+
+use serde_json::Value;
+use switchyard::provider::mock::{Fault, MockServer, MockSpec};
+
+pub async fn mock(spec: MockSpec) -> MockServer {
+    MockServer::start(spec).await.expect("mock starts")
+}
+
+pub fn text_spec(text: &str) -> MockSpec {
+    MockSpec {
+        text: text.into(),
+        chunks: 3,
+        ..MockSpec::default()
+    }
+}
+
+pub fn faulty(text: &str, fault: Fault) -> MockSpec {
+    MockSpec {
+        fault: Some(fault),
+        ..text_spec(text)
+    }
+}
+
+pub fn status(code: u16) -> Fault {
+    Fault {
+        status: Some(code),
+        ..Fault::default()
+    }
+}
+
+/// An upstream of any protocol that answers every POST with fixed bytes, as a real provider
+/// would send them: `stream` (SSE) when asked for a stream (`"stream": true`, or Gemini's
+/// `:streamGenerateContent`), `body` otherwise.
+pub async fn canned_upstream(stream: &'static str, body: Value) -> std::net::SocketAddr {
+    use axum::{Json, Router, extract::State, http::Uri, http::header, response::IntoResponse};
+    async fn answer(
+        State((stream, body)): State<(&'static str, Value)>,
+        uri: Uri,
+        Json(req): Json<Value>,
+    ) -> axum::response::Response {
+        if req["stream"] == true || uri.path().ends_with(":streamGenerateContent") {
+            ([(header::CONTENT_TYPE, "text/event-stream")], stream).into_response()
+        } else {
+            Json(body).into_response()
+        }
+    }
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = l.local_addr().expect("addr");
+    let app = Router::new()
+        .fallback(axum::routing::post(answer))
+        .with_state((stream, body));
+    tokio::spawn(async move { axum::serve(l, app).await });
+    addr
+}
+
+/// An upstream that answers every request with this status and JSON body.
+pub async fn answering(status: u16, body: Value) -> std::net::SocketAddr {
+    use axum::{Json, Router, http::StatusCode, response::IntoResponse};
+    let code = StatusCode::from_u16(status).expect("status");
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = l.local_addr().expect("addr");
+    let app = Router::new().fallback(move || {
+        let body = body.clone();
+        async move { (code, Json(body)).into_response() }
+    });
+    tokio::spawn(async move { axum::serve(l, app).await });
+    addr
+}
+
+/// A base URL where nothing listens: connection refused.
+pub async fn refused_url() -> String {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = l.local_addr().expect("addr");
+    drop(l);
+    format!("http://{addr}/v1")
+}
+
+/// Waits for a mock to reach a state, failing the test (not hanging it) after 10 s.
+pub async fn eventually(m: &MockServer, what: &str, pred: impl Fn(&MockServer) -> bool) {
+    tokio::time::timeout(std::time::Duration::from_secs(10), m.wait_until(pred))
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting for: {what}"));
+}
+
+/// Asserts a mock does not reach a state for `within`, failing the test with `what` the moment
+/// it does. The one wait that lasts its whole window, because it waits on an absence: nothing
+/// signals that something did not happen, so `within` is the time a faulty gateway would need
+/// to make it happen.
+pub async fn never_within(
+    m: &MockServer,
+    what: &str,
+    within: std::time::Duration,
+    pred: impl Fn(&MockServer) -> bool,
+) {
+    let reached = tokio::time::timeout(within, m.wait_until(pred)).await;
+    assert!(reached.is_err(), "{what}");
+}

@@ -1,0 +1,23 @@
+//! Shared test helpers, one room per kind; every test builds on these through
+//! `use crate::support::*;`.
+//!
+//! - [`gateway`]: the gateway under test, its config snippets, request and response helpers;
+//! - [`mock`]: upstreams for it to call (the mock server, canned and refusing upstreams);
+//! - [`sse`]: reading streamed answers;
+//! - [`redis`]: replicas sharing state through the test Redis;
+//! - [`scenario`]: failover scenarios as table rows (channels, requests, expected attempts);
+//! - [`wait`]: waiting on a condition with a deadline, the one way tests wait.
+
+mod gateway;
+mod mock;
+mod redis;
+mod scenario;
+mod sse;
+mod wait;
+
+pub use self::gateway::*;
+pub use self::mock::*;
+pub use self::redis::*;
+pub use self::scenario::*;
+pub use self::sse::*;
+pub use self::wait::*;
