@@ -49,9 +49,9 @@ pub struct Route<'a> {
 }
 
 /// One request's run: what every model and attempt of it reads.
-pub(crate) struct Job<'a> {
+pub struct Job<'a> {
     pub snap: &'a Snapshot,
-    pub health: &'a Health,
+    pub health: &'a Arc<Health>,
     pub route: Route<'a>,
     /// Tokens this request is expected to use, charged to tpm budgets until usage settles it.
     pub estimate: u64,
@@ -165,22 +165,12 @@ async fn within<T>(
 
 /// Non-streaming chat: each attempt bounded by the channel's `timeout_ms`.
 pub async fn chat(
-    snap: &Snapshot,
-    health: &Health,
-    route: Route<'_>,
+    job: &Job<'_>,
     req: &ChatRequest,
-    deadline: Instant,
     report: &mut Report,
 ) -> Result<ChatResponse, ExecError> {
-    let job = Job {
-        snap,
-        health,
-        route,
-        estimate: req.estimated_tokens(),
-        deadline,
-    };
-    let fitter = fitter(snap, &route, req);
-    let (resp, slot) = chain::run(&job, report, fitter, |c| async move {
+    let fitter = fitter(job.snap, &job.route, req);
+    let (resp, slot) = chain::run(job, report, fitter, |c| async move {
         let req = c.fitted.as_deref().unwrap_or(req);
         let ch = c.channel;
         within(
@@ -198,21 +188,11 @@ pub async fn chat(
 }
 
 pub async fn embeddings(
-    snap: &Snapshot,
-    health: &Health,
-    route: Route<'_>,
+    job: &Job<'_>,
     req: &EmbeddingsRequest,
-    deadline: Instant,
     report: &mut Report,
 ) -> Result<Value, ExecError> {
-    let job = Job {
-        snap,
-        health,
-        route,
-        estimate: (req.input.to_string().len() as u64).div_ceil(4),
-        deadline,
-    };
-    let (v, slot) = chain::run(&job, report, None, |c| async move {
+    let (v, slot) = chain::run(job, report, None, |c| async move {
         let ch = c.channel;
         within(
             Limit::of(ch.timeout, c.limits.timeout),

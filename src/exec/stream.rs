@@ -9,8 +9,8 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use tokio::time::{Instant, timeout_at};
 
-use super::{Call, ExecError, Failure, Job, Limit, Report, Route, chain, classify, fitter, judged};
-use crate::config::{BreakerSettings, HealthSettings, Snapshot};
+use super::{Call, ExecError, Failure, Job, Limit, Report, chain, classify, fitter, judged};
+use crate::config::{BreakerSettings, HealthSettings};
 use crate::health::{Health, Key, Reservation, Verdict};
 use crate::protocol::{ChatRequest, StreamChunk};
 use crate::provider::ChunkStream;
@@ -89,22 +89,13 @@ async fn open(c: Call<'_>, req: &ChatRequest) -> Result<Committed, Failure> {
 
 /// Streaming chat, up to the commit point.
 pub async fn chat_stream(
-    snap: &Snapshot,
-    health: &Arc<Health>,
-    route: Route<'_>,
+    job: &Job<'_>,
     req: &ChatRequest,
-    deadline: Instant,
     report: &mut Report,
 ) -> Result<Committed, ExecError> {
-    let job = Job {
-        snap,
-        health,
-        route,
-        estimate: req.estimated_tokens(),
-        deadline,
-    };
-    let fitter = fitter(snap, &route, req);
-    let (mut committed, slot) = chain::run(&job, report, fitter, |c| open(c, req)).await?;
+    let snap = job.snap;
+    let fitter = fitter(snap, &job.route, req);
+    let (mut committed, slot) = chain::run(job, report, fitter, |c| open(c, req)).await?;
     committed.slot = slot;
     // After commit a broken stream is still the channel's failure: the relay reports it.
     let served = report.served.as_ref().and_then(|s| {
@@ -113,7 +104,7 @@ pub async fn chat_stream(
     });
     if let Some((ch, model)) = served {
         committed.on_break = Some(BreakReport {
-            health: health.clone(),
+            health: job.health.clone(),
             key: Key::of(ch, &model),
             settings: snap.health,
             breaker: ch.breaker,

@@ -691,6 +691,13 @@ impl StreamChunk {
     }
 }
 
+impl EmbeddingsRequest {
+    /// About 4 characters a token, for budgets until the upstream's usage settles it.
+    pub fn estimated_tokens(&self) -> u64 {
+        (self.input.to_string().len() as u64).div_ceil(4)
+    }
+}
+
 /// An embeddings request: routed like chat, passed through as is (model swapped).
 #[derive(Debug, Clone, PartialEq)]
 pub struct EmbeddingsRequest {

@@ -89,15 +89,20 @@ async fn pipeline<C: Codec>(
         only: only.map(|(c, _)| &**c),
     };
     req.hops = ctx.hops;
-    let deadline = ctx.deadline();
+    let job = exec::Job {
+        snap: &snap,
+        health: &state.health,
+        route,
+        estimate: req.estimated_tokens(),
+        deadline: ctx.deadline(),
+    };
     if req.stream {
-        let committed =
-            exec::chat_stream(&snap, &state.health, route, &req, deadline, &mut ctx.report).await;
+        let committed = exec::chat_stream(&job, &req, &mut ctx.report).await;
         settle(state, &snap, session.as_ref(), before.as_ref(), ctx).await;
         let committed = committed.map_err(|e| ctx.exec_error(e))?;
         return Ok(stream(state, codec, ctx, &req, extra, committed).await);
     }
-    let resp = exec::chat(&snap, &state.health, route, &req, deadline, &mut ctx.report).await;
+    let resp = exec::chat(&job, &req, &mut ctx.report).await;
     settle(state, &snap, session.as_ref(), before.as_ref(), ctx).await;
     let resp = resp.map_err(|e| ctx.exec_error(e))?;
     Ok(answer(state, codec, ctx, &req, extra, resp).await)

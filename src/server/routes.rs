@@ -64,9 +64,14 @@ async fn embed(
         trim: None,
         only: None,
     };
-    let deadline = ctx.deadline();
-    let result =
-        exec::embeddings(&snap, &state.health, route, &req, deadline, &mut ctx.report).await;
+    let job = exec::Job {
+        snap: &snap,
+        health: &state.health,
+        route,
+        estimate: req.estimated_tokens(),
+        deadline: ctx.deadline(),
+    };
+    let result = exec::embeddings(&job, &req, &mut ctx.report).await;
     let mut v = result.map_err(|e| ctx.exec_error(e))?;
     let mut row = ctx.take_row(200, "ok");
     row.ttfb_ms = Some(row.total_ms);

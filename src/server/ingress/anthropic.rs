@@ -8,7 +8,7 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use serde_json::Value;
 
-use super::openai::take_chain;
+use super::openai::chat_parse;
 use super::{Answer, Codec, Encode, Envelope, ErrorView, Parsed, Rendered, StreamStart};
 use crate::exec::OutcomeClass;
 use crate::protocol::anthropic::{
@@ -35,13 +35,8 @@ impl Codec for Anthropic {
         &AnthropicEnvelope
     }
 
-    fn parse(&self, mut body: Value) -> Result<Parsed<()>, ApiError> {
-        let spec = take_chain(&mut body)?;
-        Ok(Parsed {
-            req: request_from_value(body)?,
-            spec,
-            extra: (),
-        })
+    fn parse(&self, body: Value) -> Result<Parsed<()>, ApiError> {
+        chat_parse(body, request_from_value)
     }
 
     fn render(&self, resp: ChatResponse, _: &(), a: &Answer) -> Rendered {

@@ -11,7 +11,7 @@ use super::{Answer, Codec, Encode, Envelope, ErrorView, Parsed, Rendered, Stream
 use crate::exec::OutcomeClass;
 use crate::protocol::chain::{self, ChainSpec};
 use crate::protocol::openai::{ChunkBody, ResponseBody, error_body, request_from_value};
-use crate::protocol::{ChatResponse, StreamChunk};
+use crate::protocol::{ChatRequest, ChatResponse, InvalidRequest, StreamChunk};
 use crate::server::AppState;
 use crate::server::continuation::{Keep, Keeping};
 use crate::server::error::ApiError;
@@ -32,6 +32,20 @@ pub fn take_chain(body: &mut Value) -> Result<ChainSpec, ApiError> {
     })
 }
 
+/// A body that carries the caller's chain at its top level, read by `read` once the chain
+/// fields are out of it.
+pub fn chat_parse(
+    mut body: Value,
+    read: fn(Value) -> Result<ChatRequest, InvalidRequest>,
+) -> Result<Parsed<()>, ApiError> {
+    let spec = take_chain(&mut body)?;
+    Ok(Parsed {
+        req: read(body)?,
+        spec,
+        extra: (),
+    })
+}
+
 impl Codec for OpenAiChat {
     type Extra = ();
     type Encoder = OpenAiEncoder;
@@ -41,13 +55,8 @@ impl Codec for OpenAiChat {
         &OpenAiEnvelope
     }
 
-    fn parse(&self, mut body: Value) -> Result<Parsed<()>, ApiError> {
-        let spec = take_chain(&mut body)?;
-        Ok(Parsed {
-            req: request_from_value(body)?,
-            spec,
-            extra: (),
-        })
+    fn parse(&self, body: Value) -> Result<Parsed<()>, ApiError> {
+        chat_parse(body, request_from_value)
     }
 
     fn render(&self, resp: ChatResponse, _: &(), a: &Answer) -> Rendered {
