@@ -8,9 +8,12 @@
 
 mod budget;
 mod credentials;
+mod window;
 
 pub use budget::RetryBudget;
 pub use credentials::{CredVerdict, NoHeadroom, Pools, Reservation};
+
+use window::Window;
 
 use crate::clock::Clock;
 use crate::config::{BreakerSettings, Channel, HealthSettings, Snapshot};
@@ -124,13 +127,6 @@ impl Key {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Sample {
-    at: Instant,
-    ok: bool,
-    latency: Duration,
-}
-
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Circuit {
     Closed,
@@ -140,7 +136,7 @@ enum Circuit {
 
 #[derive(Debug)]
 struct Entry {
-    samples: VecDeque<Sample>,
+    window: Window,
     /// Times of recent retryable failures, for the breaker's own window.
     failures: VecDeque<Instant>,
     circuit: Circuit,
@@ -158,7 +154,7 @@ struct Entry {
 impl Entry {
     fn new(b: &BreakerSettings) -> Entry {
         Entry {
-            samples: VecDeque::new(),
+            window: Window::default(),
             failures: VecDeque::new(),
             circuit: Circuit::Closed,
             cooldown: b.cooldown,
@@ -171,14 +167,7 @@ impl Entry {
     }
 
     fn prune(&mut self, now: Instant, s: &HealthSettings, b: &BreakerSettings) {
-        while self
-            .samples
-            .front()
-            .is_some_and(|x| now.duration_since(x.at) > s.window)
-            || self.samples.len() > s.window_size
-        {
-            self.samples.pop_front();
-        }
+        self.window.prune(now, s.window, s.window_size);
         while self
             .failures
             .front()
@@ -188,32 +177,9 @@ impl Entry {
         }
     }
 
-    /// 0.7 × success rate + 0.3 × latency score, 0–100; 100 with no verdicts yet.
     fn score(&self, s: &HealthSettings) -> f64 {
-        if self.samples.is_empty() {
-            return 100.0;
-        }
-        let ok: Vec<&Sample> = self.samples.iter().filter(|x| x.ok).collect();
-        let success = ok.len() as f64 / self.samples.len() as f64;
-        let latency = if ok.is_empty() {
-            0.0
-        } else {
-            ok.iter().map(|x| latency_score(x.latency, s)).sum::<f64>() / ok.len() as f64
-        };
-        100.0 * (0.7 * success + 0.3 * latency)
+        self.window.score(s)
     }
-}
-
-/// 1 at or below `latency_good`, 0 at or above `latency_bad`, linear between.
-fn latency_score(l: Duration, s: &HealthSettings) -> f64 {
-    if l <= s.latency_good {
-        return 1.0;
-    }
-    if l >= s.latency_bad {
-        return 0.0;
-    }
-    let span = (s.latency_bad - s.latency_good).as_secs_f64();
-    1.0 - (l - s.latency_good).as_secs_f64() / span
 }
 
 /// A change in this process that other replicas should honour (published through shared state).
@@ -570,11 +536,7 @@ impl Health {
         e.prune(now, s, b);
         match v {
             Verdict::Success { latency } => {
-                e.samples.push_back(Sample {
-                    at: now,
-                    ok: true,
-                    latency,
-                });
+                e.window.push(now, true, latency, s);
                 if matches!(e.circuit, Circuit::HalfOpen { .. }) {
                     e.circuit = Circuit::Closed;
                     e.cooldown = b.cooldown;
@@ -588,11 +550,7 @@ impl Health {
                 }
             }
             Verdict::Failure { latency } => {
-                e.samples.push_back(Sample {
-                    at: now,
-                    ok: false,
-                    latency,
-                });
+                e.window.push(now, false, latency, s);
                 e.failures.push_back(now);
                 match e.circuit {
                     Circuit::HalfOpen { .. } => {
@@ -630,9 +588,7 @@ impl Health {
             }
             Verdict::Neutral => {}
         }
-        while e.samples.len() > s.window_size {
-            e.samples.pop_front();
-        }
+        e.window.prune(now, s.window, s.window_size);
         drop(map);
         if let Some(cooldown) = opened {
             self.emit(Shared::CircuitOpened {
@@ -655,8 +611,8 @@ impl Health {
         let mut rows: Vec<Value> = map
             .iter()
             .map(|(k, e)| {
-                let total = e.samples.len();
-                let ok = e.samples.iter().filter(|x| x.ok).count();
+                let total = e.window.len();
+                let ok = e.window.successes();
                 let (state, left) = match e.circuit {
                     Circuit::Closed => ("closed", None),
                     Circuit::Open { until } => ("open", Some(until.saturating_duration_since(now))),

@@ -151,46 +151,40 @@ async fn settle(
     semantic::remember(state, snap, s, ctx).await;
 }
 
-/// How the answer is written: the model asked for, the report, and whether the serving channel
-/// got the request as sent.
-fn answer_of<'a, C: Codec>(codec: &C, ctx: &Ctx, req: &'a ChatRequest) -> Answer<'a> {
-    let channel = ctx
-        .report
-        .served
-        .as_ref()
-        .and_then(|s| ctx.snap.channels.iter().find(|c| c.name == s.channel));
-    Answer {
-        model: &req.model,
-        ext: ctx.report.body_extension(),
-        as_sent: channel.is_some_and(|c| codec.as_sent(c)),
-    }
-}
-
-/// `lossless`, or `lossy (<what>)`: what reading the request and reaching the serving
-/// channel's protocol dropped.
-fn translation<C: Codec>(
+/// How the answer is written (the model asked for, the report, whether the serving channel
+/// got the request as sent), and what reading the request and reaching the serving channel's
+/// protocol dropped: `lossless`, or `lossy (<what>)`.
+fn answer_of<'a, C: Codec>(
     codec: &C,
     ctx: &Ctx,
-    req: &ChatRequest,
+    req: &'a ChatRequest,
     extra: &C::Extra,
-    as_sent: bool,
-) -> String {
-    if as_sent {
-        return "lossless".into();
-    }
-    let target = ctx.report.served.as_ref().and_then(|s| {
-        let ch = ctx.snap.channels.iter().find(|c| c.name == s.channel)?;
-        Some(ch.kind.protocol())
+) -> (Answer<'a>, String) {
+    let channel = ctx.report.served.as_ref().and_then(|s| {
+        ctx.snap
+            .channels
+            .iter()
+            .find(|c| c.name == s.channel)
     });
-    let mut lost = target
-        .map(|t| req.translation_losses(t))
-        .unwrap_or_default();
-    lost.extend(codec.read_losses(extra));
-    if lost.is_empty() {
+    let as_sent = channel.is_some_and(|c| codec.as_sent(c));
+    let mut lost = match channel {
+        Some(c) if !as_sent => req.translation_losses(c.kind.protocol()),
+        _ => Vec::new(),
+    };
+    if !as_sent {
+        lost.extend(codec.read_losses(extra));
+    }
+    let translated = if lost.is_empty() {
         "lossless".into()
     } else {
         format!("lossy ({})", lost.join(", "))
-    }
+    };
+    let a = Answer {
+        model: &req.model,
+        ext: ctx.report.body_extension(),
+        as_sent,
+    };
+    (a, translated)
 }
 
 /// A whole answer: written in the client's protocol, kept for a later turn if it says so, and
@@ -203,28 +197,28 @@ async fn answer<C: Codec>(
     extra: C::Extra,
     resp: ChatResponse,
 ) -> Response {
-    let a = answer_of(codec, ctx, req);
-    let translated = translation(codec, ctx, req, &extra, a.as_sent);
-    let usage = resp.usage.clone();
+    let (a, translated) = answer_of(codec, ctx, req, &extra);
+    // Only the counts, for the log: the rest of the usage goes into the answer.
+    let counts = resp
+        .usage
+        .as_ref()
+        .map(|u| (u.input_tokens, u.output_tokens));
     let rendered = codec.render(resp, &extra, &a);
     if let Some(keep) = rendered.keep {
         continuation::keep(state, ctx, keep).await;
     }
     let mut row = ctx.take_row(200, "ok");
-    row.translation = Some(translated.clone());
     row.ttfb_ms = Some(row.total_ms);
-    if let Some(u) = &usage {
-        row.input_tokens = u.input_tokens;
-        row.output_tokens = u.output_tokens;
+    if let Some((input, output)) = counts {
+        row.input_tokens = input;
+        row.output_tokens = output;
         let secs = ctx.started.elapsed().as_secs_f64();
-        row.tokens_per_s = u
-            .output_tokens
-            .filter(|_| secs > 0.0)
-            .map(|n| n as f64 / secs);
+        row.tokens_per_s = output.filter(|_| secs > 0.0).map(|n| n as f64 / secs);
     }
-    ctx.record(row);
     let mut out = served(json_response(rendered.body), ctx);
     set_header(&mut out, hdr::TRANSLATION, &translated);
+    row.translation = Some(translated);
+    ctx.record(row);
     out
 }
 
@@ -239,8 +233,7 @@ async fn stream<C: Codec>(
     committed: Committed,
 ) -> Response {
     let ttfb = ctx.started.elapsed();
-    let a = answer_of(codec, ctx, req);
-    let translated = translation(codec, ctx, req, &extra, a.as_sent);
+    let (a, translated) = answer_of(codec, ctx, req, &extra);
     let (enc, keep) = codec.encoder(
         extra,
         StreamStart {

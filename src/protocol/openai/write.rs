@@ -35,6 +35,19 @@ impl<const N: usize> Serialize for Fields<'_, N> {
     }
 }
 
+/// Token counts as a JSON object, written directly (no tree).
+struct Counts<const N: usize>([(&'static str, u64); N]);
+
+impl<const N: usize> Serialize for Counts<N> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(N))?;
+        for (k, v) in &self.0 {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
 /// Writes the fields a canonical type does not model, in their original order.
 pub(super) fn write_extra<M: SerializeMap>(
     m: &mut M,
@@ -161,18 +174,12 @@ impl Serialize for UsageView<'_> {
         m.serialize_entry("completion_tokens", &completion)?;
         m.serialize_entry("total_tokens", &u.total().unwrap_or(prompt + completion))?;
         if !u.extra.contains_key("prompt_tokens_details") {
-            let cached = u.cached_tokens.unwrap_or(0);
-            m.serialize_entry(
-                "prompt_tokens_details",
-                &serde_json::json!({"cached_tokens": cached}),
-            )?;
+            let cached = Counts([("cached_tokens", u.cached_tokens.unwrap_or(0))]);
+            m.serialize_entry("prompt_tokens_details", &cached)?;
         }
         if !u.extra.contains_key("completion_tokens_details") {
-            let reasoning = u.reasoning_tokens.unwrap_or(0);
-            m.serialize_entry(
-                "completion_tokens_details",
-                &serde_json::json!({"reasoning_tokens": reasoning}),
-            )?;
+            let reasoning = Counts([("reasoning_tokens", u.reasoning_tokens.unwrap_or(0))]);
+            m.serialize_entry("completion_tokens_details", &reasoning)?;
         }
         write_extra(&mut m, &u.extra)?;
         m.end()
