@@ -10,6 +10,8 @@
 #   STREAM=1 N1=100 N2=400 bench/instructions.sh
 #   SESSION=1 bench/instructions.sh     # every request in one session (affinity, in memory)
 #   TRIM=1 bench/instructions.sh        # the key trims: every request is counted (and fits)
+#   MOCK_BIN=/tmp/base/switchyard bench/instructions.sh A B   # one mock for every build, so
+#                                        # each gateway gets the very same upstream answers
 #
 # Needs: valgrind, python3. Loopback only.
 set -euo pipefail
@@ -78,7 +80,7 @@ wait_port() {
 }
 
 total() { # bin requests -> instructions of the whole gateway process
-  "$1" --log-level error mock --port "$MOCK_PORT" \
+  "${MOCK_BIN:-$1}" --log-level error mock --port "$MOCK_PORT" \
     --text "The quick brown fox jumps over the lazy dog, twice over." --chunks 8 >/dev/null &
   local mock=$!
   valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" \

@@ -394,6 +394,15 @@ impl ChatRequest {
             || nested(raw, "messages", "content").any(marked)
     }
 
+    /// Some message says "JSON": OpenAI refuses its JSON mode (`json_object`) without it.
+    pub fn mentions_json(&self) -> bool {
+        self.messages.iter().any(|m| {
+            m.content
+                .as_ref()
+                .is_some_and(|c| c.text().to_ascii_lowercase().contains("json"))
+        })
+    }
+
     /// The shape the answer must take, whichever protocol the client asked in.
     pub fn response_format(&self) -> Option<ResponseFormat> {
         match &self.response_format {
@@ -416,7 +425,11 @@ impl ChatRequest {
         // response format the target carries.
         let carried = match self.response_format() {
             Some(ResponseFormat::Schema { .. }) => true,
-            Some(ResponseFormat::Json) => target != Protocol::AnthropicMessages,
+            Some(ResponseFormat::Json) => match target {
+                Protocol::AnthropicMessages => false,
+                Protocol::OpenAiChat | Protocol::OpenAiResponses => self.mentions_json(),
+                Protocol::Gemini => true,
+            },
             None => false,
         };
         let mut lost: Vec<String> = self

@@ -29,18 +29,31 @@ impl fmt::Debug for Gemini {
     }
 }
 
-/// The API root under a base URL written either way: as Google's SDKs take it
-/// (`https://generativelanguage.googleapis.com`) or with the version (`.../v1beta`).
+/// The API root under a base URL written either way: as Google's SDKs take it, without a
+/// version (`https://generativelanguage.googleapis.com`, a proxy's `/gemini`: `v1beta` is
+/// added, as the SDKs add it), or with one anywhere in its path (`.../v1beta`, Vertex's
+/// `.../v1/publishers/google`: taken as written).
 pub fn api_root(base: &Url) -> Url {
-    let path = base.path().trim_end_matches('/');
-    if ["/v1", "/v1beta", "/v1alpha"]
-        .iter()
-        .any(|v| path.ends_with(v))
-    {
+    let versioned = base.path_segments().into_iter().flatten().any(is_version);
+    if versioned {
         base.clone()
     } else {
         join(base, "v1beta")
     }
+}
+
+/// `v1`, `v1beta`, `v1alpha`, `v1beta1`, `v2`...
+fn is_version(segment: &str) -> bool {
+    let Some(rest) = segment.strip_prefix('v') else {
+        return false;
+    };
+    let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+    let after = &rest[digits..];
+    let tail = after
+        .strip_prefix("alpha")
+        .or_else(|| after.strip_prefix("beta"))
+        .unwrap_or(after);
+    digits > 0 && tail.chars().all(|c| c.is_ascii_digit())
 }
 
 impl Gemini {
@@ -53,7 +66,8 @@ impl Gemini {
     }
 
     pub fn endpoint(&self) -> String {
-        http::redact_url(join(&self.root, "models/{model}:generateContent").as_str())
+        let url = http::redact_url(join(&self.root, "models/MODEL:generateContent").as_str());
+        url.replace("/MODEL:", "/{model}:")
     }
 
     fn auth(
@@ -177,6 +191,16 @@ mod tests {
                 "https://generativelanguage.googleapis.com/v1beta/",
             ),
             ("http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1"),
+            ("https://proxy/gemini", "https://proxy/gemini/v1beta"),
+            // Vertex AI's express mode, and its v1beta1: the version is not last.
+            (
+                "https://aiplatform.googleapis.com/v1/publishers/google",
+                "https://aiplatform.googleapis.com/v1/publishers/google",
+            ),
+            (
+                "https://x/v1beta1/projects/p/locations/l/publishers/google",
+                "https://x/v1beta1/projects/p/locations/l/publishers/google",
+            ),
         ] {
             assert_eq!(
                 api_root(&Url::parse(base).unwrap()).as_str(),

@@ -280,7 +280,8 @@ fn parse_go_duration(s: &str) -> Option<Duration> {
         total += n * secs;
         rest = &rest[unit_len..];
     }
-    (total.is_finite() && total >= 0.0).then(|| Duration::from_secs_f64(total))
+    // An absurd value (more seconds than a Duration holds) is no hint at all, not a panic.
+    Duration::try_from_secs_f64(total).ok()
 }
 
 fn retry_after_header(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
@@ -363,6 +364,8 @@ mod tests {
         h.insert("x-ratelimit-reset-tokens", "1h2m3s".parse().unwrap());
         assert_eq!(parse_retry_after(&h), Some(Duration::from_secs(3723)));
         assert_eq!(parse_go_duration("5x"), None);
+        // More seconds than a Duration holds: no hint, and no panic.
+        assert_eq!(parse_go_duration("99999999999999999999999s"), None);
         assert_eq!(parse_go_duration(""), None);
     }
 

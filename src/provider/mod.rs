@@ -74,8 +74,8 @@ pub struct HttpSpec {
     pub api: Api,
     /// An http:// or https:// URL that can be a base.
     pub base: Url,
-    /// In the order credentials are reserved by index.
-    pub keys: Vec<String>,
+    /// In the order credentials are reserved by index (never printed, `Debug` included).
+    pub keys: Vec<Secret>,
     pub http2: bool,
     pub connect_timeout: Duration,
 }
@@ -142,7 +142,7 @@ impl Upstream {
             UpstreamSpec::Http(h) => h,
         };
         let client = clients.client(&h.base, h.http2, h.connect_timeout)?;
-        let keys: Vec<Secret> = h.keys.iter().map(|k| Secret::new(k.as_str())).collect();
+        let keys = h.keys;
         Ok(match h.api {
             Api::OpenAi {
                 stream_usage,

@@ -62,8 +62,9 @@ impl OpenAi {
     }
 
     pub fn endpoint(&self) -> String {
-        let url = self.url(&self.chat_url, "chat/completions", "{model}");
-        http::redact_url(url.as_str())
+        // A placeholder for Azure's deployment, written after the URL (which would escape it).
+        let url = self.url(&self.chat_url, "chat/completions", "MODEL");
+        http::redact_url(url.as_str()).replace("/MODEL/", "/{model}/")
     }
 
     /// A Responses client's own body, for an upstream that speaks it: only the model rewritten

@@ -182,7 +182,7 @@ fn json_type() -> [(header::HeaderName, HeaderValue); 1] {
 /// act on for a context overflow.
 fn rejected(status: StatusCode, p: &Passthrough, code: &str, env: &dyn Envelope) -> Response {
     let parsed = serde_json::from_slice::<Value>(&p.body).ok();
-    let mut resp = if env.speaks(parsed.as_ref().unwrap_or(&Value::Null)) {
+    let mut resp = if env.passes(parsed.as_ref().unwrap_or(&Value::Null), p.context_window) {
         let ct = p
             .content_type
             .as_deref()

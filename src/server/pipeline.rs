@@ -7,6 +7,7 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::HeaderMap;
 use axum::response::Response;
+use serde_json::Value;
 
 use super::affinity::{self, Session};
 use super::ctx::Ctx;
@@ -52,8 +53,21 @@ async fn pipeline<C: Codec>(
     ctx: &mut Ctx,
     body: Body,
 ) -> Result<Response, ApiError> {
+    if let Some((model, stream)) = codec.path_target() {
+        (ctx.requested_model, ctx.stream) = (Some(model.to_string()), stream);
+    }
     let mut value = body::read_json(ctx, headers, body).await?;
-    (ctx.requested_model, ctx.stream) = codec.requested(&value);
+    if codec.path_target().is_none() {
+        // Noted before parsing, so the log names them even when the rest is invalid.
+        ctx.requested_model = value
+            .get("model")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        ctx.stream = value
+            .get("stream")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+    }
     if C::CONTINUES {
         ctx.continuation = continuation::resolve(state, ctx, &mut value).await?;
     }
@@ -160,12 +174,11 @@ fn answer_of<'a, C: Codec>(
     req: &'a ChatRequest,
     extra: &C::Extra,
 ) -> (Answer<'a>, String) {
-    let channel = ctx.report.served.as_ref().and_then(|s| {
-        ctx.snap
-            .channels
-            .iter()
-            .find(|c| c.name == s.channel)
-    });
+    let channel = ctx
+        .report
+        .served
+        .as_ref()
+        .and_then(|s| ctx.snap.channels.iter().find(|c| c.name == s.channel));
     let as_sent = channel.is_some_and(|c| codec.as_sent(c));
     let mut lost = match channel {
         Some(c) if !as_sent => req.translation_losses(c.kind.protocol()),

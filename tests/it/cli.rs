@@ -116,7 +116,9 @@ async fn check_prints_the_plan_or_the_field_that_is_wrong() {
          [[channels]]\nname = \"two\"\nprovider = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\n\
          models = [{ name = \"m\", upstream = \"m-2024\" }]\npriority = 2\n\
          [[channels]]\nname = \"three\"\nprovider = \"anthropic\"\nbase_url = \"https://api.anthropic.com\"\n\
-         models = [\"m\"]\npriority = 3\n",
+         models = [\"m\"]\npriority = 3\n\
+         [[channels]]\nname = \"four\"\nprovider = \"gemini\"\n\
+         base_url = \"https://generativelanguage.googleapis.com\"\nmodels = [\"m\"]\npriority = 4\n",
     )
     .unwrap();
     let out = Command::new(BIN)
@@ -139,6 +141,7 @@ async fn check_prints_the_plan_or_the_field_that_is_wrong() {
         "channel one calls in-process mock",
         "channel two calls http://127.0.0.1:9/v1/chat/completions",
         "channel three calls https://api.anthropic.com/v1/messages",
+        "channel four calls https://generativelanguage.googleapis.com/v1beta/models/{model}:generateContent",
     ] {
         assert!(stdout.contains(line), "{line}: {stdout}");
     }

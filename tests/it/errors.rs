@@ -315,3 +315,49 @@ async fn a_body_that_trickles_past_the_deadline_is_408() {
     assert_eq!(e["code"], "request_body_timeout");
     assert_eq!(up.requests(), 0);
 }
+
+#[tokio::test]
+async fn an_anthropic_overflow_reaches_an_anthropic_client_in_the_words_claude_code_reads() {
+    // Anthropic's second way of saying it: the prompt fits, but not with the reply's budget.
+    let overflow = json!({"type": "error", "error": {"type": "invalid_request_error",
+        "message": "input length and `max_tokens` exceed context limit: 188240 + 21333 > 200000, decrease input length or `max_tokens` and try again"}});
+    let addr = answering(400, overflow).await;
+    let gw = gateway(&format!(
+        "[[channels]]\nname = \"claude\"\nprovider = \"anthropic\"\nbase_url = \"http://{addr}/v1\"\n\
+         api_keys = [\"{UPSTREAM_KEY}\"]\nmodels = [\"m\"]\n"
+    ))
+    .await;
+    let body =
+        json!({"model": "m", "max_tokens": 21333, "messages": [{"role": "user", "content": "hi"}]});
+    let resp = gw.post_as("/v1/messages", KEY, &[], body).await;
+    assert_eq!(resp.status(), 400);
+    let v: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(v["type"], "error");
+    assert_eq!(v["error"]["type"], "invalid_request_error");
+    assert_eq!(v["error"]["code"], "context_length_exceeded");
+    let m = v["error"]["message"].as_str().unwrap();
+    assert!(m.starts_with("prompt is too long: input length"), "{m}");
+    // Any other rejection of an Anthropic upstream goes back to an Anthropic client as it came.
+    let addr = answering(
+        400,
+        json!({"type": "error", "error": {"type": "invalid_request_error", "message": "bad tool"}}),
+    )
+    .await;
+    let gw = gateway(&format!(
+        "[[channels]]\nname = \"claude\"\nprovider = \"anthropic\"\nbase_url = \"http://{addr}/v1\"\n\
+         api_keys = [\"{UPSTREAM_KEY}\"]\nmodels = [\"m\"]\n"
+    ))
+    .await;
+    let body =
+        json!({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]});
+    let v: serde_json::Value = gw
+        .post_as("/v1/messages", KEY, &[], body)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        v,
+        json!({"type": "error", "error": {"type": "invalid_request_error", "message": "bad tool"}})
+    );
+}

@@ -258,3 +258,61 @@ async fn a_gemini_cli_json_mode_request_is_served_across_protocols_with_its_sche
     let t = header(&resp, "x-switchyard-translation").to_string();
     assert!(t.contains("generationConfig.topK"), "{t}");
 }
+
+/// A Gemini upstream that streams one piece of text, then fails with its own error event.
+const FAILING_STREAM: &str = "data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"Half\"}], \"role\": \"model\"}, \"index\": 0}]}\n\n\
+data: {\"error\": {\"code\": 503, \"message\": \"upstream overloaded\", \"status\": \"UNAVAILABLE\"}}\n\n";
+
+#[tokio::test]
+async fn a_gemini_upstreams_own_error_after_commit_is_the_only_error_a_gemini_client_sees() {
+    let addr = canned_upstream(FAILING_STREAM, signed_answer()).await;
+    let gw = gateway(&gemini_channel("gem", addr, 1)).await;
+    let resp = generate(&gw, true, ask(), &format!("key={KEY}")).await;
+    assert_eq!(resp.status(), 200);
+    let text = resp.text().await.unwrap();
+    let errors: Vec<Value> = sse_data(&text)
+        .iter()
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter(|v| v.get("error").is_some())
+        .collect();
+    assert_eq!(errors.len(), 1, "{text}");
+    assert_eq!(errors[0]["error"]["message"], "upstream overloaded");
+    let rows = gw.admin_requests().await;
+    assert_eq!(rows[0]["outcome"], "stream_server_error");
+}
+
+#[tokio::test]
+async fn a_gemini_request_refused_before_its_body_is_read_is_logged_with_its_model() {
+    let up = mock(text_spec("ok")).await;
+    let gw = gateway_with(
+        "max_body_bytes = 64",
+        &openai_channel("gpt", &up.base_url(), 1, ""),
+    )
+    .await;
+    let big = json!({"contents": [{"role": "user", "parts": [{"text": "x".repeat(200)}]}]});
+    let resp = generate(&gw, true, big, &format!("key={KEY}")).await;
+    assert_eq!(resp.status(), 413);
+    assert_eq!(
+        resp.json::<Value>().await.unwrap()["error"]["status"],
+        "INVALID_ARGUMENT"
+    );
+    let rows = gw.admin_requests().await;
+    assert_eq!(rows[0]["requested_model"], "m");
+    assert_eq!(rows[0]["stream"], true);
+    assert_eq!(up.requests(), 0);
+}
+
+#[tokio::test]
+async fn a_schema_other_protocols_cannot_take_stays_behind_and_is_named() {
+    let up = mock(text_spec("B")).await;
+    let gw = gateway(&openai_channel("gpt", &up.base_url(), 1, "")).await;
+    // An enum of text: Gemini's own mode, with no counterpart in OpenAI's response_format.
+    let body = json!({"contents": [{"role": "user", "parts": [{"text": "A or B?"}]}],
+        "generationConfig": {"responseMimeType": "text/x.enum",
+            "responseSchema": {"type": "STRING", "enum": ["A", "B"]}}});
+    let resp = generate(&gw, false, body, &format!("key={KEY}")).await;
+    assert_eq!(resp.status(), 200);
+    let t = header(&resp, "x-switchyard-translation").to_string();
+    assert!(t.contains("generationConfig.responseSchema"), "{t}");
+    assert!(up.received()[0].body.get("response_format").is_none());
+}

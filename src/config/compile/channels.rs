@@ -13,6 +13,7 @@ use crate::config::file::{ChannelConfig, CircuitBreakerConfig, ProbeKindConfig, 
 use crate::config::settings::{BreakerSettings, Limits, ProbeKind, ProbeSettings};
 use crate::config::snapshot::{Channel, DEFAULT_GROUP, ModelRoute};
 use crate::provider::{Api, HttpClients, HttpSpec, ProviderKind, Upstream, UpstreamSpec};
+use crate::secret::Secret;
 
 /// The channels, and model name → the channels that list it, in config order.
 pub type Compiled = (Vec<Channel>, BTreeMap<Arc<str>, Vec<ModelRoute>>);
@@ -195,9 +196,12 @@ fn upstream_spec(
         },
     };
     let keys = if c.credentials.is_empty() {
-        c.api_keys.clone()
+        c.api_keys.iter().map(|k| Secret::new(k.as_str())).collect()
     } else {
-        c.credentials.iter().map(|k| k.key.clone()).collect()
+        c.credentials
+            .iter()
+            .map(|k| Secret::new(k.key.as_str()))
+            .collect()
     };
     Ok(UpstreamSpec::Http(HttpSpec {
         api,

@@ -146,12 +146,10 @@ impl StreamEncoder {
         }
     }
 
-    /// `message_delta`'s usage: the output, and the prompt's cache reads once they are known.
+    /// `message_delta`'s usage: every count, the prompt's included (an upstream that counts at
+    /// the end, as OpenAI's do, was not known at `message_start`).
     fn delta_usage(&self) -> Value {
-        match self.cached_tokens {
-            Some(_) => usage_json(self.input_tokens, self.output_tokens, self.cached_tokens),
-            None => json!({"output_tokens": self.output_tokens}),
-        }
+        usage_json(self.input_tokens, self.output_tokens, self.cached_tokens)
     }
 
     /// The end of a complete stream: close the open block, then the message.

@@ -109,27 +109,30 @@ const RESPONSE_FIELDS: [&str; 6] = [
 ];
 
 /// A JSON answer, with the schema it must match: `responseJsonSchema` (a JSON Schema, as the
-/// google-genai SDK and Gemini CLI send it) or `responseSchema` (Gemini's OpenAPI subset).
+/// google-genai SDK and Gemini CLI send it) or `responseSchema` (Gemini's OpenAPI subset). Only
+/// an object crosses: other protocols' schemas must have one at the root (an enum of text, a
+/// list, stay behind and are named).
 fn response_format_of(gc: &Value) -> Option<ResponseFormat> {
     let field = |camel: &str, snake: &str| gc.get(camel).or_else(|| gc.get(snake));
-    if let Some(schema) = field("responseJsonSchema", "response_json_schema") {
-        return Some(ResponseFormat::Schema {
-            name: None,
-            schema: schema.clone(),
-            strict: None,
-        });
-    }
-    if let Some(schema) = field("responseSchema", "response_schema") {
-        return Some(ResponseFormat::Schema {
-            name: None,
-            schema: json_schema_of(schema),
-            strict: None,
-        });
-    }
     let json = field("responseMimeType", "response_mime_type")
         .and_then(Value::as_str)
         .is_some_and(|m| m == "application/json");
-    json.then_some(ResponseFormat::Json)
+    if !json {
+        return None;
+    }
+    let schema = match field("responseJsonSchema", "response_json_schema") {
+        Some(s) => Some(s.clone()),
+        None => field("responseSchema", "response_schema").map(json_schema_of),
+    };
+    match schema {
+        None => Some(ResponseFormat::Json),
+        Some(s) if s["type"] == "object" => Some(ResponseFormat::Schema {
+            name: None,
+            schema: s,
+            strict: None,
+        }),
+        Some(_) => None,
+    }
 }
 
 /// Gemini's OpenAPI-subset schema as JSON Schema: its types are upper case (`OBJECT`).

@@ -26,10 +26,12 @@ fn usage_from(u: &Value) -> Option<Usage> {
     let thoughts = u["thoughtsTokenCount"].as_u64();
     Some(Usage {
         input_tokens: u["promptTokenCount"].as_u64(),
-        // Gemini counts thoughts apart from the candidates; the canonical count has both.
-        output_tokens: u["candidatesTokenCount"]
-            .as_u64()
-            .map(|n| n + thoughts.unwrap_or(0)),
+        // Gemini counts thoughts apart from the candidates (and leaves a zero count out); the
+        // canonical count has both.
+        output_tokens: match (u["candidatesTokenCount"].as_u64(), thoughts) {
+            (None, None) => None,
+            (c, t) => Some(c.unwrap_or(0) + t.unwrap_or(0)),
+        },
         total_tokens: u["totalTokenCount"].as_u64(),
         cached_tokens: u["cachedContentTokenCount"].as_u64(),
         reasoning_tokens: thoughts,

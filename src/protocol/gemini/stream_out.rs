@@ -15,6 +15,8 @@ pub struct StreamEncoder {
     usage: Option<Usage>,
     /// The upstream speaks Gemini too and its events are written as they came.
     passthrough: bool,
+    /// The upstream's own error went out as it came: the fault that follows adds nothing.
+    upstream_failed: bool,
 }
 
 fn data(out: &mut Vec<u8>, v: &Value) {
@@ -27,6 +29,9 @@ impl StreamEncoder {
     pub fn chunk(&mut self, c: &StreamChunk, model: &str, out: &mut Vec<u8>) {
         if let Some(raw) = c.raw.as_ref().filter(|r| r.protocol == Protocol::Gemini) {
             self.passthrough = true;
+            // Only an error event has no candidates: look no further into the others.
+            self.upstream_failed |= c.choices.is_empty()
+                && serde_json::from_str::<Value>(&raw.data).is_ok_and(|v| v.get("error").is_some());
             raw.write(out);
             return;
         }
@@ -86,6 +91,8 @@ impl StreamEncoder {
 
     /// A fault after the stream began: Gemini's error object, and nothing after it.
     pub fn fault(&mut self, message: &str, out: &mut Vec<u8>) {
-        data(out, &error_body(500, message));
+        if !self.upstream_failed {
+            data(out, &error_body(500, message));
+        }
     }
 }

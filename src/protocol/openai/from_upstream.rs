@@ -44,12 +44,14 @@ fn usage_from_value(v: Value, path: &str) -> Read<Usage> {
     let detail = |d: &str, k: &str| m.get(d).and_then(|d| d.get(k)).and_then(Value::as_u64);
     let cached = detail("prompt_tokens_details", "cached_tokens");
     let reasoning = detail("completion_tokens_details", "reasoning_tokens");
+    // The counts always leave `extra`, even as null: they are written back from the fields.
+    let mut count = |k: &str| m.shift_remove(k).and_then(|v| v.as_u64());
     Ok(Usage {
         cached_tokens: cached,
         reasoning_tokens: reasoning,
-        input_tokens: lenient_u64(&mut m, "prompt_tokens"),
-        output_tokens: lenient_u64(&mut m, "completion_tokens"),
-        total_tokens: lenient_u64(&mut m, "total_tokens"),
+        input_tokens: count("prompt_tokens"),
+        output_tokens: count("completion_tokens"),
+        total_tokens: count("total_tokens"),
         extra: m,
     })
 }

@@ -231,6 +231,23 @@ fn non_function_tool_call_deltas_pass_unchanged() {
 }
 
 #[test]
+fn a_count_sent_as_null_is_written_once_as_a_number() {
+    let input = json!({"id": "c", "choices": [{"index": 0, "finish_reason": "stop",
+        "message": {"role": "assistant", "content": "hi"}}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": null}});
+    let resp = response_from_value(input).unwrap();
+    let out = serde_json::to_string(&ResponseBody {
+        resp: &resp,
+        report: None,
+    })
+    .unwrap();
+    assert_eq!(out.matches("\"completion_tokens\"").count(), 1, "{out}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["usage"]["completion_tokens"], 0);
+    assert_eq!(v["usage"]["total_tokens"], 10);
+}
+
+#[test]
 fn upstream_answers_are_read_leniently_and_usage_is_kept_as_sent() {
     let input = json!({
         "id": 17, "object": "chat.completion", "created": 1.5, "model": "m",

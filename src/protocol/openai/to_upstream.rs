@@ -51,7 +51,8 @@ impl Serialize for RequestBody<'_> {
         }
         // Another protocol's client asked for JSON (an OpenAI client's own goes with `extra`).
         match &r.response_format {
-            Some(ResponseFormat::Json) => {
+            // OpenAI refuses its JSON mode unless a message asks for JSON: else it stays behind.
+            Some(ResponseFormat::Json) if r.mentions_json() => {
                 m.serialize_entry("response_format", &json!({"type": "json_object"}))?
             }
             Some(ResponseFormat::Schema {
@@ -69,7 +70,7 @@ impl Serialize for RequestBody<'_> {
                     &json!({"type": "json_schema", "json_schema": s}),
                 )?
             }
-            None => {}
+            Some(ResponseFormat::Json) | None => {}
         }
         let want_usage = r.stream && (self.force_usage || r.stream_include_usage);
         let mut wrote_options = false;

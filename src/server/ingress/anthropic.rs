@@ -116,4 +116,14 @@ impl Envelope for AnthropicEnvelope {
     fn speaks(&self, body: &Value) -> bool {
         body["type"] == "error"
     }
+
+    /// An overflow reaches Claude Code in the words it acts on, whatever Anthropic's were.
+    fn passes(&self, body: &Value, context_window: bool) -> bool {
+        let worded = |v: &Value| {
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("prompt is too long"))
+        };
+        self.speaks(body) && (!context_window || worded(body))
+    }
 }

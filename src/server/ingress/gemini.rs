@@ -65,8 +65,8 @@ impl Codec for Gemini {
         &GeminiEnvelope
     }
 
-    fn requested(&self, _: &Value) -> (Option<String>, bool) {
-        (Some(self.model.clone()), self.stream)
+    fn path_target(&self) -> Option<(&str, bool)> {
+        Some((&self.model, self.stream))
     }
 
     fn parse(&self, body: Value) -> Result<Parsed<()>, ApiError> {

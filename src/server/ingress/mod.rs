@@ -81,14 +81,10 @@ pub trait Codec: Send + Sync + 'static {
 
     fn envelope(&self) -> &'static dyn Envelope;
 
-    /// The model and stream flag the request names, for the log, before it is parsed.
-    fn requested(&self, body: &Value) -> (Option<String>, bool) {
-        let model = body
-            .get("model")
-            .and_then(Value::as_str)
-            .map(str::to_string);
-        let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
-        (model, stream)
+    /// The model and stream flag, for a protocol whose path names them (Gemini's): known, and
+    /// logged, even when the body never arrives.
+    fn path_target(&self) -> Option<(&str, bool)> {
+        None
     }
 
     /// The body → the canonical request, the caller's chain and what the answer needs.
@@ -139,6 +135,11 @@ pub trait Envelope: Sync {
     fn body(&self, e: &ErrorView) -> Value;
     /// An upstream error body already in this envelope's shape, returned to the client as is.
     fn speaks(&self, body: &Value) -> bool;
+    /// Whether an upstream's rejection goes back as it came (`context_window`: it says the
+    /// prompt is too long for the model).
+    fn passes(&self, body: &Value, _context_window: bool) -> bool {
+        self.speaks(body)
+    }
 }
 
 /// The code and message of a post-commit fault, the same for every protocol.
