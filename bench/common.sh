@@ -6,8 +6,11 @@ KEY=sk-bench-key-000000
 command -v wrk >/dev/null || { echo "wrk not found: apt-get install wrk" >&2; exit 1; }
 command -v taskset >/dev/null || { echo "taskset not found (util-linux)" >&2; exit 1; }
 
-cargo build --release --quiet
-BIN=${CARGO_TARGET_DIR:-target}/release/switchyard
+# SWITCHYARD_BIN measures a build made elsewhere (an older commit, for a before/after pair).
+if [ -z "${SWITCHYARD_BIN:-}" ]; then
+  cargo build --release --quiet
+fi
+BIN=${SWITCHYARD_BIN:-${CARGO_TARGET_DIR:-target}/release/switchyard}
 
 work=$(mktemp -d)
 pids=()
