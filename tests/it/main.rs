@@ -21,6 +21,7 @@ mod responses;
 mod schemas;
 mod semantic;
 mod semantic_data;
+mod store;
 mod streaming;
 mod support;
 mod tools;

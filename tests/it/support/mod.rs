@@ -5,11 +5,13 @@
 //! - [`mock`]: upstreams for it to call (the mock server, canned and refusing upstreams);
 //! - [`sse`]: reading streamed answers;
 //! - [`redis`]: replicas sharing state through the test Redis;
+//! - [`postgres`]: a fresh PostgreSQL database per test;
 //! - [`scenario`]: failover scenarios as table rows (channels, requests, expected attempts);
 //! - [`wait`]: waiting on a condition with a deadline, the one way tests wait.
 
 mod gateway;
 mod mock;
+mod postgres;
 mod redis;
 mod scenario;
 mod sse;
@@ -17,6 +19,7 @@ mod wait;
 
 pub use self::gateway::*;
 pub use self::mock::*;
+pub use self::postgres::*;
 pub use self::redis::*;
 pub use self::scenario::*;
 pub use self::sse::*;

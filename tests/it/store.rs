@@ -1,0 +1,80 @@
+//! The store on both backends, one conformance suite: opening migrates, reopening changes
+//! nothing, `migrate status` reads where a database is, and a database a newer binary migrated
+//! is refused.
+
+use switchyard::store::{Db, DbError};
+
+use crate::support::*;
+
+/// Each backend's store for one test: an SQLite file in a temp dir, a fresh PostgreSQL database.
+async fn backends(test: &str) -> (tempfile::TempDir, Postgres, [String; 2]) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let sqlite = format!("sqlite://{}", dir.path().join("store.db").display());
+    let pg = Postgres::fresh(test).await;
+    let urls = [sqlite, pg.url.clone()];
+    (dir, pg, urls)
+}
+
+#[tokio::test]
+async fn opening_migrates_once_and_status_says_where_a_store_is() {
+    let (_dir, _pg, urls) = backends("migrate").await;
+    for url in &urls {
+        // Before: nothing applied, every migration known.
+        let fresh = Db::connect(url).await.unwrap();
+        let before = fresh.migrations().await.unwrap();
+        assert!(!before.is_empty(), "{url}");
+        assert!(before.iter().all(|m| !m.applied), "{url}: {before:?}");
+        let db = Db::open(url).await.unwrap();
+        let after = db.migrations().await.unwrap();
+        assert!(after.iter().all(|m| m.applied), "{url}: {after:?}");
+        assert_eq!(after.len(), before.len());
+        // Again: nothing to do, same state.
+        let again = Db::open(url).await.unwrap();
+        assert_eq!(again.migrations().await.unwrap(), after, "{url}");
+    }
+}
+
+#[tokio::test]
+async fn a_store_a_newer_binary_migrated_is_refused() {
+    let (_dir, _pg, urls) = backends("newer").await;
+    for url in &urls {
+        let db = Db::open(url).await.unwrap();
+        let sql = "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) VALUES (99990101, 'from the future', TRUE, $1, 0)";
+        let checksum = vec![0u8; 48];
+        match &db {
+            Db::Sqlite(p) => sqlx::query(sql)
+                .bind(&checksum)
+                .execute(p)
+                .await
+                .map(|_| ()),
+            Db::Postgres(p) => sqlx::query(sql)
+                .bind(&checksum)
+                .execute(p)
+                .await
+                .map(|_| ()),
+        }
+        .unwrap();
+        match Db::open(url).await {
+            Err(DbError::Newer(v)) => assert_eq!(v, 99990101, "{url}"),
+            other => panic!("{url}: {other:?}"),
+        }
+        let status = db.migrations().await.unwrap();
+        let future = status.iter().find(|m| m.version == 99990101).unwrap();
+        assert!(
+            future.applied && future.description.contains("newer"),
+            "{url}: {status:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_wrong_url_names_the_setting() {
+    let e = Db::open("mysql://x").await.unwrap_err();
+    assert!(e.to_string().contains("store.url"), "{e}");
+    // A refused connection says so, without the password it was given.
+    let e = Db::open("postgres://u:hunter2-secret@127.0.0.1:9/x")
+        .await
+        .unwrap_err();
+    assert!(matches!(e, DbError::Connect(_)), "{e}");
+    assert!(!e.to_string().contains("hunter2-secret"), "{e}");
+}
