@@ -25,6 +25,15 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+enum MigrateAction {
+    /// Print every migration, applied or not, without changing anything.
+    Status {
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
 enum Command {
     /// Run the gateway. Without --config: the embedded demo (mock channels, demo key, loopback).
     Serve {
@@ -54,6 +63,12 @@ enum Command {
         /// The user's prompt, for a semantic router (`auto`) to decide by.
         #[arg(long)]
         prompt: Option<String>,
+    },
+    /// The store's migrations: `status` says which this binary knows and the store has applied
+    /// (the gateway applies them itself at start-up).
+    Migrate {
+        #[command(subcommand)]
+        action: MigrateAction,
     },
     /// Run the mock provider as a standalone OpenAI-compatible server.
     Mock {
@@ -106,6 +121,9 @@ fn main() -> ExitCode {
 async fn run(cmd: Command) -> Result<(), Box<dyn std::error::Error>> {
     match cmd {
         Command::Check { config } => check(&config),
+        Command::Migrate {
+            action: MigrateAction::Status { config },
+        } => migrate_status(&config).await,
         Command::Explain {
             config,
             key,
@@ -139,6 +157,25 @@ fn check(config: &Path) -> Result<(), Box<dyn std::error::Error>> {
     let snap = switchyard::app::load(Some(config), &HttpClients::default())?;
     print!("{}", snap.describe());
     println!("config OK");
+    Ok(())
+}
+
+/// `switchyard migrate status`: where the config's store is, migration by migration.
+async fn migrate_status(config: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    let snap = switchyard::app::load(Some(config), &HttpClients::default())?;
+    let store = snap
+        .store
+        .as_ref()
+        .ok_or("the config has no [store]: there is nothing to migrate")?;
+    let db = switchyard::store::Db::connect(store.url.expose()).await?;
+    let migrations = db.migrations().await?;
+    println!("store: {}", db.backend());
+    for m in &migrations {
+        let state = if m.applied { "applied" } else { "pending" };
+        println!("{:>14}  {state:<8} {}", m.version, m.description);
+    }
+    let pending = migrations.iter().filter(|m| !m.applied).count();
+    println!("{pending} pending");
     Ok(())
 }
 

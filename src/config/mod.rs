@@ -4,13 +4,14 @@
 
 mod compile;
 mod file;
+mod read;
 mod settings;
 mod snapshot;
 
 pub use file::{Balance, ChannelConfig, FileConfig, KeyConfig, ModelEntry, RouterFailover};
 pub use settings::{
     AffinitySettings, BreakerSettings, BudgetSettings, HealthSettings, Limits, LogSettings,
-    ProbeKind, ProbeSettings, ServerSettings, StateSettings,
+    ProbeKind, ProbeSettings, ServerSettings, StateSettings, StoreSettings,
 };
 pub use snapshot::{
     Channel, DEFAULT_GROUP, EmbedderSpec, FailoverDefaults, GatewayKey, Instance, ModelRoute,
@@ -71,13 +72,13 @@ pub fn load_file(path: &Path, clients: &HttpClients) -> Result<Snapshot, ConfigE
         source,
     })?;
     let shown = path.display().to_string();
-    let parsed = file::parse(&text, &shown, &|name| std::env::var(name).ok())?;
+    let parsed = read::parse(&text, &shown, &|name| std::env::var(name).ok())?;
     compile::compile(parsed, &shown, Source::File(path.to_path_buf()), clients)
 }
 
 /// The embedded demo: two mock channels for model `demo` on tiers 1 and 2, the demo key.
 pub fn demo(clients: &HttpClients) -> Result<Snapshot, ConfigError> {
-    let parsed = file::parse(file::DEMO_TOML, "<demo>", &|_| None)?;
+    let parsed = read::parse(file::DEMO_TOML, "<demo>", &|_| None)?;
     compile::compile(parsed, "<demo>", Source::Demo, clients)
 }
 
@@ -88,7 +89,7 @@ pub fn load_str(
     env: &dyn Fn(&str) -> Option<String>,
     clients: &HttpClients,
 ) -> Result<Snapshot, ConfigError> {
-    let parsed = file::parse(text, shown, env)?;
+    let parsed = read::parse(text, shown, env)?;
     compile::compile(parsed, shown, Source::Demo, clients)
 }
 

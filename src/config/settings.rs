@@ -33,6 +33,15 @@ pub struct AffinitySettings {
     pub implicit: bool,
 }
 
+/// `[store]`, validated: the URL (a secret: it may carry a password) and the retention.
+#[derive(Debug, Clone)]
+pub struct StoreSettings {
+    pub url: Secret,
+    pub retention: Duration,
+    /// As configured (`[store] master_key`), else none: the environment is read at start.
+    pub master_key: Option<Secret>,
+}
+
 #[derive(Debug, Clone)]
 pub struct StateSettings {
     /// Redis URL (credentials inside it are never printed); `None` = in memory.

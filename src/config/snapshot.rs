@@ -8,7 +8,7 @@ use super::Source;
 use super::file::RouterFailover;
 use super::settings::{
     AffinitySettings, BreakerSettings, HealthSettings, Limits, LogSettings, ServerSettings,
-    StateSettings,
+    StateSettings, StoreSettings,
 };
 use crate::protocol::chain::OnSet;
 use crate::provider::{ProviderKind, Upstream};
@@ -120,6 +120,8 @@ pub struct Snapshot {
     pub redirects: Vec<Redirect>,
     pub affinity: AffinitySettings,
     pub state: StateSettings,
+    /// The store, when the config names one.
+    pub store: Option<StoreSettings>,
     /// Virtual models routed by meaning.
     pub routers: Vec<SemanticRouter>,
     /// Context windows and the context settings of each model's route.
@@ -227,9 +229,14 @@ impl Snapshot {
     pub fn describe(&self) -> String {
         use std::fmt::Write;
         let mut out = String::new();
+        let store = match &self.store {
+            Some(s) if s.url.expose().starts_with("sqlite:") => "sqlite",
+            Some(_) => "postgres",
+            None => "none (the file is everything)",
+        };
         let _ = writeln!(
             out,
-            "listen {}  ·  {} key(s)  ·  {} channel(s)  ·  request log {}",
+            "listen {}  ·  {} key(s)  ·  {} channel(s)  ·  request log {}  ·  store {store}",
             self.server.listen,
             self.keys.len(),
             self.channels.len(),

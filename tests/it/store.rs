@@ -78,3 +78,57 @@ async fn a_wrong_url_names_the_setting() {
     assert!(matches!(e, DbError::Connect(_)), "{e}");
     assert!(!e.to_string().contains("hunter2-secret"), "{e}");
 }
+
+#[tokio::test]
+async fn migrate_status_says_what_is_pending_and_check_names_a_wrong_store_url() {
+    let bin = env!("CARGO_BIN_EXE_switchyard");
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("store.db").display());
+    let path = dir.path().join("c.toml");
+    let config = |url: &str| {
+        format!(
+            "[store]\nurl = \"{url}\"\n\n[[channels]]\nname = \"m\"\nprovider = \"mock\"\nmodels = [\"m\"]\n"
+        )
+    };
+    std::fs::write(&path, config(&url)).unwrap();
+    let status = || {
+        let out = std::process::Command::new(bin)
+            .args(["migrate", "status", "--config"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let before = status();
+    assert!(
+        before.contains("store: sqlite") && before.contains("pending"),
+        "{before}"
+    );
+    assert!(!before.contains("0 pending"), "{before}");
+    Db::open(&url).await.unwrap();
+    let after = status();
+    assert!(
+        after.contains("applied") && after.contains("0 pending"),
+        "{after}"
+    );
+    // `check` names the store; a URL of another kind is refused with its field.
+    let out = std::process::Command::new(bin)
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("store sqlite"));
+    std::fs::write(&path, config("mysql://x")).unwrap();
+    let out = std::process::Command::new(bin)
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("store.url"));
+}

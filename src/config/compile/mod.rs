@@ -49,6 +49,7 @@ pub(crate) fn compile(
         redirects,
         affinity: sections.affinity,
         state: sections.state,
+        store: sections.store,
         routers,
         catalog,
         version: VERSION.fetch_add(1, Ordering::Relaxed),

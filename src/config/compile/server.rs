@@ -8,6 +8,7 @@ use super::FieldError;
 use crate::config::file::{Balance, FileConfig};
 use crate::config::settings::{
     AffinitySettings, BudgetSettings, HealthSettings, LogSettings, ServerSettings, StateSettings,
+    StoreSettings,
 };
 use crate::secret::Secret;
 
@@ -19,6 +20,7 @@ pub struct Sections {
     pub balance: Balance,
     pub affinity: AffinitySettings,
     pub state: StateSettings,
+    pub store: Option<StoreSettings>,
 }
 
 fn field(f: &str, m: impl Into<String>) -> FieldError {
@@ -37,7 +39,26 @@ pub fn compile(cfg: &FileConfig) -> Result<Sections, FieldError> {
             implicit: cfg.affinity.implicit,
         },
         state: state(cfg)?,
+        store: store(cfg)?,
     })
+}
+
+fn store(cfg: &FileConfig) -> Result<Option<StoreSettings>, FieldError> {
+    let Some(s) = &cfg.store else {
+        return Ok(None);
+    };
+    let known = ["sqlite:", "postgres://", "postgresql://"];
+    if !known.iter().any(|p| s.url.starts_with(p)) {
+        return Err(field(
+            "store.url",
+            "expected sqlite://<file> or postgres://user:pass@host/db",
+        ));
+    }
+    Ok(Some(StoreSettings {
+        url: Secret::new(s.url.as_str()),
+        retention: Duration::from_secs(u64::from(s.retention_days.get()) * 86_400),
+        master_key: s.master_key.as_deref().map(Secret::new),
+    }))
 }
 
 fn server(cfg: &FileConfig) -> Result<ServerSettings, FieldError> {
