@@ -35,6 +35,8 @@ pub enum StartError {
     DemoNotLoopback(SocketAddr),
     #[error(transparent)]
     State(#[from] crate::state::RedisConfigError),
+    #[error(transparent)]
+    Open(#[from] crate::store::OpenError),
 }
 
 /// Loads the config from a file, or the embedded demo when `path` is `None`.
@@ -78,6 +80,15 @@ pub async fn start_with_clock(
         )?)),
         None => None,
     };
+    // The store is opened (and migrated) before anything listens: a gateway that cannot reach
+    // it does not start half-configured.
+    let store = match &snapshot.store {
+        Some(s) => {
+            let master = std::env::var("SWITCHYARD_MASTER_KEY").ok();
+            Some(Arc::new(crate::store::Store::open(s, master).await?))
+        }
+        None => None,
+    };
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|source| StartError::Bind { addr, source })?;
@@ -90,6 +101,7 @@ pub async fn start_with_clock(
             None => State::Memory(Memory::new(clock)),
         }),
         semantic: Arc::new(crate::semantic::Semantic::default()),
+        store,
     };
     let prober = probe::spawn_prober(state.live.clone(), state.health.clone());
     let mut background = vec![prober];

@@ -43,6 +43,8 @@ pub struct AppState {
     pub state: Arc<crate::state::State>,
     /// Semantic routers' reference embeddings, by config version.
     pub semantic: Arc<crate::semantic::Semantic>,
+    /// The store channels and keys managed at run time live in (`[store]`), when there is one.
+    pub store: Option<Arc<crate::store::Store>>,
 }
 
 /// A gateway serving on a bound listener, until shut down, dropped or aborted.

@@ -115,6 +115,7 @@ async fn readyz(State(state): State<AppState>) -> Response {
         "request_log": {"writer_alive": alive, "dropped_rows": state.log.dropped()},
         // Redis being down does not make the gateway unready: it serves on local state.
         "state": state.state.describe(),
+        "store": state.store.as_ref().map(|s| s.describe()),
     });
     let status = if alive {
         StatusCode::OK

@@ -1,10 +1,13 @@
 //! Persistence: the request log (`log.rs`, SQLite, written off the hot path), the store's
-//! database (`db.rs`: SQLite or PostgreSQL, migrated at start-up) and the sealing of secrets
+//! database (`db.rs`: SQLite or PostgreSQL, migrated at start-up; `open.rs`: with its master
+//! key and pepper, as the gateway opens it) and the sealing of secrets
 //! kept at rest (`seal.rs`: AES-256-GCM under the master key, keyed hashes of gateway keys).
 
 pub mod db;
 mod log;
+mod open;
 pub mod seal;
 
 pub use db::{Db, DbError, MigrationState};
 pub use log::{LogRow, RequestLog, StoreError};
+pub use open::{OpenError, Store};

@@ -132,3 +132,79 @@ async fn migrate_status_says_what_is_pending_and_check_names_a_wrong_store_url()
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("store.url"));
 }
+
+fn settings(url: &str, master: Option<&str>) -> switchyard::config::StoreSettings {
+    switchyard::config::StoreSettings {
+        url: switchyard::secret::Secret::new(url),
+        retention: std::time::Duration::from_secs(30 * 86_400),
+        master_key: master.map(switchyard::secret::Secret::new),
+    }
+}
+
+/// A master key for tests: 32 bytes, base64.
+fn master(byte: u8) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode([byte; 32])
+}
+
+#[tokio::test]
+async fn the_pepper_is_made_once_sealed_and_read_back_under_the_same_master_key() {
+    use switchyard::store::{OpenError, Store};
+    let (_dir, _pg, urls) = backends("pepper").await;
+    for url in &urls {
+        let first = Store::open(&settings(url, Some(&master(1))), None)
+            .await
+            .unwrap();
+        let hash = first.pepper().unwrap().hash("sk-sy-some-key");
+        // Another start (another replica) hashes keys the same way.
+        let again = Store::open(&settings(url, None), Some(master(1)))
+            .await
+            .unwrap();
+        assert_eq!(
+            again.pepper().unwrap().hash("sk-sy-some-key"),
+            hash,
+            "{url}"
+        );
+        // Another master key cannot open what the first sealed, and says which key it needs.
+        match Store::open(&settings(url, Some(&master(2))), None).await {
+            Err(OpenError::WrongMasterKey(id)) => {
+                assert_eq!(id, first.master().unwrap().id(), "{url}")
+            }
+            other => panic!("{url}: {other:?}"),
+        }
+        // Without a master key the store opens, but has nothing to hash keys with.
+        let bare = Store::open(&settings(url, None), None).await.unwrap();
+        assert!(bare.pepper().is_none() && bare.master().is_none(), "{url}");
+        assert!(matches!(
+            Store::open(&settings(url, Some("not a key")), None).await,
+            Err(OpenError::MasterKey(_))
+        ));
+    }
+}
+
+#[tokio::test]
+async fn a_gateway_with_a_store_opens_it_before_it_listens() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("store.db");
+    let store = format!(
+        "[store]\nurl = \"sqlite://{}\"\nmaster_key = \"{}\"\n\n",
+        file.display(),
+        master(3)
+    );
+    let up = mock(text_spec("ok")).await;
+    let gw = gateway(&format!(
+        "{store}{}",
+        openai_channel("a", &up.base_url(), 1, "")
+    ))
+    .await;
+    let ready = get_json(&format!("{}/readyz", gw.url), None).await;
+    assert_eq!(ready["store"]["backend"], "sqlite", "{ready}");
+    assert_eq!(ready["store"]["master_key"].as_str().map(str::len), Some(8));
+    assert_eq!(gw.chat(chat_body(false)).await.status(), 200);
+    // The store's files (the database and its write-ahead log) hold the sealed pepper, never
+    // the master key.
+    for f in std::fs::read_dir(dir.path()).unwrap() {
+        let bytes = std::fs::read(f.unwrap().path()).unwrap();
+        assert!(!String::from_utf8_lossy(&bytes).contains(&master(3)));
+    }
+}

@@ -1,0 +1,149 @@
+//! The store as the gateway opens it at start: the database migrated, the master key read (the
+//! config's `[store] master_key`, else `SWITCHYARD_MASTER_KEY`), and the pepper gateway keys are
+//! hashed under: made once at the store's first start, kept sealed, read back by every replica.
+
+use serde_json::{Value, json};
+
+use super::db::{Db, DbError};
+use super::seal::{MasterKey, Pepper, SealError};
+use crate::config::StoreSettings;
+
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error(transparent)]
+    Db(#[from] DbError),
+    #[error("store.master_key (or SWITCHYARD_MASTER_KEY): {0}")]
+    MasterKey(SealError),
+    #[error(
+        "the store's secrets are sealed under master key {0}, which is not the one configured: configure that key (store.master_key or SWITCHYARD_MASTER_KEY)"
+    )]
+    WrongMasterKey(String),
+    #[error("the store's pepper does not open: {0}")]
+    Pepper(SealError),
+}
+
+/// The open store.
+pub struct Store {
+    pub db: Db,
+    master: Option<MasterKey>,
+    pepper: Option<Pepper>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("backend", &self.db.backend())
+            .field("master_key", &self.master.as_ref().map(MasterKey::id))
+            .finish()
+    }
+}
+
+/// The pepper's row, and the associated data it is sealed for.
+const PEPPER: &str = "pepper";
+
+impl Store {
+    /// Opens and migrates the store; `env_master` is `SWITCHYARD_MASTER_KEY`, read by the caller.
+    pub async fn open(s: &StoreSettings, env_master: Option<String>) -> Result<Store, OpenError> {
+        let db = Db::open(s.url.expose()).await?;
+        let text = s
+            .master_key
+            .as_ref()
+            .map(|k| k.expose().to_string())
+            .or(env_master)
+            .filter(|k| !k.trim().is_empty());
+        let master = match text {
+            Some(t) => Some(MasterKey::from_base64(&t).map_err(OpenError::MasterKey)?),
+            None => None,
+        };
+        let pepper = match &master {
+            Some(m) => Some(pepper(&db, m).await?),
+            None => {
+                tracing::warn!(
+                    "the store has no master key (store.master_key or SWITCHYARD_MASTER_KEY): secrets cannot be written through the admin API"
+                );
+                None
+            }
+        };
+        Ok(Store { db, master, pepper })
+    }
+
+    pub fn master(&self) -> Option<&MasterKey> {
+        self.master.as_ref()
+    }
+
+    pub fn pepper(&self) -> Option<&Pepper> {
+        self.pepper.as_ref()
+    }
+
+    /// For `/readyz` and the admin API: the backend and the master key's id (never the key).
+    pub fn describe(&self) -> Value {
+        json!({
+            "backend": self.db.backend(),
+            "master_key": self.master.as_ref().map(MasterKey::id),
+        })
+    }
+}
+
+/// The store's pepper: the one already kept, or a new one kept now. Replicas starting together
+/// race to insert theirs; every one reads back the winner's.
+async fn pepper(db: &Db, master: &MasterKey) -> Result<Pepper, OpenError> {
+    if read_meta(db, PEPPER).await?.is_none() {
+        let (_, bytes) = Pepper::generate().map_err(OpenError::Pepper)?;
+        let sealed = master
+            .seal(hex(&bytes).as_bytes(), "meta:pepper")
+            .map_err(OpenError::Pepper)?;
+        insert_meta(db, PEPPER, &sealed).await?;
+    }
+    let sealed = read_meta(db, PEPPER)
+        .await?
+        .ok_or(OpenError::Pepper(SealError::Malformed))?;
+    let opened = master.open(&sealed, "meta:pepper").map_err(|e| match e {
+        SealError::UnknownKey(id) => OpenError::WrongMasterKey(id),
+        other => OpenError::Pepper(other),
+    })?;
+    let bytes = unhex(opened.expose()).ok_or(OpenError::Pepper(SealError::Malformed))?;
+    Ok(Pepper::from_bytes(&bytes))
+}
+
+async fn read_meta(db: &Db, k: &str) -> Result<Option<String>, DbError> {
+    let sql = "SELECT v FROM meta WHERE k = $1";
+    Ok(match db {
+        Db::Sqlite(p) => sqlx::query_scalar(sql).bind(k).fetch_optional(p).await?,
+        Db::Postgres(p) => sqlx::query_scalar(sql).bind(k).fetch_optional(p).await?,
+    })
+}
+
+/// Inserts unless another replica got there first.
+async fn insert_meta(db: &Db, k: &str, v: &str) -> Result<(), DbError> {
+    let sql = "INSERT INTO meta (k, v) VALUES ($1, $2) ON CONFLICT (k) DO NOTHING";
+    match db {
+        Db::Sqlite(p) => sqlx::query(sql)
+            .bind(k)
+            .bind(v)
+            .execute(p)
+            .await
+            .map(|_| ())?,
+        Db::Postgres(p) => sqlx::query(sql)
+            .bind(k)
+            .bind(v)
+            .execute(p)
+            .await
+            .map(|_| ())?,
+    }
+    Ok(())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<[u8; 32]> {
+    if s.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
