@@ -5,6 +5,7 @@
 
 pub mod db;
 mod log;
+pub mod objects;
 mod open;
 pub mod seal;
 

@@ -208,3 +208,103 @@ async fn a_gateway_with_a_store_opens_it_before_it_listens() {
         assert!(!String::from_utf8_lossy(&bytes).contains(&master(3)));
     }
 }
+
+/// A write of `action` on channel `name`, by `admin`.
+fn write<'a>(
+    action: switchyard::store::objects::Action,
+    name: &'a str,
+    body: Option<&'a serde_json::Value>,
+    diff: &'a serde_json::Value,
+) -> switchyard::store::objects::Write<'a> {
+    switchyard::store::objects::Write {
+        action,
+        kind: "channel",
+        name,
+        body,
+        admin: "ops",
+        diff,
+        now_ms: 1_700_000_000_000,
+    }
+}
+
+#[tokio::test]
+async fn objects_change_with_their_audit_row_and_the_version_or_not_at_all() {
+    use serde_json::json;
+    use switchyard::store::objects::{Action, WriteError, verify};
+    let (_dir, _pg, urls) = backends("objects").await;
+    for url in &urls {
+        let db = Db::open(url).await.unwrap();
+        assert_eq!(db.version().await.unwrap(), 0);
+        let body = json!({"name": "a", "provider": "mock", "models": ["m"]});
+        let diff = json!({"provider": "mock"});
+        assert_eq!(
+            db.write(&write(Action::Create, "a", Some(&body), &diff))
+                .await
+                .unwrap(),
+            1
+        );
+        let got = db.object("channel", "a").await.unwrap().unwrap();
+        assert_eq!(got.body, body, "{url}");
+        // A duplicate, a change or removal of nothing: refused, and nothing moves.
+        let e = db
+            .write(&write(Action::Create, "a", Some(&body), &diff))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, WriteError::Exists { .. }), "{url}: {e}");
+        let e = db
+            .write(&write(Action::Update, "zz", Some(&body), &diff))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, WriteError::Missing { .. }), "{url}: {e}");
+        assert_eq!(db.version().await.unwrap(), 1, "{url}");
+        assert_eq!(db.audit(100, None).await.unwrap().len(), 1, "{url}");
+        let changed = json!({"name": "a", "provider": "mock", "models": ["m", "n"]});
+        assert_eq!(
+            db.write(&write(Action::Update, "a", Some(&changed), &diff))
+                .await
+                .unwrap(),
+            2
+        );
+        assert_eq!(
+            db.object("channel", "a").await.unwrap().unwrap().body,
+            changed
+        );
+        assert_eq!(
+            db.write(&write(Action::Delete, "a", None, &diff))
+                .await
+                .unwrap(),
+            3
+        );
+        assert!(db.object("channel", "a").await.unwrap().is_none());
+        // Writers racing each other: every write lands once, the chain keeps one order.
+        let names: Vec<String> = (0..12).map(|i| format!("c{i:02}")).collect();
+        let runs = names.iter().map(|n| {
+            let db = db.clone();
+            let (n, body, diff) = (n.clone(), body.clone(), diff.clone());
+            tokio::spawn(async move {
+                db.write(&write(Action::Create, &n, Some(&body), &diff))
+                    .await
+            })
+        });
+        let mut versions: Vec<i64> = Vec::new();
+        for r in futures_util::future::join_all(runs).await {
+            versions.push(r.unwrap().unwrap());
+        }
+        versions.sort_unstable();
+        assert_eq!(versions, (4..16).collect::<Vec<i64>>(), "{url}");
+        assert_eq!(db.objects("channel").await.unwrap().len(), 12);
+        let mut rows = db.audit(100, None).await.unwrap();
+        assert_eq!(rows.len(), 15, "{url}");
+        rows.reverse();
+        assert_eq!(verify(&rows), Ok(()), "{url}");
+        // A row changed afterwards breaks the chain there.
+        rows[5].admin = "someone else".into();
+        assert_eq!(verify(&rows), Err(rows[5].id), "{url}");
+        // Paging: the newest first, before an id.
+        let page = db.audit(3, Some(rows[5].id)).await.unwrap();
+        assert_eq!(
+            page.iter().map(|r| r.id).collect::<Vec<_>>(),
+            [rows[4].id, rows[3].id, rows[2].id]
+        );
+    }
+}

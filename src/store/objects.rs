@@ -1,0 +1,280 @@
+//! The objects managed through the admin API, one JSON document each (in the fields of its
+//! config entry, secrets already sealed), and the audit chain beside them. Every write is one
+//! transaction: the object, its audit row (carrying the hash of the row before it) and the
+//! config version all change together or not at all, and writers are serialised (an advisory
+//! lock on PostgreSQL, an immediate transaction on SQLite) so the chain has one order.
+
+use serde_json::Value;
+use sqlx::Row;
+
+use super::db::{Db, DbError};
+
+/// Runs `$body` with `$p` bound to the backend's pool (each arm is type-checked for its own
+/// backend: queries are written once, for both).
+macro_rules! on {
+    ($db:expr, $p:ident => $body:expr) => {
+        match $db {
+            Db::Sqlite($p) => $body,
+            Db::Postgres($p) => $body,
+        }
+    };
+}
+
+/// An object as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Object {
+    pub kind: String,
+    pub name: String,
+    pub body: Value,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+}
+
+/// One admin change, as the audit keeps it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct AuditRow {
+    pub id: i64,
+    pub ts_ms: i64,
+    pub admin: String,
+    pub action: String,
+    pub kind: String,
+    pub name: String,
+    /// What changed, secrets masked by the caller.
+    pub diff: Value,
+    pub prev_hash: String,
+    pub hash: String,
+}
+
+/// A write refused by what the store already holds.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    #[error("{kind} {name:?} already exists")]
+    Exists { kind: String, name: String },
+    #[error("no {kind} is named {name:?}")]
+    Missing { kind: String, name: String },
+    #[error(transparent)]
+    Db(#[from] DbError),
+}
+
+impl From<sqlx::Error> for WriteError {
+    fn from(e: sqlx::Error) -> Self {
+        WriteError::Db(DbError::Query(e))
+    }
+}
+
+/// What a write does to an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Create,
+    Update,
+    Delete,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Create => "create",
+            Action::Update => "update",
+            Action::Delete => "delete",
+        }
+    }
+}
+
+/// A write: the object's kind and name, its new body (none for a delete), who made it and the
+/// audit's diff.
+pub struct Write<'a> {
+    pub action: Action,
+    pub kind: &'a str,
+    pub name: &'a str,
+    pub body: Option<&'a Value>,
+    pub admin: &'a str,
+    pub diff: &'a Value,
+    pub now_ms: i64,
+}
+
+/// The audit row's hash: SHA-256 over the row before's hash and this row's fields, each
+/// length-prefixed, hex.
+pub fn audit_hash(prev: &str, w: &Write<'_>) -> String {
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    let diff = w.diff.to_string();
+    let ts = w.now_ms.to_string();
+    for p in [
+        prev,
+        ts.as_str(),
+        w.admin,
+        w.action.as_str(),
+        w.kind,
+        w.name,
+        &diff,
+    ] {
+        ctx.update(&(p.len() as u64).to_le_bytes());
+        ctx.update(p.as_bytes());
+    }
+    ctx.finish()
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn object(row: &impl ObjectRow) -> Result<Object, sqlx::Error> {
+    row.object()
+}
+
+/// Reading an object row the same way from either backend.
+trait ObjectRow {
+    fn object(&self) -> Result<Object, sqlx::Error>;
+}
+
+macro_rules! object_row {
+    ($row:ty) => {
+        impl ObjectRow for $row {
+            fn object(&self) -> Result<Object, sqlx::Error> {
+                let body: String = self.try_get("body")?;
+                Ok(Object {
+                    kind: self.try_get("kind")?,
+                    name: self.try_get("name")?,
+                    body: serde_json::from_str(&body)
+                        .map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
+                    created_ms: self.try_get("created_ms")?,
+                    updated_ms: self.try_get("updated_ms")?,
+                })
+            }
+        }
+    };
+}
+object_row!(sqlx::sqlite::SqliteRow);
+object_row!(sqlx::postgres::PgRow);
+
+impl Db {
+    /// Every object of a kind, by name.
+    pub async fn objects(&self, kind: &str) -> Result<Vec<Object>, DbError> {
+        let sql = "SELECT kind, name, body, created_ms, updated_ms FROM objects WHERE kind = $1 ORDER BY name";
+        Ok(on!(self, p => {
+            let rows = sqlx::query(sql).bind(kind).fetch_all(p).await?;
+            rows.iter().map(object).collect::<Result<Vec<_>, _>>()?
+        }))
+    }
+
+    pub async fn object(&self, kind: &str, name: &str) -> Result<Option<Object>, DbError> {
+        let sql = "SELECT kind, name, body, created_ms, updated_ms FROM objects WHERE kind = $1 AND name = $2";
+        Ok(on!(self, p => {
+            let row = sqlx::query(sql).bind(kind).bind(name).fetch_optional(p).await?;
+            row.as_ref().map(object).transpose()?
+        }))
+    }
+
+    /// The config version: every write moves it on, and replicas reload when it moves.
+    pub async fn version(&self) -> Result<i64, DbError> {
+        let sql = "SELECT v FROM meta WHERE k = 'version'";
+        let v: Option<String> = on!(self, p => sqlx::query_scalar(sql).fetch_optional(p).await?);
+        Ok(v.and_then(|v| v.parse().ok()).unwrap_or(0))
+    }
+
+    /// Applies one write with its audit row and the version's bump, all or nothing; returns
+    /// the new config version.
+    pub async fn write(&self, w: &Write<'_>) -> Result<i64, WriteError> {
+        let body = w.body.map(Value::to_string).unwrap_or_default();
+        let (change, args) = match w.action {
+            Action::Create => (
+                "INSERT INTO objects (kind, name, body, created_ms, updated_ms) VALUES ($1, $2, $3, $4, $4) ON CONFLICT (kind, name) DO NOTHING",
+                true,
+            ),
+            Action::Update => (
+                "UPDATE objects SET body = $3, updated_ms = $4 WHERE kind = $1 AND name = $2",
+                true,
+            ),
+            Action::Delete => ("DELETE FROM objects WHERE kind = $1 AND name = $2", false),
+        };
+        let audit = "INSERT INTO audit (ts_ms, admin, action, kind, name, diff, prev_hash, hash) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
+        let bump = "INSERT INTO meta (k, v) VALUES ('version', '1') ON CONFLICT (k) DO UPDATE SET v = CAST(CAST(meta.v AS BIGINT) + 1 AS TEXT)";
+        on!(self, p => {
+            let mut tx = match self {
+                // Serialises writers: the audit chain has one order.
+                Db::Postgres(_) => {
+                    let mut tx = p.begin().await?;
+                    sqlx::query("SELECT pg_advisory_xact_lock(7314)").execute(&mut *tx).await?;
+                    tx
+                }
+                Db::Sqlite(_) => p.begin_with("BEGIN IMMEDIATE").await?,
+            };
+            let q = sqlx::query(change).bind(w.kind).bind(w.name);
+            let q = if args { q.bind(&body).bind(w.now_ms) } else { q };
+            if q.execute(&mut *tx).await?.rows_affected() == 0 {
+                let (kind, name) = (w.kind.to_string(), w.name.to_string());
+                return Err(match w.action {
+                    Action::Create => WriteError::Exists { kind, name },
+                    _ => WriteError::Missing { kind, name },
+                });
+            }
+            let prev: Option<String> =
+                sqlx::query_scalar("SELECT hash FROM audit ORDER BY id DESC LIMIT 1")
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            let prev = prev.unwrap_or_default();
+            let hash = audit_hash(&prev, w);
+            sqlx::query(audit)
+                .bind(w.now_ms).bind(w.admin).bind(w.action.as_str()).bind(w.kind).bind(w.name)
+                .bind(w.diff.to_string()).bind(&prev).bind(&hash)
+                .execute(&mut *tx).await?;
+            sqlx::query(bump).execute(&mut *tx).await?;
+            let version: String = sqlx::query_scalar("SELECT v FROM meta WHERE k = 'version'")
+                .fetch_one(&mut *tx).await?;
+            tx.commit().await?;
+            Ok(version.parse().unwrap_or(0))
+        })
+    }
+
+    /// Admin changes, newest first, `before` an id.
+    pub async fn audit(&self, limit: i64, before: Option<i64>) -> Result<Vec<AuditRow>, DbError> {
+        let sql = "SELECT id, ts_ms, admin, action, kind, name, diff, prev_hash, hash FROM audit WHERE id < $1 ORDER BY id DESC LIMIT $2";
+        let before = before.unwrap_or(i64::MAX);
+        Ok(on!(self, p => {
+            let rows = sqlx::query(sql).bind(before).bind(limit).fetch_all(p).await?;
+            let mut out = Vec::with_capacity(rows.len());
+            for r in &rows {
+                let diff: String = r.try_get("diff")?;
+                out.push(AuditRow {
+                    id: r.try_get("id")?,
+                    ts_ms: r.try_get("ts_ms")?,
+                    admin: r.try_get("admin")?,
+                    action: r.try_get("action")?,
+                    kind: r.try_get("kind")?,
+                    name: r.try_get("name")?,
+                    diff: serde_json::from_str(&diff).unwrap_or(Value::Null),
+                    prev_hash: r.try_get("prev_hash")?,
+                    hash: r.try_get("hash")?,
+                });
+            }
+            out
+        }))
+    }
+}
+
+/// Checks the chain, oldest row first: each row's `prev_hash` is the row before's `hash`, and
+/// each `hash` is what its fields hash to. `Err` names the first row that breaks it.
+pub fn verify(rows: &[AuditRow]) -> Result<(), i64> {
+    let mut prev = String::new();
+    for r in rows {
+        let action = match r.action.as_str() {
+            "create" => Action::Create,
+            "update" => Action::Update,
+            "delete" => Action::Delete,
+            _ => return Err(r.id),
+        };
+        let w = Write {
+            action,
+            kind: &r.kind,
+            name: &r.name,
+            body: None,
+            admin: &r.admin,
+            diff: &r.diff,
+            now_ms: r.ts_ms,
+        };
+        if r.prev_hash != prev || audit_hash(&prev, &w) != r.hash {
+            return Err(r.id);
+        }
+        prev.clone_from(&r.hash);
+    }
+    Ok(())
+}
