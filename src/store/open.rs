@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 use super::db::{Db, DbError};
-use super::seal::{MasterKey, Pepper, SealError};
+use super::seal::{MasterKey, Pepper, SealError, hex};
 use crate::config::StoreSettings;
 
 #[derive(Debug, thiserror::Error)]
@@ -131,10 +131,6 @@ async fn insert_meta(db: &Db, k: &str, v: &str) -> Result<(), DbError> {
             .map(|_| ())?,
     }
     Ok(())
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn unhex(s: &str) -> Option<[u8; 32]> {
