@@ -47,12 +47,11 @@ where
         job,
         step,
         fitted,
+        first: report.attempts.len(),
         report,
         rng: fastrand::Rng::new(),
         retry_after: None,
-        first: 0,
     };
-    model.first = model.report.attempts.len();
     let candidates = model.plan()?;
     let last = candidates.len().saturating_sub(1);
     for (pos, cand) in candidates.into_iter().enumerate() {

@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::http::{self, join, post_json, read_json, send, to_body};
 use super::sse::{Decoder, Events};
 use super::{ChunkStream, UpstreamError};
-use crate::protocol::openai::{EmbeddingsBody, RequestBody, chunk_from_value, response_from_value};
+use crate::protocol::openai::{EmbeddingsBody, RequestBody, chunk_from_str, response_from_value};
 use crate::protocol::{
     ChatRequest, ChatResponse, Decoded, EmbeddingsRequest, InvalidUpstream, Protocol,
 };
@@ -223,23 +223,12 @@ impl Decoder for ChatDecoder {
         if data == "[DONE]" {
             return Decoded::End;
         }
-        let v: Value = match serde_json::from_str(data) {
-            Ok(v) => v,
-            Err(e) => {
-                return Decoded::Invalid(InvalidUpstream {
-                    what: "stream chunk",
-                    message: e.to_string(),
-                });
-            }
-        };
-        if v.get("error").is_some() && v.get("choices").is_none() {
-            return Decoded::Error;
-        }
-        match chunk_from_value(v) {
-            Ok(c) => {
+        match chunk_from_str(data) {
+            Ok(Some(c)) => {
                 self.finished |= c.has_finish();
                 Decoded::Chunk(Box::new(c))
             }
+            Ok(None) => Decoded::Error,
             Err(e) => Decoded::Invalid(e),
         }
     }

@@ -18,6 +18,17 @@ pub async fn read_json(ctx: &mut Ctx, headers: &HeaderMap, body: Body) -> Result
     parse_json(&bytes)
 }
 
+/// The model and stream flag a JSON body names, noted for the log before the body is parsed
+/// (so a row names them even when the rest is invalid).
+pub fn requested(body: &Value) -> (Option<String>, bool) {
+    let model = body
+        .get("model")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    (model, stream)
+}
+
 /// Reads the body up to `limit` bytes; more is a 413 (checked against Content-Length first, so
 /// an honest oversized upload is refused before it is read).
 async fn read_body(

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::HeaderMap;
 use axum::response::Response;
-use serde_json::Value;
 
 use super::affinity::{self, Session};
 use super::ctx::Ctx;
@@ -58,15 +57,7 @@ async fn pipeline<C: Codec>(
     }
     let mut value = body::read_json(ctx, headers, body).await?;
     if codec.path_target().is_none() {
-        // Noted before parsing, so the log names them even when the rest is invalid.
-        ctx.requested_model = value
-            .get("model")
-            .and_then(Value::as_str)
-            .map(str::to_string);
-        ctx.stream = value
-            .get("stream")
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
+        (ctx.requested_model, ctx.stream) = body::requested(&value);
     }
     if C::CONTINUES {
         ctx.continuation = continuation::resolve(state, ctx, &mut value).await?;

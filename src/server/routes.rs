@@ -48,10 +48,7 @@ async fn embed(
     body: Body,
 ) -> Result<Response, ApiError> {
     let value = body::read_json(ctx, headers, body).await?;
-    ctx.requested_model = value
-        .get("model")
-        .and_then(Value::as_str)
-        .map(str::to_string);
+    ctx.requested_model = body::requested(&value).0;
     let mut req = openai::embeddings_from_value(value)?;
     let snap = ctx.snap.clone();
     let (key, chain) = resolve(ctx, &snap, &ChainSpec::default(), &req.model, false, &[])?;

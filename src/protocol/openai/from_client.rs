@@ -24,8 +24,8 @@ fn strip_gateway_fields(m: &mut Map<String, Value>) {
     }
 }
 
-/// Client body → canonical request. Errors carry the field path as `param`.
-pub fn request_from_value(body: Value) -> Result<ChatRequest, InvalidRequest> {
+/// A client's body as an object, and the model it names (required, not empty).
+fn body_and_model(body: Value) -> Result<(Map<String, Value>, String), InvalidRequest> {
     let mut m = object(body, "").map_err(|_| InvalidRequest {
         param: None,
         message: "the request body must be a JSON object".into(),
@@ -34,6 +34,12 @@ pub fn request_from_value(body: Value) -> Result<ChatRequest, InvalidRequest> {
     if model.is_empty() {
         return Err(InvalidRequest::new("model", "must not be empty"));
     }
+    Ok((m, model))
+}
+
+/// Client body → canonical request. Errors carry the field path as `param`.
+pub fn request_from_value(body: Value) -> Result<ChatRequest, InvalidRequest> {
+    let (mut m, model) = body_and_model(body)?;
     let raw_messages = opt_array(&mut m, "messages", "")?
         .ok_or_else(|| InvalidRequest::new("messages", "is required"))?;
     if raw_messages.is_empty() {
@@ -157,14 +163,7 @@ fn tool_from_value(v: Value, path: &str) -> Read<Tool> {
 }
 
 pub fn embeddings_from_value(body: Value) -> Result<EmbeddingsRequest, InvalidRequest> {
-    let mut m = object(body, "").map_err(|_| InvalidRequest {
-        param: None,
-        message: "the request body must be a JSON object".into(),
-    })?;
-    let model = req_string(&mut m, "model", "")?;
-    if model.is_empty() {
-        return Err(InvalidRequest::new("model", "must not be empty"));
-    }
+    let (mut m, model) = body_and_model(body)?;
     let input = match m.shift_remove("input") {
         Some(v @ (Value::String(_) | Value::Array(_))) => v,
         None | Some(Value::Null) => return Err(InvalidRequest::new("input", "is required")),

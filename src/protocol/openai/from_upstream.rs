@@ -115,13 +115,17 @@ pub fn response_from_value(body: Value) -> Result<ChatResponse, InvalidUpstream>
     })
 }
 
-/// One upstream SSE `data:` payload → canonical chunk.
-pub fn chunk_from_str(data: &str) -> Result<StreamChunk, InvalidUpstream> {
+/// One upstream SSE `data:` payload → canonical chunk; `None` for an error event (an `error`
+/// object and no choices).
+pub fn chunk_from_str(data: &str) -> Result<Option<StreamChunk>, InvalidUpstream> {
     let v: Value = serde_json::from_str(data).map_err(|e| InvalidUpstream {
         what: "stream chunk",
         message: e.to_string(),
     })?;
-    chunk_from_value(v)
+    if v.get("error").is_some() && v.get("choices").is_none() {
+        return Ok(None);
+    }
+    chunk_from_value(v).map(Some)
 }
 
 pub fn chunk_from_value(v: Value) -> Result<StreamChunk, InvalidUpstream> {

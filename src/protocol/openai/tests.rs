@@ -175,6 +175,10 @@ fn chunk_roundtrip_and_content_detection() {
     let c = chunk_from_value(usage).unwrap();
     assert!(c.is_usage_only());
     assert!(chunk_from_str("{not json").is_err());
+    assert_eq!(
+        chunk_from_str(r#"{"error": {"message": "x"}}"#).unwrap(),
+        None
+    );
 }
 
 #[test]

@@ -89,29 +89,17 @@ impl Gateway {
     }
 
     pub async fn admin_health(&self) -> Vec<Value> {
-        let v: Value = client()
-            .get(format!("{}/admin/health", self.url))
-            .bearer_auth(ADMIN)
-            .send()
-            .await
-            .expect("admin reachable")
-            .json()
-            .await
-            .expect("json");
-        v["data"].as_array().cloned().unwrap_or_default()
+        self.admin_list("/admin/health").await
     }
 
     pub async fn admin_requests(&self) -> Vec<Value> {
         self.flush_log().await;
-        let v: Value = client()
-            .get(format!("{}/admin/requests?limit=100", self.url))
-            .bearer_auth(ADMIN)
-            .send()
-            .await
-            .expect("admin reachable")
-            .json()
-            .await
-            .expect("json");
+        self.admin_list("/admin/requests?limit=100").await
+    }
+
+    /// `data` of an admin list, read with the admin token.
+    async fn admin_list(&self, path: &str) -> Vec<Value> {
+        let v = get_json(&format!("{}{path}", self.url), Some(ADMIN)).await;
         v["data"].as_array().cloned().unwrap_or_default()
     }
 }
