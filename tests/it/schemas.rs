@@ -126,3 +126,34 @@ async fn an_openai_clients_response_format_reaches_gemini_and_anthropic_channels
         }
     }
 }
+
+#[tokio::test]
+async fn an_anthropic_clients_output_format_reaches_openai_and_gemini_channels() {
+    let up = mock(text_spec(r#"{"path": "a.rs"}"#)).await;
+    let gw = gateway(&channels(&up.base_url())).await;
+    let user = json!([{"role": "user", "content": "Which file?"}]);
+    // Today's `output_config.format`, and the older top-level `output_format`.
+    let forms = [
+        json!({"output_config": {"format": {"type": "json_schema", "schema": schema()}}}),
+        json!({"output_format": {"type": "json_schema", "schema": schema()}}),
+    ];
+    for form in forms {
+        for kind in ["openai", "gemini"] {
+            let mut body = json!({"model": format!("via-{kind}"), "max_tokens": 50,
+                "messages": user});
+            body.as_object_mut()
+                .unwrap()
+                .extend(form.as_object().unwrap().clone());
+            let resp = gw.post_as("/v1/messages", KEY, &[], body).await;
+            assert_eq!(resp.status(), 200, "{kind}");
+            let translation = header(&resp, "x-switchyard-translation").to_string();
+            assert!(!translation.contains("output"), "{kind}: {translation}");
+            let got = up.received().last().unwrap().body.clone();
+            let answer = match kind {
+                "openai" => got["response_format"]["json_schema"]["schema"].clone(),
+                _ => got["generationConfig"]["responseJsonSchema"].clone(),
+            };
+            assert_eq!(answer, schema(), "{kind}: {got}");
+        }
+    }
+}

@@ -78,3 +78,28 @@ fn streamed_tool_call_fragments_are_held_until_complete() {
     assert_eq!(call["args"], json!({"city": "Paris"}));
     assert_eq!(events[1]["usageMetadata"]["candidatesTokenCount"], 7);
 }
+
+#[test]
+fn thoughts_count_as_output_and_go_back_as_thoughts() {
+    let answer = |usage: Value| {
+        json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "42"}]},
+            "finishReason": "STOP", "index": 0}], "usageMetadata": usage})
+    };
+    let r = response_from_value(&answer(json!({"promptTokenCount": 5,
+        "candidatesTokenCount": 2, "thoughtsTokenCount": 7, "totalTokenCount": 14})))
+    .unwrap();
+    let u = r.usage.clone().unwrap();
+    // As OpenAI counts it: the output includes the reasoning.
+    assert_eq!((u.output_tokens, u.reasoning_tokens), (Some(9), Some(7)));
+    let back = response_to_value(&r, "g");
+    assert_eq!(
+        back["usageMetadata"],
+        json!({"promptTokenCount": 5, "candidatesTokenCount": 2, "totalTokenCount": 14,
+            "thoughtsTokenCount": 7})
+    );
+    // Still thinking at the token limit: Gemini leaves the zero candidates count out.
+    let r = response_from_value(&answer(json!({"promptTokenCount": 5,
+        "thoughtsTokenCount": 7, "totalTokenCount": 12})))
+    .unwrap();
+    assert_eq!(r.usage.unwrap().output_tokens, Some(7));
+}
