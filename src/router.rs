@@ -526,7 +526,8 @@ mod tests {
     fn open_key() -> GatewayKey {
         GatewayKey {
             name: "k".into(),
-            key: crate::config::Secret::new("sk-test-key"),
+            key: Some(crate::config::Secret::new("sk-test-key")),
+            expires_at: None,
             groups: Vec::new(),
             redirects: Vec::new(),
             defaults: None,

@@ -27,3 +27,41 @@ impl fmt::Debug for Secret {
         f.write_str("Secret(***)")
     }
 }
+
+/// The keyed hash gateway keys are kept as: the same key always hashes the same under one
+/// pepper, and without the pepper a hash says nothing about the key.
+#[derive(Clone)]
+pub struct Pepper(ring::hmac::Key);
+
+impl Pepper {
+    pub fn from_bytes(bytes: &[u8; 32]) -> Pepper {
+        Pepper(ring::hmac::Key::new(ring::hmac::HMAC_SHA256, bytes))
+    }
+
+    /// The hex HMAC-SHA-256 of a gateway key.
+    pub fn hash(&self, key: &str) -> String {
+        hex(ring::hmac::sign(&self.0, key.as_bytes()).as_ref())
+    }
+
+    /// Whether `presented` is the key behind `hash` (constant time).
+    pub fn matches(&self, presented: &str, hash: &str) -> bool {
+        Secret::new(self.hash(presented)).matches(hash.as_bytes())
+    }
+}
+
+impl fmt::Debug for Pepper {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Pepper(***)")
+    }
+}
+
+/// Lower-case hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(char::from(HEX[usize::from(b >> 4)]));
+        s.push(char::from(HEX[usize::from(b & 15)]));
+    }
+    s
+}

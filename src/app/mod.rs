@@ -9,6 +9,7 @@ use tokio::net::TcpListener;
 
 mod bridge;
 mod probe;
+mod watch;
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{self, ConfigError, Live, Snapshot};
@@ -37,6 +38,12 @@ pub enum StartError {
     State(#[from] crate::state::RedisConfigError),
     #[error(transparent)]
     Open(#[from] crate::store::OpenError),
+    #[error(transparent)]
+    Overlay(#[from] crate::store::OverlayError),
+    #[error(transparent)]
+    Reload(#[from] config::ReloadError),
+    #[error("starting failed: {0}")]
+    Task(String),
 }
 
 /// Loads the config from a file, or the embedded demo when `path` is `None`.
@@ -84,8 +91,8 @@ pub async fn start_with_clock(
     // it does not start half-configured.
     let store = match &snapshot.store {
         Some(s) => {
-            let master = std::env::var("SWITCHYARD_MASTER_KEY").ok();
-            Some(Arc::new(crate::store::Store::open(s, master).await?))
+            let env = crate::store::MasterEnv::from_env();
+            Some(Arc::new(crate::store::Store::open(s, env).await?))
         }
         None => None,
     };
@@ -102,9 +109,23 @@ pub async fn start_with_clock(
         }),
         semantic: Arc::new(crate::semantic::Semantic::default()),
         store,
+        admin_failures: Arc::default(),
     };
-    let prober = probe::spawn_prober(state.live.clone(), state.health.clone());
-    let mut background = vec![prober];
+    let mut background = Vec::new();
+    if let Some(store) = &state.store {
+        // The store's entries join the file's before the first request (a name in both is
+        // refused here, like any invalid config).
+        let ov = store.overlay().await?;
+        let live = state.live.clone();
+        tokio::task::spawn_blocking(move || live.reload_with(Some(ov)))
+            .await
+            .map_err(|e| StartError::Task(e.to_string()))??;
+        background.push(tokio::spawn(watch::follow(state.clone(), store.clone())));
+    }
+    background.push(probe::spawn_prober(
+        state.live.clone(),
+        state.health.clone(),
+    ));
     // Local embedding models load now, not on the first request that needs one.
     let (semantic, live) = (state.semantic.clone(), state.live.clone());
     background.push(tokio::spawn(async move {
@@ -122,8 +143,16 @@ pub async fn start_with_clock(
             state.live.clone(),
         )));
     }
-    let mut running =
-        server::spawn(listener, state).map_err(|source| StartError::Bind { addr, source })?;
+    let admin = match state.live.load().server.admin_listen {
+        Some(a) => Some(
+            TcpListener::bind(a)
+                .await
+                .map_err(|source| StartError::Bind { addr: a, source })?,
+        ),
+        None => None,
+    };
+    let mut running = server::spawn(listener, admin, state)
+        .map_err(|source| StartError::Bind { addr, source })?;
     running.background.extend(background);
     Ok(running)
 }

@@ -21,7 +21,9 @@ pub struct FileConfig {
     pub health: HealthSection,
     #[serde(default)]
     pub keys: Vec<KeyConfig>,
-    pub channels: NonEmpty<ChannelConfig>,
+    /// At least one, unless a store may add them at run time.
+    #[serde(default)]
+    pub channels: Vec<ChannelConfig>,
     /// Global model-name rewrites, after each key's own.
     #[serde(default)]
     pub redirects: Vec<RedirectConfig>,
@@ -37,6 +39,30 @@ pub struct FileConfig {
     /// The model catalog: context windows, output budgets, trimming and context fallbacks.
     #[serde(default)]
     pub models: Vec<ModelConfig>,
+    /// Admin API tokens, each with a role (`server.admin_token` is one more `admin`).
+    #[serde(default)]
+    pub admins: Vec<AdminConfig>,
+    #[serde(default)]
+    pub admin: AdminSection,
+}
+
+/// `[[admins]]`: who may use the admin API, and how far.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminConfig {
+    pub name: String,
+    pub token: String,
+    pub role: crate::config::settings::Role,
+    /// Only keys, channels and logs of these groups (none = everything).
+    #[serde(default)]
+    pub groups: Vec<String>,
+}
+
+/// `[admin]`: an address of its own for the admin API, off the public listener.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminSection {
+    pub listen: Option<String>,
 }
 
 /// `[[models]]`: a model's limits and its route's context settings. `name` is an exact name or
@@ -354,7 +380,12 @@ impl Default for CircuitBreakerConfig {
 #[serde(deny_unknown_fields)]
 pub struct KeyConfig {
     pub name: String,
-    pub key: String,
+    /// The key itself (at least 8 characters); or, for keys the admin API made, `key_hash`.
+    pub key: Option<String>,
+    /// The key's HMAC-SHA-256 under the store's pepper, hex: how the store keeps a key.
+    pub key_hash: Option<String>,
+    /// RFC 3339: from then on the key is refused.
+    pub expires_at: Option<String>,
     /// The channel groups this key may use, in order of preference (none = every channel).
     #[serde(default)]
     pub groups: Vec<String>,
@@ -373,6 +404,8 @@ pub struct KeyConfig {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RedirectConfig {
+    /// Given by the admin API on creation.
+    pub id: Option<String>,
     pub from: String,
     pub to: String,
     pub kind: Option<RedirectKind>,
@@ -566,112 +599,6 @@ impl ModelEntry {
             ModelEntry::Name(n) => n,
             ModelEntry::Mapped { upstream, .. } => upstream,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::read::{expand, parse};
-
-    fn env(name: &str) -> Option<String> {
-        (name == "SET").then(|| "value".to_string())
-    }
-
-    #[test]
-    fn expands_set_variables_and_names_missing_ones() {
-        let mut env = env;
-        assert_eq!(expand("a-${SET}-b", &mut env).unwrap(), "a-value-b");
-        assert_eq!(expand("plain", &mut env).unwrap(), "plain");
-        let err = expand("${MISSING}", &mut env).unwrap_err();
-        assert!(err.contains("MISSING"), "{err}");
-        assert!(expand("${SET", &mut env).is_err());
-        assert!(expand("${BAD NAME}", &mut env).is_err());
-    }
-
-    #[test]
-    fn missing_variable_error_names_the_field() {
-        let text = r#"
-            [[channels]]
-            name = "a"
-            provider = "openai"
-            base_url = "http://127.0.0.1:1"
-            api_keys = ["${NOPE_NOT_SET}"]
-            models = ["m"]
-        "#;
-        let err = parse(text, "t.toml", &env).unwrap_err().to_string();
-        assert!(err.contains("channels[0].api_keys[0]"), "{err}");
-        assert!(err.contains("NOPE_NOT_SET"), "{err}");
-    }
-
-    #[test]
-    fn errors_never_quote_an_interpolated_secret() {
-        let text = r#"
-            [[channels]]
-            name = "a"
-            provider = "openai"
-            base_url = "http://127.0.0.1:1"
-            api_keys = "${SET}"
-            models = ["m"]
-        "#;
-        let err = parse(text, "t.toml", &env).unwrap_err().to_string();
-        assert!(err.contains("channels[0].api_keys"), "{err}");
-        assert!(!err.contains("value"), "{err}");
-    }
-
-    #[test]
-    fn type_errors_name_the_field_path() {
-        let text = r#"
-            [[channels]]
-            name = "a"
-            provider = "mock"
-            models = ["m"]
-            [[channels]]
-            name = "b"
-            provider = "mock"
-            models = ["m"]
-            priority = "high"
-        "#;
-        let err = parse(text, "t.toml", &env).unwrap_err().to_string();
-        assert!(err.contains("channels[1].priority"), "{err}");
-    }
-
-    #[test]
-    fn unknown_fields_are_errors() {
-        let text = r#"
-            [server]
-            listen = "127.0.0.1:0"
-            colour = "blue"
-            [[channels]]
-            name = "a"
-            provider = "mock"
-            models = ["m"]
-        "#;
-        let err = parse(text, "t.toml", &env).unwrap_err().to_string();
-        assert!(err.contains("colour"), "{err}");
-    }
-
-    #[test]
-    fn unknown_keys_in_a_model_table_are_errors() {
-        let text = r#"
-            [[channels]]
-            name = "a"
-            provider = "mock"
-            models = ["x", { name = "m", upstream = "u", weight = 3 }]
-        "#;
-        let err = parse(text, "t.toml", &env).unwrap_err().to_string();
-        assert!(
-            err.contains("channels[0].models[1]") && err.contains("weight"),
-            "{err}"
-        );
-        let ok = parse(&text.replace(", weight = 3", ""), "t.toml", &env).unwrap();
-        assert_eq!(ok.channels[0].models[1].upstream(), "u");
-    }
-
-    #[test]
-    fn demo_config_parses() {
-        let cfg = parse(DEMO_TOML, "<demo>", &env).unwrap();
-        assert_eq!(cfg.channels.len(), 2);
     }
 }
 

@@ -4,14 +4,18 @@
 
 mod compile;
 mod file;
+pub mod overlay;
 mod read;
+#[cfg(test)]
+mod read_tests;
 mod settings;
 mod snapshot;
 
 pub use file::{Balance, ChannelConfig, FileConfig, KeyConfig, ModelEntry, RouterFailover};
+pub use overlay::{Origin, Overlay, View};
 pub use settings::{
-    AffinitySettings, BreakerSettings, BudgetSettings, HealthSettings, Limits, LogSettings,
-    ProbeKind, ProbeSettings, ServerSettings, StateSettings, StoreSettings,
+    Admin, AffinitySettings, BreakerSettings, BudgetSettings, HealthSettings, Limits, LogSettings,
+    ProbeKind, ProbeSettings, Role, ServerSettings, StateSettings, StoreSettings,
 };
 pub use snapshot::{
     Channel, DEFAULT_GROUP, EmbedderSpec, FailoverDefaults, GatewayKey, Instance, ModelRoute,
@@ -67,19 +71,36 @@ pub enum Source {
 
 /// Reads, interpolates, validates and compiles a config file.
 pub fn load_file(path: &Path, clients: &HttpClients) -> Result<Snapshot, ConfigError> {
+    load_file_with(path, &Overlay::default(), clients)
+}
+
+/// [`load_file`] with the store's entries added to the file's.
+pub fn load_file_with(
+    path: &Path,
+    overlay: &Overlay,
+    clients: &HttpClients,
+) -> Result<Snapshot, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
         path: path.to_path_buf(),
         source,
     })?;
     let shown = path.display().to_string();
-    let parsed = read::parse(&text, &shown, &|name| std::env::var(name).ok())?;
-    compile::compile(parsed, &shown, Source::File(path.to_path_buf()), clients)
+    let env = |name: &str| std::env::var(name).ok();
+    let source = Source::File(path.to_path_buf());
+    build(&text, &shown, &env, overlay, source, clients)
 }
 
 /// The embedded demo: two mock channels for model `demo` on tiers 1 and 2, the demo key.
 pub fn demo(clients: &HttpClients) -> Result<Snapshot, ConfigError> {
-    let parsed = read::parse(file::DEMO_TOML, "<demo>", &|_| None)?;
-    compile::compile(parsed, "<demo>", Source::Demo, clients)
+    let none = |_: &str| None;
+    build(
+        file::DEMO_TOML,
+        "<demo>",
+        &none,
+        &Overlay::default(),
+        Source::Demo,
+        clients,
+    )
 }
 
 /// Parses and compiles config text with a caller-supplied environment (tests, `check`).
@@ -89,22 +110,41 @@ pub fn load_str(
     env: &dyn Fn(&str) -> Option<String>,
     clients: &HttpClients,
 ) -> Result<Snapshot, ConfigError> {
-    let parsed = read::parse(text, shown, env)?;
-    compile::compile(parsed, shown, Source::Demo, clients)
+    build(text, shown, env, &Overlay::default(), Source::Demo, clients)
+}
+
+fn build(
+    text: &str,
+    shown: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    overlay: &Overlay,
+    source: Source,
+    clients: &HttpClients,
+) -> Result<Snapshot, ConfigError> {
+    let raw = read::raw(text, shown, env)?;
+    let view = overlay::merge(raw.value, overlay, shown)?;
+    let parsed = read::typed(view.raw.clone(), shown, &raw.secrets)?;
+    compile::compile(parsed, shown, source, clients, view, overlay.pepper.clone())
 }
 
 /// The live config: one atomic pointer swapped whole on reload. Requests load it once and keep
-/// their `Arc` to the end, so a reload never changes a request in flight.
+/// their `Arc` to the end, so a reload never changes a request in flight. The store's entries
+/// of the last reload are kept, so a file reload (SIGHUP) keeps them.
 pub struct Live {
     current: ArcSwap<Snapshot>,
+    overlay: ArcSwap<Overlay>,
     clients: HttpClients,
+    /// One reload at a time: a slower, older one never lands after a newer one.
+    reloading: std::sync::Mutex<()>,
 }
 
 impl Live {
     pub fn new(snapshot: Snapshot, clients: HttpClients) -> Self {
         Live {
             current: ArcSwap::from_pointee(snapshot),
+            overlay: ArcSwap::from_pointee(Overlay::default()),
             clients,
+            reloading: std::sync::Mutex::new(()),
         }
     }
 
@@ -112,14 +152,45 @@ impl Live {
         self.current.load_full()
     }
 
+    /// The store version the running config holds.
+    pub fn store_version(&self) -> i64 {
+        self.overlay.load().version
+    }
+
     /// Re-reads the file the running config came from. On error the running config stays.
     pub fn reload(&self) -> Result<Arc<Snapshot>, ReloadError> {
+        self.reload_with(None)
+    }
+
+    /// Whether the file with these store entries compiles (what an admin write is checked by).
+    pub fn check(&self, overlay: &Overlay) -> Result<(), ReloadError> {
         let path = match &self.current.load().source {
             Source::File(p) => p.clone(),
             Source::Demo => return Err(ReloadError::NoFile),
         };
-        let next = Arc::new(load_file(&path, &self.clients)?);
+        load_file_with(&path, overlay, &self.clients)?;
+        Ok(())
+    }
+
+    /// Re-reads the file with the store's entries at a new version (blocking: a file read and
+    /// a compile). On error the running config, and its entries, stay.
+    pub fn reload_with(&self, overlay: Option<Overlay>) -> Result<Arc<Snapshot>, ReloadError> {
+        let _one = self
+            .reloading
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let path = match &self.current.load().source {
+            Source::File(p) => p.clone(),
+            Source::Demo => return Err(ReloadError::NoFile),
+        };
+        let overlay = match overlay {
+            Some(o) if o.version < self.overlay.load().version => return Ok(self.load()),
+            Some(o) => Arc::new(o),
+            None => self.overlay.load_full(),
+        };
+        let next = Arc::new(load_file_with(&path, &overlay, &self.clients)?);
         self.current.store(next.clone());
+        self.overlay.store(overlay);
         Ok(next)
     }
 }

@@ -5,22 +5,50 @@ use super::ConfigError;
 use super::file::FileConfig;
 
 /// TOML text → interpolated → typed, with field paths in every error.
+#[cfg(test)]
 pub(crate) fn parse(
     text: &str,
     shown: &str,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<FileConfig, ConfigError> {
+    let raw = raw(text, shown, env)?;
+    typed(raw.value, shown, &raw.secrets)
+}
+
+/// The file as a JSON document, `${VAR}` expanded, and the values the environment gave (to be
+/// masked in any error that would quote them).
+pub(crate) struct Raw {
+    pub value: serde_json::Value,
+    pub secrets: Vec<String>,
+}
+
+pub(crate) fn raw(
+    text: &str,
+    shown: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Raw, ConfigError> {
     let mut value: toml::Value = toml::from_str(text).map_err(|e| ConfigError::Syntax {
         path: shown.to_string(),
         message: e.message().to_string(),
     })?;
     let mut secrets = Vec::new();
     interpolate(&mut value, &mut String::new(), shown, env, &mut secrets)?;
+    let value =
+        serde_json::to_value(value).map_err(|e| ConfigError::field(shown, "", e.to_string()))?;
+    Ok(Raw { value, secrets })
+}
+
+/// The document deserialized into the file's types.
+pub(crate) fn typed(
+    value: serde_json::Value,
+    shown: &str,
+    secrets: &[String],
+) -> Result<FileConfig, ConfigError> {
     serde_path_to_error::deserialize(value).map_err(|e| {
         let field = e.path().to_string();
         // serde quotes the offending value; an interpolated one is usually a secret.
-        let mut message = e.into_inner().message().to_string();
-        for s in &secrets {
+        let mut message = e.into_inner().to_string();
+        for s in secrets {
             message = message.replace(s.as_str(), "***");
         }
         ConfigError::field(shown, field, message)

@@ -15,9 +15,29 @@ pub struct ServerSettings {
     pub max_body_bytes: usize,
     pub max_attempts: u32,
     pub max_retry_after: Duration,
-    pub admin_token: Option<Secret>,
+    /// Who may use the admin API: `[[admins]]`, and `server.admin_token` as one `admin`.
+    pub admins: Vec<Admin>,
+    /// `[admin] listen`: the admin API on an address of its own, not on `listen`.
+    pub admin_listen: Option<SocketAddr>,
     pub max_hops: u32,
     pub retry_budget: BudgetSettings,
+}
+
+/// What an admin may do: `admin` everything, `viewer` read (never a secret).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Admin,
+    Viewer,
+}
+
+#[derive(Debug)]
+pub struct Admin {
+    pub name: Arc<str>,
+    pub token: Secret,
+    pub role: Role,
+    /// Only keys, channels and logs of these groups; empty = everything.
+    pub groups: Vec<Arc<str>>,
 }
 
 #[derive(Debug)]

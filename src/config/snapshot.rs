@@ -17,7 +17,10 @@ use crate::secret::Secret;
 #[derive(Debug)]
 pub struct GatewayKey {
     pub name: Arc<str>,
-    pub key: Secret,
+    /// The key, or none for a key kept as a hash (made through the admin API).
+    pub key: Option<Secret>,
+    /// Refused from then on.
+    pub expires_at: Option<std::time::SystemTime>,
     /// Channel groups this key may use, in order of preference; empty = every channel.
     pub groups: Vec<Arc<str>>,
     pub redirects: Vec<Redirect>,
@@ -130,6 +133,12 @@ pub struct Snapshot {
     /// are keyed by it.
     pub version: u64,
     pub source: Source,
+    /// The file and the store's entries as the admin API shows them.
+    pub view: Arc<super::View>,
+    /// What the store hashes gateway keys under, when it has one.
+    pub pepper: Option<crate::secret::Pepper>,
+    /// Hashed keys: the hex hash → the key's index in `keys`.
+    pub hashed: std::collections::HashMap<String, usize>,
 }
 
 /// A `[[routers]]` entry, validated.
@@ -185,15 +194,28 @@ impl Snapshot {
         matches!(self.source, Source::Demo)
     }
 
-    /// The key a client presented, compared against every key without an early exit.
+    /// The key a client presented, compared against every key without an early exit; then,
+    /// when the store keeps hashed keys, its hash looked up (one HMAC). An expired key is none.
     pub fn authenticate(&self, presented: &str) -> Option<&GatewayKey> {
         let mut found = None;
         for k in &self.keys {
-            if k.key.matches(presented.as_bytes()) {
+            if k.key
+                .as_ref()
+                .is_some_and(|s| s.matches(presented.as_bytes()))
+            {
                 found = Some(k);
             }
         }
-        found
+        if found.is_none()
+            && !self.hashed.is_empty()
+            && let Some(p) = &self.pepper
+        {
+            found = self.hashed.get(&p.hash(presented)).map(|&i| &self.keys[i]);
+        }
+        found.filter(|k| {
+            k.expires_at
+                .is_none_or(|at| std::time::SystemTime::now() < at)
+        })
     }
 
     /// A key by its name (the CLI's `explain --key`).

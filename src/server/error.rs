@@ -49,6 +49,9 @@ pub enum ApiError {
     /// Gateways chained into each other: refused so retries cannot multiply down the chain.
     #[error("routing loop detected: the request has passed {hops} gateways (the limit is {max})")]
     LoopDetected { hops: u32, max: u32 },
+    /// The admin API's refusals.
+    #[error(transparent)]
+    Control(#[from] super::admin::ControlError),
 }
 
 impl ApiError {
@@ -65,6 +68,7 @@ impl ApiError {
             ApiError::LogUnavailable => 503,
             ApiError::BadHeader { .. } => 400,
             ApiError::LoopDetected { .. } => 508,
+            ApiError::Control(e) => e.status(),
         };
         StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_GATEWAY)
     }
@@ -85,6 +89,7 @@ impl ApiError {
             ApiError::LogUnavailable => "log_unavailable",
             ApiError::BadHeader { .. } => "invalid_header",
             ApiError::LoopDetected { .. } => "loop_detected",
+            ApiError::Control(e) => e.code(),
         }
     }
 
@@ -97,6 +102,12 @@ impl ApiError {
                 _ => "server_error",
             },
             ApiError::LogUnavailable | ApiError::LoopDetected { .. } => "server_error",
+            ApiError::Control(e) => match e.status() {
+                403 => "permission_error",
+                429 => "rate_limit_error",
+                503 => "server_error",
+                _ => "invalid_request_error",
+            },
             _ => "invalid_request_error",
         }
     }
@@ -115,6 +126,7 @@ impl ApiError {
         let param = match &self {
             ApiError::Invalid(e) => e.param.as_deref(),
             ApiError::PreviousResponseNotFound(_) => Some("previous_response_id"),
+            ApiError::Control(e) => e.param(),
             _ => None,
         };
         let (attempts, context) = match &self {
@@ -160,6 +172,11 @@ impl ApiError {
                 let secs = retry_after.as_secs_f64().ceil().max(1.0) as u64;
                 h.insert(header::RETRY_AFTER, HeaderValue::from(secs));
             }
+        }
+        if let ApiError::Control(e) = self
+            && let Some(s) = e.retry_after()
+        {
+            h.insert(header::RETRY_AFTER, HeaderValue::from(s));
         }
         if let ApiError::LoopDetected { .. } = self {
             h.insert("x-should-retry", HeaderValue::from_static("false"));

@@ -19,8 +19,9 @@ mod routes;
 mod semantic;
 mod sse;
 
+pub use admin::refresh;
 pub use error::ApiError;
-pub use routes::router;
+pub use routes::{admin_router, router};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -45,11 +46,15 @@ pub struct AppState {
     pub semantic: Arc<crate::semantic::Semantic>,
     /// The store channels and keys managed at run time live in (`[store]`), when there is one.
     pub store: Option<Arc<crate::store::Store>>,
+    /// Failed admin attempts by address (for the 429 after ten a minute).
+    pub admin_failures: Arc<admin::Failures>,
 }
 
 /// A gateway serving on a bound listener, until shut down, dropped or aborted.
 pub struct Running {
     pub addr: SocketAddr,
+    /// `[admin] listen`'s address, when the admin API has its own.
+    pub admin_addr: Option<SocketAddr>,
     pub state: AppState,
     task: tokio::task::JoinHandle<()>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -82,16 +87,37 @@ impl Drop for Running {
     }
 }
 
-/// Starts serving on `listener` in a background task.
-pub fn spawn(listener: TcpListener, state: AppState) -> std::io::Result<Running> {
+/// Starts serving on `listener` in a background task; the admin API on `admin` when given,
+/// else beside the rest.
+pub fn spawn(
+    listener: TcpListener,
+    admin: Option<TcpListener>,
+    state: AppState,
+) -> std::io::Result<Running> {
     let addr = listener.local_addr()?;
-    let app = router(state.clone());
+    let mut background = Vec::new();
+    let admin_addr = match admin {
+        Some(l) => {
+            let a = l.local_addr()?;
+            let app =
+                admin_router(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
+            background.push(tokio::spawn(async move {
+                if let Err(e) = axum::serve(l, app).await {
+                    tracing::error!(error = %e, "the admin listener stopped");
+                }
+            }));
+            Some(a)
+        }
+        None => None,
+    };
+    let app = router(state.clone(), admin_addr.is_none());
     // Without TCP_NODELAY each small SSE write waits for the client's delayed ACK (~40 ms).
     let listener = listener.tap_io(|tcp| {
         let _ = tcp.set_nodelay(true);
     });
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
+        let app = app.into_make_service_with_connect_info::<SocketAddr>();
         let serve = axum::serve(listener, app).with_graceful_shutdown(async {
             let _ = stopped.await;
         });
@@ -101,9 +127,10 @@ pub fn spawn(listener: TcpListener, state: AppState) -> std::io::Result<Running>
     });
     Ok(Running {
         addr,
+        admin_addr,
         state,
         task,
         stop: Some(stop),
-        background: Vec::new(),
+        background,
     })
 }

@@ -18,14 +18,28 @@ use crate::exec;
 use crate::protocol::chain::ChainSpec;
 use crate::protocol::openai;
 
-pub fn router(state: AppState) -> Router {
-    ingress::routes()
+/// The public routes, with the admin API unless it has a listener of its own.
+pub fn router(state: AppState, with_admin: bool) -> Router {
+    let r = ingress::routes()
         .route("/v1/embeddings", post(embeddings))
         .route("/v1/models", get(models))
         .route("/v1/route/explain", post(explain::route_explain))
         .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .merge(admin::routes())
+        .route("/readyz", get(readyz));
+    let r = if with_admin {
+        r.merge(admin::routes())
+    } else {
+        r
+    };
+    r.fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state)
+}
+
+/// The admin API alone, for `[admin] listen`.
+pub fn admin_router(state: AppState) -> Router {
+    admin::routes()
+        .route("/healthz", get(healthz))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)

@@ -7,8 +7,10 @@ pub mod db;
 mod log;
 pub mod objects;
 mod open;
+pub mod overlay;
 pub mod seal;
 
 pub use db::{Db, DbError, MigrationState};
 pub use log::{LogRow, RequestLog, StoreError};
-pub use open::{OpenError, Store};
+pub use open::{MasterEnv, OpenError, Store};
+pub use overlay::OverlayError;

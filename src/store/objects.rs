@@ -52,6 +52,9 @@ pub enum WriteError {
     Exists { kind: String, name: String },
     #[error("no {kind} is named {name:?}")]
     Missing { kind: String, name: String },
+    /// The Idempotency-Key was used by a write that landed first.
+    #[error("this Idempotency-Key has been used")]
+    Replayed,
     #[error(transparent)]
     Db(#[from] DbError),
 }
@@ -90,6 +93,15 @@ pub struct Write<'a> {
     pub admin: &'a str,
     pub diff: &'a Value,
     pub now_ms: i64,
+    /// A POST's Idempotency-Key and the answer to keep for it.
+    pub idem: Option<Idem<'a>>,
+}
+
+/// What a retry with the same Idempotency-Key is answered.
+pub struct Idem<'a> {
+    pub key: &'a str,
+    pub status: u16,
+    pub body: &'a str,
 }
 
 /// The audit row's hash: SHA-256 over the row before's hash and this row's fields, each
@@ -217,12 +229,27 @@ impl Db {
                 .bind(w.now_ms).bind(w.admin).bind(w.action.as_str()).bind(w.kind).bind(w.name)
                 .bind(w.diff.to_string()).bind(&prev).bind(&hash)
                 .execute(&mut *tx).await?;
+            if let Some(i) = &w.idem {
+                let keep = "INSERT INTO idempotency (admin, idem_key, status, body, created_ms) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (admin, idem_key) DO NOTHING";
+                let q = sqlx::query(keep).bind(w.admin).bind(i.key).bind(i32::from(i.status)).bind(i.body).bind(w.now_ms);
+                if q.execute(&mut *tx).await?.rows_affected() == 0 {
+                    return Err(WriteError::Replayed);
+                }
+            }
             sqlx::query(bump).execute(&mut *tx).await?;
             let version: String = sqlx::query_scalar("SELECT v FROM meta WHERE k = 'version'")
                 .fetch_one(&mut *tx).await?;
             tx.commit().await?;
             Ok(version.parse().unwrap_or(0))
         })
+    }
+
+    /// The answer kept for an admin's Idempotency-Key.
+    pub async fn replay(&self, admin: &str, key: &str) -> Result<Option<(u16, String)>, DbError> {
+        let sql = "SELECT status, body FROM idempotency WHERE admin = $1 AND idem_key = $2";
+        let row: Option<(i32, String)> =
+            on!(self, p => sqlx::query_as(sql).bind(admin).bind(key).fetch_optional(p).await?);
+        Ok(row.map(|(s, b)| (u16::try_from(s).unwrap_or(200), b)))
     }
 
     /// Admin changes, newest first, `before` an id.
@@ -270,6 +297,7 @@ pub fn verify(rows: &[AuditRow]) -> Result<(), i64> {
             admin: &r.admin,
             diff: &r.diff,
             now_ms: r.ts_ms,
+            idem: None,
         };
         if r.prev_hash != prev || audit_hash(&prev, &w) != r.hash {
             return Err(r.id);

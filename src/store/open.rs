@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 use super::db::{Db, DbError};
-use super::seal::{MasterKey, Pepper, SealError, hex};
+use super::seal::{Keyring, MasterKey, Pepper, SealError, hex};
 use crate::config::StoreSettings;
 
 #[derive(Debug, thiserror::Error)]
@@ -14,6 +14,8 @@ pub enum OpenError {
     Db(#[from] DbError),
     #[error("store.master_key (or SWITCHYARD_MASTER_KEY): {0}")]
     MasterKey(SealError),
+    #[error("SWITCHYARD_NEW_MASTER_KEY: {0}")]
+    NewMasterKey(SealError),
     #[error(
         "the store's secrets are sealed under master key {0}, which is not the one configured: configure that key (store.master_key or SWITCHYARD_MASTER_KEY)"
     )]
@@ -25,37 +27,65 @@ pub enum OpenError {
 /// The open store.
 pub struct Store {
     pub db: Db,
-    master: Option<MasterKey>,
+    keys: Option<Keyring>,
     pepper: Option<Pepper>,
+}
+
+/// The master keys from the environment: `SWITCHYARD_MASTER_KEY` (unless the config gives
+/// `store.master_key`) and, while a rotation runs, `SWITCHYARD_NEW_MASTER_KEY`.
+#[derive(Default)]
+pub struct MasterEnv {
+    pub current: Option<String>,
+    pub next: Option<String>,
+}
+
+impl MasterEnv {
+    pub fn from_env() -> MasterEnv {
+        MasterEnv {
+            current: std::env::var("SWITCHYARD_MASTER_KEY").ok(),
+            next: std::env::var("SWITCHYARD_NEW_MASTER_KEY").ok(),
+        }
+    }
 }
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store")
             .field("backend", &self.db.backend())
-            .field("master_key", &self.master.as_ref().map(MasterKey::id))
+            .field("master_keys", &self.keys)
             .finish()
     }
 }
 
 /// The pepper's row, and the associated data it is sealed for.
-const PEPPER: &str = "pepper";
+pub(crate) const PEPPER: &str = "pepper";
 
 impl Store {
     /// Opens and migrates the store; `env_master` is `SWITCHYARD_MASTER_KEY`, read by the caller.
-    pub async fn open(s: &StoreSettings, env_master: Option<String>) -> Result<Store, OpenError> {
+    pub async fn open(s: &StoreSettings, env: MasterEnv) -> Result<Store, OpenError> {
         let db = Db::open(s.url.expose()).await?;
         let text = s
             .master_key
             .as_ref()
             .map(|k| k.expose().to_string())
-            .or(env_master)
+            .or(env.current)
             .filter(|k| !k.trim().is_empty());
-        let master = match text {
-            Some(t) => Some(MasterKey::from_base64(&t).map_err(OpenError::MasterKey)?),
+        let next = match env.next.filter(|k| !k.trim().is_empty()) {
+            Some(t) => Some(MasterKey::from_base64(&t).map_err(OpenError::NewMasterKey)?),
             None => None,
         };
-        let pepper = match &master {
+        let keys = match (text, next) {
+            (Some(t), next) => {
+                let current = MasterKey::from_base64(&t).map_err(OpenError::MasterKey)?;
+                Some(match next {
+                    Some(n) => Keyring::new(n, Some(current)),
+                    None => Keyring::new(current, None),
+                })
+            }
+            (None, Some(n)) => Some(Keyring::new(n, None)),
+            (None, None) => None,
+        };
+        let pepper = match &keys {
             Some(m) => Some(pepper(&db, m).await?),
             None => {
                 tracing::warn!(
@@ -64,11 +94,12 @@ impl Store {
                 None
             }
         };
-        Ok(Store { db, master, pepper })
+        Ok(Store { db, keys, pepper })
     }
 
-    pub fn master(&self) -> Option<&MasterKey> {
-        self.master.as_ref()
+    /// The master keys, when configured.
+    pub fn keys(&self) -> Option<&Keyring> {
+        self.keys.as_ref()
     }
 
     pub fn pepper(&self) -> Option<&Pepper> {
@@ -79,14 +110,14 @@ impl Store {
     pub fn describe(&self) -> Value {
         json!({
             "backend": self.db.backend(),
-            "master_key": self.master.as_ref().map(MasterKey::id),
+            "master_key": self.keys.as_ref().map(|k| k.sealing().id()),
         })
     }
 }
 
 /// The store's pepper: the one already kept, or a new one kept now. Replicas starting together
 /// race to insert theirs; every one reads back the winner's.
-async fn pepper(db: &Db, master: &MasterKey) -> Result<Pepper, OpenError> {
+async fn pepper(db: &Db, master: &Keyring) -> Result<Pepper, OpenError> {
     if read_meta(db, PEPPER).await?.is_none() {
         let (_, bytes) = Pepper::generate().map_err(OpenError::Pepper)?;
         let sealed = master
@@ -105,7 +136,7 @@ async fn pepper(db: &Db, master: &MasterKey) -> Result<Pepper, OpenError> {
     Ok(Pepper::from_bytes(&bytes))
 }
 
-async fn read_meta(db: &Db, k: &str) -> Result<Option<String>, DbError> {
+pub(crate) async fn read_meta(db: &Db, k: &str) -> Result<Option<String>, DbError> {
     let sql = "SELECT v FROM meta WHERE k = $1";
     Ok(match db {
         Db::Sqlite(p) => sqlx::query_scalar(sql).bind(k).fetch_optional(p).await?,
@@ -133,7 +164,7 @@ async fn insert_meta(db: &Db, k: &str, v: &str) -> Result<(), DbError> {
     Ok(())
 }
 
-fn unhex(s: &str) -> Option<[u8; 32]> {
+pub(crate) fn unhex(s: &str) -> Option<[u8; 32]> {
     if s.len() != 64 {
         return None;
     }

@@ -7,10 +7,11 @@
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
 use ring::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
+use ring::digest;
 use ring::rand::{SecureRandom, SystemRandom};
-use ring::{digest, hmac};
 
 use crate::secret::Secret;
+pub use crate::secret::{Pepper, hex};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SealError {
@@ -102,6 +103,42 @@ impl MasterKey {
     }
 }
 
+/// The master keys a store opens with: the first seals; any opens what it sealed. Two only
+/// while a rotation runs (the new key first).
+pub struct Keyring(Vec<MasterKey>);
+
+impl std::fmt::Debug for Keyring {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(MasterKey::id))
+            .finish()
+    }
+}
+
+impl Keyring {
+    pub fn new(sealing: MasterKey, also: Option<MasterKey>) -> Keyring {
+        Keyring(std::iter::once(sealing).chain(also).collect())
+    }
+
+    /// The key new values are sealed under.
+    pub fn sealing(&self) -> &MasterKey {
+        &self.0[0]
+    }
+
+    pub fn seal(&self, plaintext: &[u8], aad: &str) -> Result<String, SealError> {
+        self.sealing().seal(plaintext, aad)
+    }
+
+    /// Opens with whichever key sealed the value.
+    pub fn open(&self, sealed: &str, aad: &str) -> Result<Secret, SealError> {
+        let id = sealed_with(sealed)?;
+        match self.0.iter().find(|k| k.id == id) {
+            Some(k) => k.open(sealed, aad),
+            None => Err(SealError::UnknownKey(id.to_string())),
+        }
+    }
+}
+
 /// The master key id a sealed value names (a rotation re-seals those under the old one).
 pub fn sealed_with(sealed: &str) -> Result<&str, SealError> {
     parse(sealed).map(|(id, _, _)| id)
@@ -127,10 +164,6 @@ fn parse(sealed: &str) -> Result<(&str, [u8; NONCE_LEN], Vec<u8>), SealError> {
     Ok((id, nonce, body))
 }
 
-/// The keyed hash gateway keys are kept as: the same key always hashes the same under one
-/// pepper, and without the pepper a hash says nothing about the key.
-pub struct Pepper(hmac::Key);
-
 impl Pepper {
     /// A fresh random pepper and its bytes (to be sealed and stored once, at the first start).
     pub fn generate() -> Result<(Pepper, [u8; 32]), SealError> {
@@ -139,20 +172,6 @@ impl Pepper {
             .fill(&mut bytes)
             .map_err(|_| SealError::Random)?;
         Ok((Pepper::from_bytes(&bytes), bytes))
-    }
-
-    pub fn from_bytes(bytes: &[u8; 32]) -> Pepper {
-        Pepper(hmac::Key::new(hmac::HMAC_SHA256, bytes))
-    }
-
-    /// The hex HMAC-SHA-256 of a gateway key.
-    pub fn hash(&self, key: &str) -> String {
-        hex(hmac::sign(&self.0, key.as_bytes()).as_ref())
-    }
-
-    /// Whether `presented` is the key behind `hash` (constant time).
-    pub fn matches(&self, presented: &str, hash: &str) -> bool {
-        Secret::new(self.hash(presented)).matches(hash.as_bytes())
     }
 }
 
@@ -173,17 +192,6 @@ pub fn generate_key() -> Result<String, SealError> {
         }
     }
     Ok(out)
-}
-
-/// Lower-case hex of `bytes`.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(char::from(HEX[usize::from(b >> 4)]));
-        s.push(char::from(HEX[usize::from(b & 15)]));
-    }
-    s
 }
 
 #[cfg(test)]

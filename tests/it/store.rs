@@ -149,34 +149,42 @@ fn master(byte: u8) -> String {
 
 #[tokio::test]
 async fn the_pepper_is_made_once_sealed_and_read_back_under_the_same_master_key() {
-    use switchyard::store::{OpenError, Store};
+    use switchyard::store::{MasterEnv, OpenError, Store};
     let (_dir, _pg, urls) = backends("pepper").await;
     for url in &urls {
-        let first = Store::open(&settings(url, Some(&master(1))), None)
+        let first = Store::open(&settings(url, Some(&master(1))), MasterEnv::default())
             .await
             .unwrap();
         let hash = first.pepper().unwrap().hash("sk-sy-some-key");
         // Another start (another replica) hashes keys the same way.
-        let again = Store::open(&settings(url, None), Some(master(1)))
-            .await
-            .unwrap();
+        let again = Store::open(
+            &settings(url, None),
+            MasterEnv {
+                current: Some(master(1)),
+                next: None,
+            },
+        )
+        .await
+        .unwrap();
         assert_eq!(
             again.pepper().unwrap().hash("sk-sy-some-key"),
             hash,
             "{url}"
         );
         // Another master key cannot open what the first sealed, and says which key it needs.
-        match Store::open(&settings(url, Some(&master(2))), None).await {
+        match Store::open(&settings(url, Some(&master(2))), MasterEnv::default()).await {
             Err(OpenError::WrongMasterKey(id)) => {
-                assert_eq!(id, first.master().unwrap().id(), "{url}")
+                assert_eq!(id, first.keys().unwrap().sealing().id(), "{url}")
             }
             other => panic!("{url}: {other:?}"),
         }
         // Without a master key the store opens, but has nothing to hash keys with.
-        let bare = Store::open(&settings(url, None), None).await.unwrap();
-        assert!(bare.pepper().is_none() && bare.master().is_none(), "{url}");
+        let bare = Store::open(&settings(url, None), MasterEnv::default())
+            .await
+            .unwrap();
+        assert!(bare.pepper().is_none() && bare.keys().is_none(), "{url}");
         assert!(matches!(
-            Store::open(&settings(url, Some("not a key")), None).await,
+            Store::open(&settings(url, Some("not a key")), MasterEnv::default()).await,
             Err(OpenError::MasterKey(_))
         ));
     }
@@ -224,6 +232,7 @@ fn write<'a>(
         admin: "ops",
         diff,
         now_ms: 1_700_000_000_000,
+        idem: None,
     }
 }
 

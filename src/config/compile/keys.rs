@@ -1,7 +1,7 @@
 //! `[[keys]]`: the gateway keys, then what they refer to (groups, redirects, failover
 //! defaults), checked once the channels and models are known.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use super::FieldError;
@@ -26,21 +26,34 @@ pub fn compile(list: &[KeyConfig], source: &Source) -> Result<Vec<GatewayKey>, F
         if !names.insert(k.name.as_str()) {
             return Err((at("name"), format!("duplicate key name {:?}", k.name)));
         }
-        if k.key.len() < 8 {
-            return Err((at("key"), "must be at least 8 characters".into()));
-        }
-        if k.key == DEMO_KEY && !matches!(source, Source::Demo) {
-            return Err((
-                at("key"),
-                "the public demo key is only accepted in demo mode".into(),
-            ));
-        }
-        if !values.insert(k.key.as_str()) {
-            return Err((at("key"), "the same key is given twice".into()));
-        }
+        let key = match (&k.key, &k.key_hash) {
+            (Some(key), None) => Some(plain(key, source, &mut values).map_err(|m| (at("key"), m))?),
+            (None, Some(h)) => {
+                if h.len() != 64 || !h.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    return Err((at("key_hash"), "expected 64 hex characters".into()));
+                }
+                None
+            }
+            _ => {
+                return Err((
+                    at("key"),
+                    "give the key (or, kept by the store, key_hash), not both".into(),
+                ));
+            }
+        };
+        let expires_at = match &k.expires_at {
+            Some(t) => Some(humantime::parse_rfc3339_weak(t).map_err(|e| {
+                (
+                    at("expires_at"),
+                    format!("expected an RFC 3339 time such as 2027-01-31T00:00:00Z: {e}"),
+                )
+            })?),
+            None => None,
+        };
         keys.push(GatewayKey {
             name: k.name.as_str().into(),
-            key: Secret::new(k.key.as_str()),
+            key,
+            expires_at,
             groups: k.groups.iter().map(|g| g.as_str().into()).collect(),
             redirects: Vec::new(),
             defaults: None,
@@ -48,6 +61,32 @@ pub fn compile(list: &[KeyConfig], source: &Source) -> Result<Vec<GatewayKey>, F
         });
     }
     Ok(keys)
+}
+
+/// A key given in plain: long enough, the demo key only in demo mode, not given twice.
+fn plain<'a>(
+    key: &'a str,
+    source: &Source,
+    values: &mut HashSet<&'a str>,
+) -> Result<Secret, String> {
+    if key.len() < 8 {
+        return Err("must be at least 8 characters".into());
+    }
+    if key == DEMO_KEY && !matches!(source, Source::Demo) {
+        return Err("the public demo key is only accepted in demo mode".into());
+    }
+    if !values.insert(key) {
+        return Err("the same key is given twice".into());
+    }
+    Ok(Secret::new(key))
+}
+
+/// The hashed keys' index: hash → position in `keys`.
+pub fn hashed(list: &[KeyConfig]) -> HashMap<String, usize> {
+    list.iter()
+        .enumerate()
+        .filter_map(|(i, k)| Some((k.key_hash.clone()?.to_ascii_lowercase(), i)))
+        .collect()
 }
 
 /// What each key refers to: its groups must hold a channel, its redirects and failover

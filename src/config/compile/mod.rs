@@ -15,9 +15,11 @@ mod tests;
 use std::sync::atomic::Ordering;
 
 use super::file::FileConfig;
+use super::overlay::View;
 use super::snapshot::{Snapshot, VERSION};
 use super::{ConfigError, Source};
 use crate::provider::HttpClients;
+use crate::secret::Pepper;
 
 /// A field's path and what is wrong with it.
 type FieldError = (String, String);
@@ -27,10 +29,19 @@ pub(crate) fn compile(
     shown: &str,
     source: Source,
     clients: &HttpClients,
+    view: View,
+    pepper: Option<Pepper>,
 ) -> Result<Snapshot, ConfigError> {
     let err = |(field, message): FieldError| ConfigError::field(shown, field, message);
     let sections = server::compile(&cfg).map_err(err)?;
+    if cfg.channels.is_empty() && cfg.store.is_none() {
+        return Err(err((
+            "channels".into(),
+            "must have at least one entry (or configure [store] and add channels through the admin API)".into(),
+        )));
+    }
     let mut keys = keys::compile(&cfg.keys, &source).map_err(err)?;
+    let hashed = keys::hashed(&cfg.keys);
     let request_timeout_ms = cfg.server.request_timeout_ms.get();
     let (channels, models) =
         channels::compile(&cfg.channels, request_timeout_ms, clients).map_err(err)?;
@@ -54,5 +65,8 @@ pub(crate) fn compile(
         catalog,
         version: VERSION.fetch_add(1, Ordering::Relaxed),
         source,
+        view: std::sync::Arc::new(view),
+        pepper,
+        hashed,
     })
 }

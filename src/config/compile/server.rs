@@ -7,8 +7,8 @@ use std::time::Duration;
 use super::FieldError;
 use crate::config::file::{Balance, FileConfig};
 use crate::config::settings::{
-    AffinitySettings, BudgetSettings, HealthSettings, LogSettings, ServerSettings, StateSettings,
-    StoreSettings,
+    Admin, AffinitySettings, BudgetSettings, HealthSettings, LogSettings, Role, ServerSettings,
+    StateSettings, StoreSettings,
 };
 use crate::secret::Secret;
 
@@ -61,6 +61,48 @@ fn store(cfg: &FileConfig) -> Result<Option<StoreSettings>, FieldError> {
     }))
 }
 
+/// `[[admins]]` and `server.admin_token` (an `admin` named "admin"): tokens of 16 characters
+/// or more, names and tokens unique.
+fn admins(cfg: &FileConfig) -> Result<Vec<Admin>, FieldError> {
+    let mut out: Vec<Admin> = Vec::with_capacity(cfg.admins.len() + 1);
+    if let Some(t) = &cfg.server.admin_token {
+        if t.len() < 16 {
+            return Err(field(
+                "server.admin_token",
+                "must be at least 16 characters",
+            ));
+        }
+        out.push(Admin {
+            name: "admin".into(),
+            token: Secret::new(t.as_str()),
+            role: Role::Admin,
+            groups: Vec::new(),
+        });
+    }
+    for (i, a) in cfg.admins.iter().enumerate() {
+        let at = |f: &str| format!("admins[{i}].{f}");
+        if a.name.is_empty() || out.iter().any(|o| *o.name == *a.name) {
+            return Err((
+                at("name"),
+                format!("must be set and unique, got {:?}", a.name),
+            ));
+        }
+        if a.token.len() < 16 {
+            return Err((at("token"), "must be at least 16 characters".into()));
+        }
+        if out.iter().any(|o| o.token.matches(a.token.as_bytes())) {
+            return Err((at("token"), "the same token is given twice".into()));
+        }
+        out.push(Admin {
+            name: a.name.as_str().into(),
+            token: Secret::new(a.token.as_str()),
+            role: a.role,
+            groups: a.groups.iter().map(|g| g.as_str().into()).collect(),
+        });
+    }
+    Ok(out)
+}
+
 fn server(cfg: &FileConfig) -> Result<ServerSettings, FieldError> {
     let s = &cfg.server;
     let listen: SocketAddr = s.listen.parse().map_err(|_| {
@@ -69,14 +111,14 @@ fn server(cfg: &FileConfig) -> Result<ServerSettings, FieldError> {
             format!("expected host:port with an IP address, got {:?}", s.listen),
         )
     })?;
-    let admin_token = match &s.admin_token {
-        Some(t) if t.len() < 16 => {
-            return Err(field(
-                "server.admin_token",
-                "must be at least 16 characters",
-            ));
-        }
-        Some(t) => Some(Secret::new(t.as_str())),
+    let admins = admins(cfg)?;
+    let admin_listen = match &cfg.admin.listen {
+        Some(a) => Some(a.parse::<SocketAddr>().map_err(|_| {
+            field(
+                "admin.listen",
+                format!("expected host:port with an IP address, got {a:?}"),
+            )
+        })?),
         None => None,
     };
     let rb = &s.retry_budget;
@@ -90,7 +132,8 @@ fn server(cfg: &FileConfig) -> Result<ServerSettings, FieldError> {
         max_body_bytes: s.max_body_bytes.get(),
         max_attempts: s.max_attempts.get(),
         max_retry_after: Duration::from_millis(s.max_retry_after_ms),
-        admin_token,
+        admins,
+        admin_listen,
         max_hops: s.max_hops,
         retry_budget: BudgetSettings {
             ratio: rb.ratio,

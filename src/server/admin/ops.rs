@@ -1,51 +1,23 @@
-//! The admin API (`/admin/*`): the request log, a config reload, channel health. It exists
-//! only when an admin token is configured; without one every admin path looks like 404.
+//! The operations of before the store: the request log, a config reload, channel health.
 
-use axum::Router;
-use axum::extract::{Query, State};
-use axum::http::{HeaderMap, Uri};
+use axum::extract::Query;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::ctx::bearer;
-use super::{ApiError, AppState};
-use crate::config::Snapshot;
-
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/admin/requests", get(admin_requests))
-        .route("/admin/reload", post(admin_reload))
-        .route("/admin/health", get(admin_health))
-}
-
-/// Admin routes exist only when an admin token is configured; anything else looks like 404.
-fn admin_guard(snap: &Snapshot, headers: &HeaderMap, uri: &Uri) -> Result<(), ApiError> {
-    let Some(token) = &snap.server.admin_token else {
-        return Err(ApiError::NotFound(uri.path().to_string()));
-    };
-    match bearer(headers) {
-        Some(p) if token.matches(p.as_bytes()) => Ok(()),
-        _ => Err(ApiError::Unauthorized),
-    }
-}
+use super::{Admin, ControlError};
+use crate::server::ApiError;
 
 #[derive(Deserialize)]
-struct RecentQuery {
+pub struct RecentQuery {
     limit: Option<u32>,
 }
 
-async fn admin_requests(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    uri: Uri,
+pub async fn requests(
+    admin: Admin,
     query: Result<Query<RecentQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
-    let snap = state.live.load();
-    if let Err(e) = admin_guard(&snap, &headers, &uri) {
-        return e.into_response();
-    }
+    let state = &admin.state;
     let Ok(Query(q)) = query else {
         return ApiError::Invalid(crate::protocol::InvalidRequest::new(
             "limit",
@@ -65,10 +37,13 @@ async fn admin_requests(
     }
 }
 
-async fn admin_reload(State(state): State<AppState>, headers: HeaderMap, uri: Uri) -> Response {
-    let snap = state.live.load();
-    if let Err(e) = admin_guard(&snap, &headers, &uri) {
-        return e.into_response();
+pub async fn reload(admin: Admin) -> Response {
+    let state = &admin.state;
+    if !admin.caller.groups.is_empty() {
+        return ApiError::from(ControlError::OutOfScope(
+            "an admin limited to groups cannot reload the config".into(),
+        ))
+        .into_response();
     }
     // Reading and compiling a file is blocking work: off the runtime threads.
     let live = state.live.clone();
@@ -96,11 +71,8 @@ async fn admin_reload(State(state): State<AppState>, headers: HeaderMap, uri: Ur
 }
 
 /// Channel health as the router sees it: score, success rate, circuit and cooldowns.
-async fn admin_health(State(state): State<AppState>, headers: HeaderMap, uri: Uri) -> Response {
-    let snap = state.live.load();
-    if let Err(e) = admin_guard(&snap, &headers, &uri) {
-        return e.into_response();
-    }
+pub async fn health(admin: Admin) -> Response {
+    let (state, snap) = (&admin.state, &admin.snap);
     let known = state.health.report(&snap.health);
     // Channels health has no verdicts for yet are healthy by default: list them too.
     let mut rows: Vec<Value> = known.as_array().cloned().unwrap_or_default();

@@ -1,0 +1,113 @@
+//! Who is calling the admin API: a bearer token from `[[admins]]` (or `server.admin_token`),
+//! compared in constant time against every token; a viewer may only read; too many failures
+//! from one address in a minute are refused before any token is compared.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::http::{HeaderMap, Method};
+
+use super::ControlError;
+use crate::config::{Role, Snapshot};
+use crate::server::ApiError;
+use crate::server::ctx::bearer;
+
+/// Failed attempts a minute one address may make.
+const MAX_FAILURES: u32 = 10;
+const WINDOW: Duration = Duration::from_secs(60);
+
+/// The admin a request is made by.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub name: Arc<str>,
+    /// Empty: every group.
+    pub groups: Vec<Arc<str>>,
+}
+
+impl Caller {
+    /// Whether an object of `groups` (none = the default group) is this admin's to see.
+    pub fn sees(&self, groups: &[&str]) -> bool {
+        if self.groups.is_empty() {
+            return true;
+        }
+        let default = [crate::config::DEFAULT_GROUP];
+        let groups = if groups.is_empty() {
+            &default[..]
+        } else {
+            groups
+        };
+        groups
+            .iter()
+            .all(|g| self.groups.iter().any(|m| &**m == *g))
+    }
+}
+
+/// Failed attempts by address, in fixed one-minute windows.
+#[derive(Default)]
+pub struct Failures(Mutex<HashMap<IpAddr, (Instant, u32)>>);
+
+impl Failures {
+    /// Seconds until `ip` may try again, when it is over the limit.
+    fn blocked(&self, ip: IpAddr, now: Instant) -> Option<u64> {
+        let map = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (start, n) = map.get(&ip)?;
+        let left = WINDOW.checked_sub(now.duration_since(*start))?;
+        (*n >= MAX_FAILURES).then(|| left.as_secs().max(1))
+    }
+
+    fn failed(&self, ip: IpAddr, now: Instant) {
+        let mut map = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Old windows go, so the map stays as small as the addresses failing this minute.
+        map.retain(|_, (start, _)| now.duration_since(*start) < WINDOW);
+        let e = map.entry(ip).or_insert((now, 0));
+        e.1 += 1;
+    }
+}
+
+/// The caller, or why not: 404 when no admin is configured (the admin API does not exist),
+/// 429 for an address over its failures, 401 for a wrong token, 403 for a viewer writing.
+pub fn guard(
+    snap: &Snapshot,
+    failures: &Failures,
+    headers: &HeaderMap,
+    method: &Method,
+    path: &str,
+    peer: IpAddr,
+) -> Result<Caller, ApiError> {
+    if snap.server.admins.is_empty() {
+        return Err(ApiError::NotFound(path.to_string()));
+    }
+    let now = Instant::now();
+    if let Some(secs) = failures.blocked(peer, now) {
+        return Err(ControlError::RateLimited(secs).into());
+    }
+    let presented = bearer(headers).unwrap_or("");
+    let mut found = None;
+    // Every token compared, no early exit: the time says nothing about which one is close.
+    for a in &snap.server.admins {
+        if a.token.matches(presented.as_bytes()) {
+            found = Some(a);
+        }
+    }
+    let Some(admin) = found else {
+        failures.failed(peer, now);
+        tracing::warn!(%peer, path, "admin API: a wrong or missing token");
+        return Err(ApiError::Unauthorized);
+    };
+    let reading = matches!(*method, Method::GET | Method::HEAD);
+    if !reading && admin.role == Role::Viewer {
+        return Err(ControlError::Forbidden.into());
+    }
+    Ok(Caller {
+        name: admin.name.clone(),
+        groups: admin.groups.clone(),
+    })
+}

@@ -1,0 +1,141 @@
+//! The admin API (`/admin/*`): the objects the store manages (channels, keys, redirects,
+//! routers, models: `objects.rs`, each change validated and applied by `apply.rs`), the
+//! effective config and the audit (`docs.rs`), and the operations of before (`ops.rs`: the
+//! request log, a reload, channel health). Who may call it is `auth.rs`; what it masks,
+//! `mask.rs`. It exists only when an admin is configured: without one every path is 404.
+
+mod apply;
+mod auth;
+mod docs;
+mod error;
+pub mod mask;
+mod objects;
+mod ops;
+
+pub use apply::refresh;
+pub use auth::Failures;
+pub use error::ControlError;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{ConnectInfo, FromRequestParts};
+use axum::http::request::Parts;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{MethodRouter, get, post};
+
+use super::AppState;
+use crate::config::Snapshot;
+
+/// Every admin route: its method, path and handler. The OpenAPI document is checked against
+/// this table, so a route added here and not there fails a test.
+fn table() -> Vec<(&'static str, &'static str, MethodRouter<AppState>)> {
+    vec![
+        ("get", "/admin/requests", get(ops::requests)),
+        ("post", "/admin/reload", post(ops::reload)),
+        ("get", "/admin/health", get(ops::health)),
+        ("get", "/admin/config", get(docs::config)),
+        ("get", "/admin/audit", get(docs::audit)),
+        ("get", "/admin/openapi.json", get(docs::openapi)),
+        ("get", "/admin/{section}", get(objects::list)),
+        ("post", "/admin/{section}", post(objects::create)),
+        ("get", "/admin/{section}/{id}", get(objects::read)),
+        (
+            "patch",
+            "/admin/{section}/{id}",
+            axum::routing::patch(objects::update),
+        ),
+        (
+            "delete",
+            "/admin/{section}/{id}",
+            axum::routing::delete(objects::remove),
+        ),
+    ]
+}
+
+/// The `(method, path)` of every admin route.
+#[cfg(test)]
+pub fn route_list() -> Vec<(&'static str, &'static str)> {
+    table().into_iter().map(|(m, p, _)| (m, p)).collect()
+}
+
+pub fn routes() -> Router<AppState> {
+    let mut r = Router::new();
+    for (_, path, handler) in table() {
+        r = r.route(path, handler);
+    }
+    r
+}
+
+/// An authenticated admin request: the caller, the snapshot it was checked against, the state.
+pub struct Admin {
+    pub caller: auth::Caller,
+    pub snap: Arc<Snapshot>,
+    pub state: AppState,
+}
+
+impl FromRequestParts<AppState> for Admin {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
+        let snap = state.live.load();
+        let peer = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |c| c.0.ip());
+        let caller = auth::guard(
+            &snap,
+            &state.admin_failures,
+            &parts.headers,
+            &parts.method,
+            parts.uri.path(),
+            peer,
+        )
+        .map_err(IntoResponse::into_response)?;
+        Ok(Admin {
+            caller,
+            snap,
+            state: state.clone(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    /// Every route of the table is in the OpenAPI document (a `{section}` route once per
+    /// section), and the document has no route the table lacks.
+    #[test]
+    fn the_openapi_document_lists_every_admin_route() {
+        let doc: Value = serde_json::from_str(super::docs::OPENAPI).unwrap();
+        let paths = doc["paths"].as_object().unwrap();
+        let mut listed = 0;
+        for (method, path) in super::route_list() {
+            let concrete: Vec<String> = if path.contains("{section}") {
+                crate::config::overlay::SECTIONS
+                    .iter()
+                    .map(|(s, id)| {
+                        path.replace("{section}", s)
+                            .replace("{id}", &format!("{{{id}}}"))
+                    })
+                    .collect()
+            } else {
+                vec![path.to_string()]
+            };
+            for p in concrete {
+                assert!(
+                    paths.get(&p).and_then(|o| o.get(method)).is_some(),
+                    "{method} {p} missing"
+                );
+                listed += 1;
+            }
+        }
+        let documented: usize = paths.values().map(|o| o.as_object().unwrap().len()).sum();
+        assert_eq!(
+            documented, listed,
+            "the document lists a route the table does not have"
+        );
+    }
+}

@@ -1,0 +1,426 @@
+//! `/admin/{channels,keys,redirects,routers,models}[/{id}]`: list, read, create, change (a JSON
+//! merge patch) and delete the entries of a config section. Entries from the file are listed
+//! with `"source": "file"` and cannot be changed here; the store's are `"source": "api"`.
+
+use axum::extract::Path;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Map, Value, json};
+
+use super::apply::{Change, apply, store};
+use super::{Admin, ControlError, mask};
+use crate::config::overlay::{SECTIONS, id_field};
+use crate::config::{Origin, Snapshot};
+use crate::server::ApiError;
+use crate::store::objects::{Action, Idem};
+
+/// A section the admin API manages, or 404.
+fn section(name: &str) -> Result<&'static str, ApiError> {
+    SECTIONS
+        .iter()
+        .find(|(s, _)| *s == name)
+        .map(|(s, _)| *s)
+        .ok_or_else(|| ApiError::NotFound(format!("/admin/{name}")))
+}
+
+/// The groups an entry is in (channels and keys have groups; others are global).
+fn groups(v: &Value) -> Vec<&str> {
+    v.get("groups")
+        .and_then(Value::as_array)
+        .map(|g| g.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
+/// Whether the caller may see (and change) this entry.
+fn visible(admin: &Admin, section: &str, v: &Value) -> bool {
+    match section {
+        "channels" | "keys" => admin.caller.sees(&groups(v)),
+        _ => true,
+    }
+}
+
+/// An entry as answered: masked, with its source (and a channel's live health).
+fn shown(admin: &Admin, section: &str, index: usize, origin: Origin, v: &Value) -> Value {
+    let mut out = mask::entry(section, v);
+    if let Some(obj) = out.as_object_mut() {
+        if section == "redirects" && !obj.contains_key("id") {
+            obj.insert("id".into(), json!(format!("file:{index}")));
+        }
+        obj.insert("source".into(), json!(origin.as_str()));
+        if section == "channels" {
+            let name = v.get("name").and_then(Value::as_str).unwrap_or("");
+            obj.insert("health".into(), health(admin, name));
+        }
+    }
+    out
+}
+
+fn health(admin: &Admin, channel: &str) -> Value {
+    let report = admin.state.health.report(&admin.snap.health);
+    let row = report
+        .as_array()
+        .and_then(|rows| rows.iter().find(|r| r["channel"] == channel));
+    match row {
+        Some(r) => json!({"score": r["score"], "circuit": r["circuit"]}),
+        None => json!({"score": 100.0, "circuit": "closed"}),
+    }
+}
+
+/// The entry `id` names in `snap`, when the caller may see it: its index, origin and body.
+fn find<'a>(
+    admin: &Admin,
+    snap: &'a Snapshot,
+    section: &str,
+    id: &str,
+) -> Result<(usize, Origin, &'a Value), ApiError> {
+    let found = match id
+        .strip_prefix("file:")
+        .and_then(|i| i.parse::<usize>().ok())
+    {
+        Some(i) if section == "redirects" => snap
+            .view
+            .entries(section)
+            .get(i)
+            .filter(|(o, _)| *o == Origin::File)
+            .map(|(o, v)| (i, *o, *v)),
+        _ => snap.view.entry(section, id),
+    };
+    found
+        .filter(|(_, _, v)| visible(admin, section, v))
+        .ok_or_else(|| {
+            ControlError::Missing {
+                section: section.into(),
+                id: id.into(),
+            }
+            .into()
+        })
+}
+
+pub async fn list(admin: Admin, Path(name): Path<String>) -> Response {
+    let section = match section(&name) {
+        Ok(s) => s,
+        Err(e) => return e.into_response(),
+    };
+    let snap = admin.snap.clone();
+    let data: Vec<Value> = snap
+        .view
+        .entries(section)
+        .into_iter()
+        .enumerate()
+        .filter(|(_, (_, v))| visible(&admin, section, v))
+        .map(|(i, (o, v))| shown(&admin, section, i, o, v))
+        .collect();
+    axum::Json(json!({"object": "list", "data": data, "version": snap.view.store_version}))
+        .into_response()
+}
+
+pub async fn read(admin: Admin, Path((name, id)): Path<(String, String)>) -> Response {
+    let snap = admin.snap.clone();
+    let found = section(&name).and_then(|s| Ok((s, find(&admin, &snap, s, &id)?)));
+    match found {
+        Ok((s, (i, o, v))) => axum::Json(shown(&admin, s, i, o, v)).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// A write's refusal when the caller is limited to groups and the entry is outside them (or
+/// the section is global).
+fn in_scope(admin: &Admin, section: &str, body: &Value) -> Result<(), ApiError> {
+    if admin.caller.groups.is_empty() {
+        return Ok(());
+    }
+    let ok = matches!(section, "channels" | "keys") && admin.caller.sees(&groups(body));
+    if ok {
+        Ok(())
+    } else {
+        Err(ControlError::OutOfScope(format!(
+            "admin {:?} may only change channels and keys of its groups",
+            &*admin.caller.name
+        ))
+        .into())
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+pub async fn create(
+    admin: Admin,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    match create_entry(&admin, &name, &headers, &body).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn create_entry(
+    admin: &Admin,
+    name: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let section = section(name)?;
+    let store = store(&admin.state)?;
+    let idem_key = headers
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .filter(|k| !k.is_empty() && k.len() <= 255);
+    if let Some(k) = idem_key
+        && let Some(kept) = super::docs::replay(store, &admin.caller.name, k).await?
+    {
+        return Ok(kept);
+    }
+    let mut entry = object(body)?;
+    let field = id_field(section).unwrap_or("name");
+    if section == "redirects" && !entry.contains_key("id") {
+        entry.insert("id".into(), json!(format!("rd_{}", fastrand_id())));
+    }
+    let id = match entry.get(field) {
+        Some(Value::String(s)) if !s.is_empty() => s.clone(),
+        _ => return Err(ControlError::invalid(field, "required: a non-empty string").into()),
+    };
+    let mut entry = Value::Object(entry);
+    in_scope(admin, section, &entry)?;
+    if admin
+        .snap
+        .view
+        .entry(section, &id)
+        .is_some_and(|(_, o, _)| o == Origin::File)
+    {
+        return Err(ControlError::Exists {
+            section: section.into(),
+            id,
+            where_: " in the config file",
+        }
+        .into());
+    }
+    let secret = if section == "keys" {
+        Some(hash_key(admin, &mut entry, true)?)
+    } else {
+        None
+    };
+    let diff = json!({"after": mask::entry(section, &entry)});
+    let mut answer = mask::entry(section, &entry);
+    answer["source"] = json!("api");
+    if let Some(Some(k)) = &secret {
+        answer["key"] = json!(k);
+    }
+    let text = answer.to_string();
+    let kept = super::docs::keep(store, &admin.caller.name, idem_key, &text)?;
+    let change = Change {
+        section,
+        id: &id,
+        action: Action::Create,
+        body: Some(entry),
+        diff,
+    };
+    let idem = idem_key.zip(kept.as_deref()).map(|(key, body)| Idem {
+        key,
+        status: 201,
+        body,
+    });
+    match apply(&admin.state, &admin.caller.name, change, idem, now_ms()).await {
+        Ok(_) => {}
+        Err(ApiError::Control(ControlError::InUse(_))) if idem_key.is_some() => {
+            // Another request with this key landed first: its answer is the answer.
+            let k = idem_key.unwrap_or_default();
+            if let Some(kept) = super::docs::replay(store, &admin.caller.name, k).await? {
+                return Ok(kept);
+            }
+        }
+        Err(e) => return Err(e),
+    }
+    Ok((StatusCode::CREATED, axum::Json(answer)).into_response())
+}
+
+fn fastrand_id() -> String {
+    std::iter::repeat_with(fastrand::alphanumeric)
+        .take(12)
+        .collect()
+}
+
+/// A request body that must be a JSON object.
+fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(m)) => Ok(m),
+        Ok(_) => Err(ControlError::invalid("", "expected a JSON object").into()),
+        Err(e) => Err(ApiError::InvalidJson(e.to_string())),
+    }
+}
+
+/// A gateway key entry as the store keeps it: its `key` (given, or made when `generate` and
+/// none is given) replaced by `key_hash`. Returns the key made, to be answered once.
+fn hash_key(admin: &Admin, entry: &mut Value, generate: bool) -> Result<Option<String>, ApiError> {
+    let Some(obj) = entry.as_object_mut() else {
+        return Ok(None);
+    };
+    if obj.contains_key("key_hash") {
+        return Err(
+            ControlError::invalid("key_hash", "is set by the gateway; give `key` or none").into(),
+        );
+    }
+    let given = match obj.remove("key") {
+        Some(Value::String(k)) => Some(k),
+        Some(_) => return Err(ControlError::invalid("key", "expected a string").into()),
+        None => None,
+    };
+    let (key, made) = match given {
+        Some(k) => {
+            if k.len() < 8 {
+                return Err(ControlError::invalid("key", "must be at least 8 characters").into());
+            }
+            (k, None)
+        }
+        None if generate => {
+            let k = crate::store::seal::generate_key()
+                .map_err(|e| ControlError::Store(e.to_string()))?;
+            (k.clone(), Some(k))
+        }
+        None => return Ok(None),
+    };
+    let pepper = admin
+        .state
+        .store
+        .as_ref()
+        .and_then(|s| s.pepper())
+        .ok_or(ControlError::NoMasterKey)?;
+    if admin.snap.authenticate(&key).is_some() {
+        return Err(ControlError::invalid("key", "this key is already in use").into());
+    }
+    obj.insert("key_hash".into(), json!(pepper.hash(&key)));
+    Ok(made)
+}
+
+/// RFC 7386: `null` removes a member, an object merges, anything else replaces.
+fn merge_patch(target: &mut Value, patch: &Value) {
+    let Value::Object(p) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = Value::Object(Map::new());
+    }
+    if let Value::Object(t) = target {
+        for (k, v) in p {
+            if v.is_null() {
+                t.remove(k);
+            } else {
+                merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
+            }
+        }
+    }
+}
+
+/// The store's own entry (read from the store: this replica's snapshot may not have it yet),
+/// or why it cannot be changed here (409 for a file entry); none when there is none to see.
+async fn own(admin: &Admin, section: &str, id: &str) -> Result<Option<Value>, ApiError> {
+    if let Some((_, Origin::File, _)) = admin.snap.view.entry(section, id) {
+        return Err(ControlError::ReadOnly(format!(
+            "{section} {id:?} comes from the config file: change it there"
+        ))
+        .into());
+    }
+    let store = store(&admin.state)?;
+    let fail = |e: String| ApiError::from(ControlError::Store(e));
+    let Some(o) = store
+        .db
+        .object(section, id)
+        .await
+        .map_err(|e| fail(e.to_string()))?
+    else {
+        return Ok(None);
+    };
+    let v = store
+        .open_body(section, id, o.body)
+        .map_err(|e| fail(e.to_string()))?;
+    Ok(visible(admin, section, &v).then_some(v))
+}
+
+pub async fn update(
+    admin: Admin,
+    Path((name, id)): Path<(String, String)>,
+    body: axum::body::Bytes,
+) -> Response {
+    match update_entry(&admin, &name, &id, &body).await {
+        Ok(v) => axum::Json(v).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn update_entry(admin: &Admin, name: &str, id: &str, body: &[u8]) -> Result<Value, ApiError> {
+    let section = section(name)?;
+    store(&admin.state)?;
+    let patch = Value::Object(object(body)?);
+    let field = id_field(section).unwrap_or("name");
+    if patch.get(field).is_some_and(|v| v.as_str() != Some(id)) {
+        return Err(ControlError::invalid(field, "cannot be changed; create another entry").into());
+    }
+    let Some(current) = own(admin, section, id).await? else {
+        return Err(ControlError::Missing {
+            section: section.into(),
+            id: id.into(),
+        }
+        .into());
+    };
+    let mut next = current;
+    let mut patch = patch;
+    if section == "keys" {
+        // A new `key` in the patch is hashed like on creation; none keeps the old hash.
+        let mut only_key = json!({});
+        if let Some(k) = patch.as_object_mut().and_then(|p| p.remove("key")) {
+            only_key["key"] = k;
+            hash_key(admin, &mut only_key, false)?;
+            merge_patch(&mut next, &only_key);
+        }
+    }
+    merge_patch(&mut next, &patch);
+    in_scope(admin, section, &next)?;
+    let diff = json!({"patch": mask::entry(section, &patch)});
+    let mut answer = mask::entry(section, &next);
+    answer["source"] = json!("api");
+    let change = Change {
+        section,
+        id,
+        action: Action::Update,
+        body: Some(next),
+        diff,
+    };
+    apply(&admin.state, &admin.caller.name, change, None, now_ms()).await?;
+    Ok(answer)
+}
+
+pub async fn remove(admin: Admin, Path((name, id)): Path<(String, String)>) -> Response {
+    match remove_entry(&admin, &name, &id).await {
+        Ok(v) => axum::Json(v).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn remove_entry(admin: &Admin, name: &str, id: &str) -> Result<Value, ApiError> {
+    let section = section(name)?;
+    store(&admin.state)?;
+    let done = json!({"id": id, "deleted": true});
+    let Some(current) = own(admin, section, id).await? else {
+        // Already gone: deleting again is not an error.
+        return Ok(done);
+    };
+    in_scope(admin, section, &current)?;
+    let diff = json!({"before": mask::entry(section, &current)});
+    let change = Change {
+        section,
+        id,
+        action: Action::Delete,
+        body: None,
+        diff,
+    };
+    match apply(&admin.state, &admin.caller.name, change, None, now_ms()).await {
+        Ok(_) | Err(ApiError::Control(ControlError::Missing { .. })) => Ok(done),
+        Err(e) => Err(e),
+    }
+}
