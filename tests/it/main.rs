@@ -7,6 +7,7 @@ mod anthropic;
 mod chains;
 mod cli;
 mod context;
+mod control;
 mod credentials;
 mod errors;
 mod failover;

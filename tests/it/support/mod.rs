@@ -6,9 +6,11 @@
 //! - [`sse`]: reading streamed answers;
 //! - [`redis`]: replicas sharing state through the test Redis;
 //! - [`postgres`]: a fresh PostgreSQL database per test;
+//! - [`control`]: stores on both backends, replicas on one store, admin calls;
 //! - [`scenario`]: failover scenarios as table rows (channels, requests, expected attempts);
 //! - [`wait`]: waiting on a condition with a deadline, the one way tests wait.
 
+mod control;
 mod gateway;
 mod mock;
 mod postgres;
@@ -17,6 +19,7 @@ mod scenario;
 mod sse;
 mod wait;
 
+pub use self::control::*;
 pub use self::gateway::*;
 pub use self::mock::*;
 pub use self::postgres::*;

@@ -1,0 +1,560 @@
+//! The control plane, one conformance suite over both stores (an SQLite file and PostgreSQL):
+//! objects made through the admin API are served by every replica within 2 s, disabled or
+//! revoked ones stop within 2 s, viewers only read, file entries are read-only, and every
+//! refusal has its status and code.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::*;
+
+/// What every replica must have picked up a change within.
+const REPLICAS_WITHIN: Duration = Duration::from_secs(2);
+
+fn channel_body(name: &str, base_url: &str) -> Value {
+    json!({
+        "name": name, "provider": "openai", "base_url": base_url,
+        "api_keys": [UPSTREAM_KEY], "models": ["m"],
+    })
+}
+
+async fn chat_status(gw: &Gateway, key: &str) -> u16 {
+    gw.post_as("/v1/chat/completions", key, &[], chat_body(false))
+        .await
+        .status()
+        .as_u16()
+}
+
+#[tokio::test]
+async fn a_channel_made_through_the_api_serves_on_every_replica_and_disabling_stops_it() {
+    let stores = Stores::new("ctl_channel").await;
+    let m = master_key(1);
+    for url in stores.urls() {
+        let up = mock(text_spec("from the api channel")).await;
+        let one = on_store(&url, Some(&m), "").await;
+        let two = on_store(&url, Some(&m), "").await;
+        // No channel yet: nothing serves m.
+        assert_ne!(chat_status(&one, KEY).await, 200, "{url}");
+        let (s, made) = as_admin(
+            &one,
+            "POST",
+            "/admin/channels",
+            Some(channel_body("api-a", &up.base_url())),
+        )
+        .await;
+        assert_eq!(s, 201, "{url}: {made}");
+        assert_eq!(made["source"], "api");
+        assert_eq!(made["api_keys"], json!(["…-key"]), "{made}");
+        // The replica that wrote serves at once; the other within the bound.
+        assert_eq!(chat_status(&one, KEY).await, 200, "{url}");
+        until(
+            "the second replica serves the new channel",
+            REPLICAS_WITHIN,
+            async || chat_status(&two, KEY).await == 200,
+        )
+        .await;
+        let (_, listed) = as_admin(&two, "GET", "/admin/channels", None).await;
+        let row = &listed["data"][0];
+        assert_eq!(
+            (row["name"].as_str(), row["source"].as_str()),
+            (Some("api-a"), Some("api")),
+            "{listed}"
+        );
+        assert_eq!(row["health"]["circuit"], "closed", "{row}");
+        // Disabled: out of routing on both replicas, the upstream sees no more traffic.
+        let (s, patched) = as_admin(
+            &one,
+            "PATCH",
+            "/admin/channels/api-a",
+            Some(json!({"enabled": false})),
+        )
+        .await;
+        assert_eq!(s, 200, "{url}: {patched}");
+        assert_eq!(patched["enabled"], false);
+        assert_eq!(
+            patched["api_keys"],
+            json!(["…-key"]),
+            "a patch keeps the sealed key: {patched}"
+        );
+        until(
+            "the second replica stops routing to it",
+            REPLICAS_WITHIN,
+            async || chat_status(&two, KEY).await != 200,
+        )
+        .await;
+        let seen = up.requests();
+        assert_ne!(chat_status(&one, KEY).await, 200);
+        assert_ne!(chat_status(&two, KEY).await, 200);
+        assert_eq!(up.requests(), seen, "{url}: a disabled channel got traffic");
+        // Enabled again, the key it kept sealed still works.
+        as_admin(
+            &one,
+            "PATCH",
+            "/admin/channels/api-a",
+            Some(json!({"enabled": true})),
+        )
+        .await;
+        assert_eq!(chat_status(&one, KEY).await, 200, "{url}");
+        let got = up.received();
+        let auth = got.last().and_then(|r| {
+            r.headers
+                .get("authorization")?
+                .to_str()
+                .ok()
+                .map(str::to_string)
+        });
+        assert_eq!(auth, Some(format!("Bearer {UPSTREAM_KEY}")), "{url}");
+    }
+}
+
+#[tokio::test]
+async fn a_revoked_key_gets_401_on_every_replica() {
+    let stores = Stores::new("ctl_keys").await;
+    let m = master_key(2);
+    for url in stores.urls() {
+        let up = mock(text_spec("ok")).await;
+        let file = openai_channel("file-a", &up.base_url(), 1, "");
+        let one = on_store(&url, Some(&m), &file).await;
+        let two = on_store(&url, Some(&m), &file).await;
+        let (s, made) = as_admin(&one, "POST", "/admin/keys", Some(json!({"name": "svc"}))).await;
+        assert_eq!(s, 201, "{url}: {made}");
+        let key = made["key"].as_str().expect("the new key, once").to_string();
+        assert!(key.starts_with("sk-sy-") && key.len() == 38, "{key}");
+        assert_eq!(chat_status(&one, &key).await, 200, "{url}");
+        until(
+            "the second replica takes the key",
+            REPLICAS_WITHIN,
+            async || chat_status(&two, &key).await == 200,
+        )
+        .await;
+        // Never shown again.
+        let (_, read) = as_admin(&two, "GET", "/admin/keys/svc", None).await;
+        assert_eq!(read["source"], "api");
+        assert!(
+            read.get("key").is_none() && read.get("key_hash").is_none(),
+            "{read}"
+        );
+        let (s, gone) = as_admin(&one, "DELETE", "/admin/keys/svc", None).await;
+        assert_eq!((s, &gone["deleted"]), (200, &json!(true)), "{gone}");
+        assert_eq!(chat_status(&one, &key).await, 401, "{url}");
+        until(
+            "the second replica refuses the revoked key",
+            REPLICAS_WITHIN,
+            async || chat_status(&two, &key).await == 401,
+        )
+        .await;
+        // Deleting again changes nothing and is no error.
+        let (s, _) = as_admin(&one, "DELETE", "/admin/keys/svc", None).await;
+        assert_eq!(s, 200);
+        // A key given by the admin, with an expiry already past, is refused.
+        let body = json!({"name": "old", "key": "sk-given-key-0001", "expires_at": "2020-01-01T00:00:00Z"});
+        assert_eq!(
+            as_admin(&one, "POST", "/admin/keys", Some(body)).await.0,
+            201
+        );
+        assert_eq!(chat_status(&one, "sk-given-key-0001").await, 401);
+        let fresh = json!({"name": "new", "key": "sk-given-key-0002", "expires_at": "2999-01-01T00:00:00Z"});
+        assert_eq!(
+            as_admin(&one, "POST", "/admin/keys", Some(fresh)).await.0,
+            201
+        );
+        assert_eq!(chat_status(&one, "sk-given-key-0002").await, 200);
+    }
+}
+
+const VIEWER: &str = "viewer-token-0123456789";
+const SCOPED: &str = "scoped-token-0123456789";
+
+fn admins() -> String {
+    format!(
+        "[[admins]]\nname = \"vera\"\ntoken = \"{VIEWER}\"\nrole = \"viewer\"\n\n\
+         [[admins]]\nname = \"sam\"\ntoken = \"{SCOPED}\"\nrole = \"admin\"\ngroups = [\"team-b\"]\n\n"
+    )
+}
+
+#[tokio::test]
+async fn viewers_read_file_entries_are_read_only_and_scoped_admins_stay_in_their_groups() {
+    let stores = Stores::new("ctl_roles").await;
+    let m = master_key(3);
+    for url in stores.urls() {
+        let up = mock(text_spec("ok")).await;
+        let rest = format!(
+            "{}{}",
+            admins(),
+            openai_channel("file-a", &up.base_url(), 1, "")
+        );
+        let gw = on_store(&url, Some(&m), &rest).await;
+        let (s, list) = admin(&gw, "GET", "/admin/channels", VIEWER, None).await;
+        assert_eq!(s, 200, "{list}");
+        assert_eq!(list["data"][0]["source"], "file");
+        assert_eq!(list["data"][0]["api_keys"], json!(["…-key"]));
+        let new = channel_body("api-b", &up.base_url());
+        let (s, e) = admin(&gw, "POST", "/admin/channels", VIEWER, Some(new.clone())).await;
+        assert_eq!(
+            (s, e["error"]["code"].as_str()),
+            (403, Some("forbidden")),
+            "{e}"
+        );
+        // File entries: read-only, and their names are taken.
+        let (s, e) = as_admin(
+            &gw,
+            "PATCH",
+            "/admin/channels/file-a",
+            Some(json!({"weight": 3})),
+        )
+        .await;
+        assert_eq!(
+            (s, e["error"]["code"].as_str()),
+            (409, Some("read_only")),
+            "{e}"
+        );
+        let (s, e) = as_admin(&gw, "DELETE", "/admin/channels/file-a", None).await;
+        assert_eq!(
+            (s, e["error"]["code"].as_str()),
+            (409, Some("read_only")),
+            "{e}"
+        );
+        let (s, e) = as_admin(
+            &gw,
+            "POST",
+            "/admin/channels",
+            Some(channel_body("file-a", &up.base_url())),
+        )
+        .await;
+        assert_eq!(
+            (s, e["error"]["code"].as_str()),
+            (409, Some("already_exists")),
+            "{e}"
+        );
+        // A duplicate of a store entry is refused too.
+        assert_eq!(
+            as_admin(&gw, "POST", "/admin/channels", Some(new.clone()))
+                .await
+                .0,
+            201
+        );
+        let (s, e) = as_admin(&gw, "POST", "/admin/channels", Some(new)).await;
+        assert_eq!(
+            (s, e["error"]["code"].as_str()),
+            (409, Some("already_exists")),
+            "{e}"
+        );
+        // The scoped admin sees only team-b's, and may only make team-b's.
+        let (_, mine) = admin(&gw, "GET", "/admin/channels", SCOPED, None).await;
+        assert_eq!(mine["data"], json!([]), "{mine}");
+        let mut theirs = channel_body("api-c", &up.base_url());
+        let (s, e) = admin(&gw, "POST", "/admin/channels", SCOPED, Some(theirs.clone())).await;
+        assert_eq!(
+            (s, e["error"]["code"].as_str()),
+            (403, Some("out_of_scope")),
+            "{e}"
+        );
+        theirs["groups"] = json!(["team-b"]);
+        assert_eq!(
+            admin(&gw, "POST", "/admin/channels", SCOPED, Some(theirs))
+                .await
+                .0,
+            201
+        );
+        let (_, mine) = admin(&gw, "GET", "/admin/channels", SCOPED, None).await;
+        let names: Vec<&str> = mine["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|c| c["name"].as_str())
+            .collect();
+        assert_eq!(names, ["api-c"]);
+        let (s, _) = admin(&gw, "GET", "/admin/channels/file-a", SCOPED, None).await;
+        assert_eq!(s, 404);
+    }
+}
+
+#[tokio::test]
+async fn wrong_tokens_get_401_then_429_and_no_store_means_read_only() {
+    let up = mock(text_spec("ok")).await;
+    let gw = gateway(&openai_channel("file-a", &up.base_url(), 1, "")).await;
+    // Without a store the API reads the file and writes nothing.
+    let (s, list) = as_admin(&gw, "GET", "/admin/channels", None).await;
+    assert_eq!((s, &list["data"][0]["source"]), (200, &json!("file")));
+    let (s, e) = as_admin(
+        &gw,
+        "POST",
+        "/admin/channels",
+        Some(channel_body("x", &up.base_url())),
+    )
+    .await;
+    assert_eq!(
+        (s, e["error"]["code"].as_str()),
+        (409, Some("read_only")),
+        "{e}"
+    );
+    for _ in 0..10 {
+        let (s, e) = admin(
+            &gw,
+            "GET",
+            "/admin/channels",
+            "wrong-token-0123456789",
+            None,
+        )
+        .await;
+        assert_eq!(
+            (s, e["error"]["code"].as_str()),
+            (401, Some("invalid_api_key"))
+        );
+    }
+    let resp = client()
+        .get(format!("{}/admin/channels", gw.url))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    // Over the limit the address waits, even with the right token, and is told how long.
+    assert_eq!(resp.status().as_u16(), 429);
+    let wait: u64 = header(&resp, "retry-after").parse().expect("Retry-After");
+    assert!((1..=60).contains(&wait), "{wait}");
+    assert!(resp.headers().get("access-control-allow-origin").is_none());
+}
+
+#[tokio::test]
+async fn invalid_entries_are_refused_naming_the_field() {
+    let stores = Stores::new("ctl_invalid").await;
+    for url in stores.urls() {
+        let up = mock(text_spec("ok")).await;
+        let with_key = on_store(
+            &url,
+            Some(&master_key(4)),
+            &openai_channel("file-a", &up.base_url(), 1, ""),
+        )
+        .await;
+        let cases = [
+            (
+                json!({"name": "b", "provider": "openai", "base_url": "not a url", "models": ["m"]}),
+                "base_url",
+            ),
+            (
+                json!({"name": "b", "provider": "openai", "base_url": up.base_url(), "models": []}),
+                "models",
+            ),
+            (
+                json!({"name": "b", "provider": "nope", "models": ["m"]}),
+                "provider",
+            ),
+            (
+                json!({"name": "b", "provider": "mock", "models": ["m"], "colour": "blue"}),
+                "colour",
+            ),
+            (json!({"provider": "mock", "models": ["m"]}), "name"),
+        ];
+        for (body, field) in cases {
+            let (s, e) = as_admin(&with_key, "POST", "/admin/channels", Some(body.clone())).await;
+            assert_eq!(s, 400, "{url} {body}: {e}");
+            let named = format!("{} {}", e["error"]["param"], e["error"]["message"]);
+            assert!(named.contains(field), "{body}: {e}");
+        }
+        let (s, e) = admin_with(
+            &with_key,
+            "POST",
+            "/admin/channels",
+            ADMIN,
+            None,
+            &[("content-type", "application/json")],
+        )
+        .await;
+        assert_eq!(s, 400, "{e}");
+        // A key referring to a group no channel is in: named, nothing written.
+        let (s, e) = as_admin(
+            &with_key,
+            "POST",
+            "/admin/keys",
+            Some(json!({"name": "k", "groups": ["nobody"]})),
+        )
+        .await;
+        assert_eq!(
+            (s, e["error"]["param"].as_str()),
+            (400, Some("groups[0]")),
+            "{e}"
+        );
+        assert_eq!(
+            as_admin(&with_key, "GET", "/admin/keys/k", None).await.0,
+            404
+        );
+        // Without a master key: secrets cannot be kept, and the answer names the setting.
+        let bare = on_store(
+            &url.replace("store.db", "bare.db")
+                .replace("ctl_invalid", "ctl_invalid"),
+            None,
+            &openai_channel("file-a", &up.base_url(), 1, ""),
+        )
+        .await;
+        if url.starts_with("postgres") {
+            continue; // That database has a master key already; the SQLite file shows the rule.
+        }
+        let (s, e) = as_admin(
+            &bare,
+            "POST",
+            "/admin/channels",
+            Some(channel_body("b", &up.base_url())),
+        )
+        .await;
+        assert_eq!(
+            (s, e["error"]["code"].as_str(), e["error"]["param"].as_str()),
+            (400, Some("master_key_missing"), Some("store.master_key")),
+            "{e}"
+        );
+        let (s, e) = as_admin(&bare, "POST", "/admin/keys", Some(json!({"name": "k"}))).await;
+        assert_eq!(
+            (s, e["error"]["code"].as_str()),
+            (400, Some("master_key_missing")),
+            "{e}"
+        );
+        // A channel without keys needs none.
+        let mock_channel = json!({"name": "b", "provider": "mock", "models": ["m"]});
+        assert_eq!(
+            as_admin(&bare, "POST", "/admin/channels", Some(mock_channel))
+                .await
+                .0,
+            201
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_post_with_an_idempotency_key_is_applied_once() {
+    let stores = Stores::new("ctl_idem").await;
+    for url in stores.urls() {
+        let up = mock(text_spec("ok")).await;
+        let gw = on_store(
+            &url,
+            Some(&master_key(5)),
+            &openai_channel("file-a", &up.base_url(), 1, ""),
+        )
+        .await;
+        let h = [("idempotency-key", "make-svc-1")];
+        let first = admin_with(
+            &gw,
+            "POST",
+            "/admin/keys",
+            ADMIN,
+            Some(json!({"name": "svc"})),
+            &h,
+        )
+        .await;
+        let again = admin_with(
+            &gw,
+            "POST",
+            "/admin/keys",
+            ADMIN,
+            Some(json!({"name": "svc"})),
+            &h,
+        )
+        .await;
+        assert_eq!(first.0, 201, "{}", first.1);
+        assert_eq!(
+            again, first,
+            "{url}: a retry gets the first answer, key and all"
+        );
+        let (_, audit) = as_admin(&gw, "GET", "/admin/audit", None).await;
+        let creates = audit["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["action"] == "create")
+            .count();
+        assert_eq!(creates, 1, "{audit}");
+        // Without the header the same POST is a duplicate.
+        let (s, _) = as_admin(&gw, "POST", "/admin/keys", Some(json!({"name": "svc"}))).await;
+        assert_eq!(s, 409);
+        // A redirect gets an id, and is addressed by it.
+        let (s, r) = as_admin(
+            &gw,
+            "POST",
+            "/admin/redirects",
+            Some(json!({"from": "alias", "to": "m"})),
+        )
+        .await;
+        assert_eq!(s, 201, "{r}");
+        let id = r["id"].as_str().unwrap().to_string();
+        let (s, read) = as_admin(&gw, "GET", &format!("/admin/redirects/{id}"), None).await;
+        assert_eq!((s, &read["to"]), (200, &json!("m")), "{read}");
+        let aliased = gw
+            .chat(json!({"model": "alias", "messages": [{"role": "user", "content": "hi"}]}))
+            .await;
+        assert_eq!(aliased.status().as_u16(), 200);
+    }
+}
+
+#[tokio::test]
+async fn the_config_and_the_audit_show_every_change_with_secrets_masked() {
+    let stores = Stores::new("ctl_audit").await;
+    for url in stores.urls() {
+        let up = mock(text_spec("ok")).await;
+        let gw = on_store(
+            &url,
+            Some(&master_key(6)),
+            &openai_channel("file-a", &up.base_url(), 1, ""),
+        )
+        .await;
+        as_admin(
+            &gw,
+            "POST",
+            "/admin/channels",
+            Some(channel_body("api-a", &up.base_url())),
+        )
+        .await;
+        as_admin(
+            &gw,
+            "PATCH",
+            "/admin/channels/api-a",
+            Some(json!({"weight": 5})),
+        )
+        .await;
+        as_admin(
+            &gw,
+            "POST",
+            "/admin/models",
+            Some(json!({"name": "m", "context_window": 9000})),
+        )
+        .await;
+        let resp = client()
+            .get(format!("{}/admin/config", gw.url))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap();
+        let version: i64 = header(&resp, "x-switchyard-config-version")
+            .parse()
+            .unwrap();
+        assert_eq!(version, 3, "{url}");
+        let text = resp.text().await.unwrap();
+        let doc: toml::Value = toml::from_str(&text).expect("the config is TOML");
+        let names: Vec<&str> = doc["channels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|c| c["name"].as_str())
+            .collect();
+        assert_eq!(names, ["file-a", "api-a"], "{text}");
+        assert!(
+            !text.contains(UPSTREAM_KEY) && !text.contains(ADMIN) && !text.contains(KEY),
+            "{text}"
+        );
+        let (_, audit) = as_admin(&gw, "GET", "/admin/audit?limit=2", None).await;
+        let rows = audit["data"].as_array().unwrap();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(
+            (rows[0]["kind"].as_str(), rows[0]["action"].as_str()),
+            (Some("models"), Some("create"))
+        );
+        assert_eq!(rows[1]["diff"]["patch"]["weight"], 5);
+        assert_eq!(rows[0]["prev_hash"], rows[1]["hash"], "a chain");
+        assert_eq!(rows[0]["admin"], "admin");
+        let before = rows[1]["id"].as_i64().unwrap();
+        let (_, older) = as_admin(&gw, "GET", &format!("/admin/audit?before={before}"), None).await;
+        assert_eq!(
+            older["data"][0]["diff"]["after"]["api_keys"],
+            json!(["…-key"]),
+            "{older}"
+        );
+    }
+}
