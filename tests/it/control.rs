@@ -381,8 +381,7 @@ async fn invalid_entries_are_refused_naming_the_field() {
         );
         // Without a master key: secrets cannot be kept, and the answer names the setting.
         let bare = on_store(
-            &url.replace("store.db", "bare.db")
-                .replace("ctl_invalid", "ctl_invalid"),
+            &url.replace("store.db", "bare.db"),
             None,
             &openai_channel("file-a", &up.base_url(), 1, ""),
         )
