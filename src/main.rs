@@ -34,6 +34,16 @@ enum MigrateAction {
 }
 
 #[derive(Subcommand)]
+enum AuditAction {
+    /// Check the audit's hash chain, oldest row first: each row carries the hash of the one
+    /// before, and each hash is what its row hashes to.
+    Verify {
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
 enum Command {
     /// Run the gateway. Without --config: the embedded demo (mock channels, demo key, loopback).
     Serve {
@@ -69,6 +79,17 @@ enum Command {
     Migrate {
         #[command(subcommand)]
         action: MigrateAction,
+    },
+    /// Re-seal every secret in the store under SWITCHYARD_NEW_MASTER_KEY, online: replicas
+    /// keep serving; run them with both keys set until this finishes (docs/upgrading.md).
+    RotateMasterKey {
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// The admin audit: `verify` checks its tamper-evident chain.
+    Audit {
+        #[command(subcommand)]
+        action: AuditAction,
     },
     /// Run the mock provider as a standalone OpenAI-compatible server.
     Mock {
@@ -124,6 +145,10 @@ async fn run(cmd: Command) -> Result<(), Box<dyn std::error::Error>> {
         Command::Migrate {
             action: MigrateAction::Status { config },
         } => migrate_status(&config).await,
+        Command::RotateMasterKey { config } => rotate(&config).await,
+        Command::Audit {
+            action: AuditAction::Verify { config },
+        } => audit_verify(&config).await,
         Command::Explain {
             config,
             key,
@@ -177,6 +202,63 @@ async fn migrate_status(config: &Path) -> Result<(), Box<dyn std::error::Error>>
     let pending = migrations.iter().filter(|m| !m.applied).count();
     println!("{pending} pending");
     Ok(())
+}
+
+/// The config's store settings, or why there are none.
+fn store_settings(
+    config: &Path,
+) -> Result<switchyard::config::StoreSettings, Box<dyn std::error::Error>> {
+    let snap = switchyard::app::load(Some(config), &HttpClients::default())?;
+    Ok(snap
+        .store
+        .clone()
+        .ok_or("the config has no [store]: there is no store to work on")?)
+}
+
+/// `switchyard rotate-master-key`: every sealed value under the new key.
+async fn rotate(config: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    let settings = store_settings(config)?;
+    let env = switchyard::store::MasterEnv::from_env();
+    if env.next.as_deref().is_none_or(|k| k.trim().is_empty()) {
+        return Err(
+            "set SWITCHYARD_NEW_MASTER_KEY to the new master key (32 bytes, base64)".into(),
+        );
+    }
+    let store = switchyard::store::Store::open(&settings, env).await?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_millis();
+    let done = store
+        .rotate("rotate-master-key", i64::try_from(now)?)
+        .await?;
+    println!(
+        "re-sealed {} objects, {} kept answers{}; every secret is now under master key {}",
+        done.objects,
+        done.answers,
+        if done.pepper { " and the pepper" } else { "" },
+        store.describe()["master_key"].as_str().unwrap_or("?"),
+    );
+    println!(
+        "now set SWITCHYARD_MASTER_KEY to the new key (and unset SWITCHYARD_NEW_MASTER_KEY) on every replica"
+    );
+    Ok(())
+}
+
+/// `switchyard audit verify`: the chain checked, or the first row that breaks it.
+async fn audit_verify(config: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    let settings = store_settings(config)?;
+    let db = switchyard::store::Db::open(settings.url.expose()).await?;
+    let mut rows = db.audit(i64::MAX, None).await?;
+    rows.reverse();
+    match switchyard::store::objects::verify(&rows) {
+        Ok(()) => {
+            println!("audit chain OK: {} rows", rows.len());
+            Ok(())
+        }
+        Err(id) => {
+            Err(format!("the audit chain breaks at row {id}: it was changed or removed").into())
+        }
+    }
 }
 
 /// `switchyard explain`: the plan for one key and model (or chain), printed as JSON.
@@ -256,6 +338,9 @@ async fn serve(
     switchyard::app::reload_on_sighup(running.state.live.clone(), running.state.health.clone())?;
     print!("{}", running.state.live.load().describe());
     println!("switchyard listening on http://{}", running.addr);
+    if let Some(a) = running.admin_addr {
+        println!("switchyard admin API listening on http://{a}");
+    }
     stop_signal().await?;
     tracing::info!(
         grace_seconds = SHUTDOWN_GRACE.as_secs(),

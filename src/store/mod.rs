@@ -8,9 +8,11 @@ mod log;
 pub mod objects;
 mod open;
 pub mod overlay;
+mod rotate;
 pub mod seal;
 
 pub use db::{Db, DbError, MigrationState};
 pub use log::{LogRow, RequestLog, StoreError};
 pub use open::{MasterEnv, OpenError, Store};
 pub use overlay::OverlayError;
+pub use rotate::{RotateError, Rotated};

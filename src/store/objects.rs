@@ -71,6 +71,8 @@ pub enum Action {
     Create,
     Update,
     Delete,
+    /// A master-key rotation: an audit row only (no object, no config version).
+    Rotate,
 }
 
 impl Action {
@@ -79,6 +81,7 @@ impl Action {
             Action::Create => "create",
             Action::Update => "update",
             Action::Delete => "delete",
+            Action::Rotate => "rotate",
         }
     }
 }
@@ -197,6 +200,7 @@ impl Db {
                 true,
             ),
             Action::Delete => ("DELETE FROM objects WHERE kind = $1 AND name = $2", false),
+            Action::Rotate => ("", false),
         };
         let audit = "INSERT INTO audit (ts_ms, admin, action, kind, name, diff, prev_hash, hash) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
         let bump = "INSERT INTO meta (k, v) VALUES ('version', '1') ON CONFLICT (k) DO UPDATE SET v = CAST(CAST(meta.v AS BIGINT) + 1 AS TEXT)";
@@ -212,7 +216,7 @@ impl Db {
             };
             let q = sqlx::query(change).bind(w.kind).bind(w.name);
             let q = if args { q.bind(&body).bind(w.now_ms) } else { q };
-            if q.execute(&mut *tx).await?.rows_affected() == 0 {
+            if w.action != Action::Rotate && q.execute(&mut *tx).await?.rows_affected() == 0 {
                 let (kind, name) = (w.kind.to_string(), w.name.to_string());
                 return Err(match w.action {
                     Action::Create => WriteError::Exists { kind, name },
@@ -236,11 +240,13 @@ impl Db {
                     return Err(WriteError::Replayed);
                 }
             }
-            sqlx::query(bump).execute(&mut *tx).await?;
-            let version: String = sqlx::query_scalar("SELECT v FROM meta WHERE k = 'version'")
-                .fetch_one(&mut *tx).await?;
+            if w.action != Action::Rotate {
+                sqlx::query(bump).execute(&mut *tx).await?;
+            }
+            let version: Option<String> = sqlx::query_scalar("SELECT v FROM meta WHERE k = 'version'")
+                .fetch_optional(&mut *tx).await?;
             tx.commit().await?;
-            Ok(version.parse().unwrap_or(0))
+            Ok(version.and_then(|v| v.parse().ok()).unwrap_or(0))
         })
     }
 
@@ -250,6 +256,12 @@ impl Db {
         let row: Option<(i32, String)> =
             on!(self, p => sqlx::query_as(sql).bind(admin).bind(key).fetch_optional(p).await?);
         Ok(row.map(|(s, b)| (u16::try_from(s).unwrap_or(200), b)))
+    }
+
+    /// Every kept Idempotency-Key answer: admin, key, body (for a rotation to re-seal).
+    pub async fn kept_answers(&self) -> Result<Vec<(String, String, String)>, DbError> {
+        let sql = "SELECT admin, idem_key, body FROM idempotency";
+        Ok(on!(self, p => sqlx::query_as(sql).fetch_all(p).await?))
     }
 
     /// Admin changes, newest first, `before` an id.
@@ -287,6 +299,7 @@ pub fn verify(rows: &[AuditRow]) -> Result<(), i64> {
             "create" => Action::Create,
             "update" => Action::Update,
             "delete" => Action::Delete,
+            "rotate" => Action::Rotate,
             _ => return Err(r.id),
         };
         let w = Write {

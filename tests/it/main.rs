@@ -8,6 +8,7 @@ mod chains;
 mod cli;
 mod context;
 mod control;
+mod control_ops;
 mod credentials;
 mod errors;
 mod failover;

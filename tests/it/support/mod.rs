@@ -6,10 +6,12 @@
 //! - [`sse`]: reading streamed answers;
 //! - [`redis`]: replicas sharing state through the test Redis;
 //! - [`postgres`]: a fresh PostgreSQL database per test;
+//! - [`binary`]: the binary started as a user runs it;
 //! - [`control`]: stores on both backends, replicas on one store, admin calls;
 //! - [`scenario`]: failover scenarios as table rows (channels, requests, expected attempts);
 //! - [`wait`]: waiting on a condition with a deadline, the one way tests wait.
 
+mod binary;
 mod control;
 mod gateway;
 mod mock;
@@ -19,6 +21,7 @@ mod scenario;
 mod sse;
 mod wait;
 
+pub use self::binary::*;
 pub use self::control::*;
 pub use self::gateway::*;
 pub use self::mock::*;
