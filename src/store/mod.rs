@@ -1,4 +1,5 @@
-//! Persistence: the request log (`log.rs`, SQLite, written off the hot path), the store's
+//! Persistence: the request log (`log/`, written off the hot path to its own SQLite file, or to
+//! the store's PostgreSQL), the store's
 //! database (`db.rs`: SQLite or PostgreSQL, migrated at start-up; `open.rs`: with its master
 //! key and pepper, as the gateway opens it) and the sealing of secrets
 //! kept at rest (`seal.rs`: AES-256-GCM under the master key, keyed hashes of gateway keys).
