@@ -93,6 +93,7 @@ pub async fn start_with_clock(
         None => None,
     };
     let log = Arc::new(open_log(&snapshot, store.as_deref())?);
+    let retention = snapshot.store.as_ref().map(|s| s.retention);
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|source| StartError::Bind { addr, source })?;
@@ -123,6 +124,10 @@ pub async fn start_with_clock(
         state.live.clone(),
         state.health.clone(),
     ));
+    // Without a store the log is kept as it always was: whole.
+    if let Some(keep) = retention {
+        background.push(log.keep_for(keep, crate::store::PRUNE_EVERY));
+    }
     // Local embedding models load now, not on the first request that needs one.
     let (semantic, live) = (state.semantic.clone(), state.live.clone());
     background.push(tokio::spawn(async move {

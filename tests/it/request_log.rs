@@ -1,13 +1,24 @@
 //! The request log behind the store: with a PostgreSQL store its rows go to PostgreSQL (the same
-//! rows, in the same shape, as the SQLite log), and `[log] sqlite_path` is ignored with one
-//! warning.
+//! rows, in the same shape, as the SQLite log), `[log] sqlite_path` is ignored with one warning,
+//! and rows past `[store] retention_days` are pruned on whichever backend holds the log.
 
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use switchyard::provider::mock::MockSpec;
+use switchyard::provider::mock::{MockServer, MockSpec};
+use switchyard::server::Running;
+use switchyard::store::{Db, LogRow, RequestLog};
 
 use crate::support::*;
+
+const DAY_MS: i64 = 86_400_000;
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
 
 /// Text that must never reach the log: the prompt, the completion, a header's value.
 const PROMPT: &str = "prompt-text-never-logged";
@@ -132,4 +143,202 @@ async fn with_a_postgres_store_the_log_goes_to_postgres_in_the_same_shape() {
     // `[log] sqlite_path` is ignored, said once.
     let said = logs.text();
     assert_eq!(said.matches("sqlite_path is ignored").count(), 1, "{said}");
+}
+
+/// A log on each backend, with rows recorded through it: an SQLite file, a PostgreSQL store.
+async fn logs_on_both(test: &str) -> (tempfile::TempDir, Postgres, [RequestLog; 2]) {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = RequestLog::open(&dir.path().join("log.db"), 8192).unwrap();
+    let pg = Postgres::fresh(test).await;
+    let Db::Postgres(pool) = Db::open(&pg.url).await.unwrap() else {
+        unreachable!("a postgres:// URL opens PostgreSQL")
+    };
+    let postgres = RequestLog::postgres(pool, 8192).unwrap();
+    (dir, pg, [sqlite, postgres])
+}
+
+fn row(id: &str, ts_ms: i64) -> LogRow {
+    LogRow {
+        id: id.into(),
+        ts_ms,
+        endpoint: "chat",
+        status: 200,
+        outcome: "ok".into(),
+        attempts: "[]".into(),
+        ..LogRow::default()
+    }
+}
+
+async fn ids(log: &RequestLog) -> Vec<String> {
+    let rows = log.recent(1000).await.unwrap();
+    rows.iter()
+        .map(|r| r["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn pruning_deletes_rows_past_the_cutoff_in_batches_and_keeps_the_rest() {
+    let (_dir, _pg, logs) = logs_on_both("prune").await;
+    let now = now_ms();
+    for log in &logs {
+        // More than one batch of old rows.
+        for i in 0..2500 {
+            log.record(row(&format!("old{i}"), now - 40 * DAY_MS + i));
+        }
+        for i in 0..3 {
+            log.record(row(&format!("new{i}"), now - DAY_MS + i));
+        }
+        log.flush().await;
+        assert_eq!(log.dropped(), 0);
+        assert_eq!(
+            log.prune(now - 30 * DAY_MS).await.unwrap(),
+            2500,
+            "{}",
+            log.backend()
+        );
+        assert_eq!(
+            ids(log).await,
+            ["new2", "new1", "new0"],
+            "{}",
+            log.backend()
+        );
+        assert_eq!(log.prune(now - 30 * DAY_MS).await.unwrap(), 0);
+    }
+}
+
+/// Starts a gateway from `text` (a whole config), written to a file in `dir` (a gateway with a
+/// store reloads from its file).
+async fn start(dir: &std::path::Path, text: &str) -> Running {
+    switchyard::provider::install_crypto_provider();
+    let path = dir.join("switchyard.toml");
+    std::fs::write(&path, text).unwrap();
+    let clients = switchyard::provider::HttpClients::default();
+    let snap = switchyard::config::load_file(&path, &clients).unwrap();
+    switchyard::app::start(snap, clients, None).await.unwrap()
+}
+
+/// A log holding a row from 40 days ago and one from yesterday, recorded before the gateway
+/// starts; then the gateway, with `store` (a `[store]` section or nothing), on that log.
+/// (The mock upstream lives as long as the gateway's test needs it.)
+async fn gateway_on_an_old_log(
+    log: RequestLog,
+    sqlite_path: &str,
+    store: &str,
+) -> (Running, MockServer) {
+    let now = now_ms();
+    log.record(row("forty-days", now - 40 * DAY_MS));
+    log.record(row("yesterday", now - DAY_MS));
+    log.flush().await;
+    drop(log);
+    let up = mock(text_spec("ok")).await;
+    let dir = std::path::Path::new(sqlite_path).parent().unwrap();
+    let gw = start(
+        dir,
+        &format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\n[log]\nsqlite_path = \"{sqlite_path}\"\n{store}\n\
+         [[keys]]\nname = \"team-a\"\nkey = \"{KEY}\"\n\n{}",
+            openai_channel("a", &up.base_url(), 1, "")
+        ),
+    )
+    .await;
+    (gw, up)
+}
+
+async fn wait_pruned(gw: &Running) {
+    until("the old row pruned", Duration::from_secs(10), async || {
+        let ids = ids(&gw.state.log).await;
+        if ids == ["yesterday"] {
+            Ok(())
+        } else {
+            Err(json!(ids))
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_gateway_with_a_store_prunes_its_log_at_start_on_either_backend() {
+    // SQLite store: the log stays in its own file, and is pruned there.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("log.db");
+    let store = format!(
+        "[store]\nurl = \"sqlite://{}\"\nretention_days = 30\n",
+        dir.path().join("store.db").display()
+    );
+    let log = RequestLog::open(&path, 16).unwrap();
+    let (gw, _up) = gateway_on_an_old_log(log, &path.display().to_string(), &store).await;
+    assert_eq!(gw.state.log.backend(), "sqlite");
+    wait_pruned(&gw).await;
+
+    // PostgreSQL store: the log is there; the default retention is 30 days.
+    let pg = Postgres::fresh("prunestart").await;
+    let Db::Postgres(pool) = Db::open(&pg.url).await.unwrap() else {
+        unreachable!("a postgres:// URL opens PostgreSQL")
+    };
+    let log = RequestLog::postgres(pool, 16).unwrap();
+    let other = tempfile::tempdir().unwrap();
+    let unused = other.path().join("unused.db");
+    let store = format!("[store]\nurl = \"{}\"\n", pg.url);
+    let (gw, _up) = gateway_on_an_old_log(log, &unused.display().to_string(), &store).await;
+    assert_eq!(gw.state.log.backend(), "postgres");
+    wait_pruned(&gw).await;
+    assert!(!unused.exists());
+}
+
+#[tokio::test]
+async fn without_a_store_the_log_is_never_pruned() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("log.db");
+    let log = RequestLog::open(&path, 16).unwrap();
+    let (gw, _up) = gateway_on_an_old_log(log, &path.display().to_string(), "").await;
+    let c = client();
+    let resp = c
+        .post(format!("http://{}/v1/chat/completions", gw.addr))
+        .bearer_auth(KEY)
+        .json(&chat_body(false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    gw.state.log.flush().await;
+    let ids = ids(&gw.state.log).await;
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    assert!(ids.contains(&"forty-days".to_string()), "{ids:?}");
+}
+
+#[tokio::test]
+async fn the_retention_task_prunes_at_start_and_then_every_interval() {
+    assert_eq!(switchyard::store::PRUNE_EVERY, Duration::from_secs(300));
+    let (_dir, _pg, logs) = logs_on_both("prunetask").await;
+    let now = now_ms();
+    for log in logs {
+        let log = std::sync::Arc::new(log);
+        log.record(row("before-start", now - 40 * DAY_MS));
+        log.flush().await;
+        let task = log.keep_for(Duration::from_secs(30 * 86_400), Duration::from_millis(20));
+        until(
+            "the row from before the start pruned",
+            Duration::from_secs(10),
+            async || ids(&log).await.is_empty(),
+        )
+        .await;
+        // A row past retention that arrives later goes at a later round.
+        log.record(row("later", now - 31 * DAY_MS));
+        log.record(row("recent", now - DAY_MS));
+        log.flush().await;
+        until(
+            "the later row pruned",
+            Duration::from_secs(10),
+            async || {
+                let ids = ids(&log).await;
+                if ids == ["recent"] {
+                    Ok(())
+                } else {
+                    Err(json!(ids))
+                }
+            },
+        )
+        .await;
+        task.abort();
+    }
 }

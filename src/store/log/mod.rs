@@ -2,7 +2,8 @@
 //! bounded queue and never waits (a full queue drops the row and counts it); one writer drains
 //! the queue every tick and writes the tick's rows as one batch, to whichever backend holds the
 //! log: its own SQLite file (`sqlite.rs`, a writer thread) or, with a PostgreSQL store, the
-//! store's database (`postgres.rs`, a tokio task).
+//! store's database (`postgres.rs`, a tokio task). Rows older than the store's retention are
+//! pruned in batches by a background task ([`RequestLog::keep_for`]).
 
 mod postgres;
 mod sqlite;
@@ -11,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError, sync_channel};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 use sqlx::postgres::PgPool;
@@ -91,6 +92,12 @@ pub struct RequestLog {
 /// How often the writer wakes to drain the queue. Waking per row would cost a context switch
 /// and a transaction per request on the gateway's cores; a tick batches them.
 const TICK: Duration = Duration::from_millis(50);
+
+/// Rows deleted per statement when pruning: short transactions, so writers never wait long.
+const PRUNE_BATCH: i64 = 1000;
+
+/// How often the retention task prunes (and once when it starts).
+pub const PRUNE_EVERY: Duration = Duration::from_secs(300);
 
 impl RequestLog {
     /// Opens (creating if needed) the SQLite log at `path` and starts its writer thread.
@@ -190,6 +197,48 @@ impl RequestLog {
             Backend::Postgres(pool) => postgres::recent(pool, limit).await,
         }
     }
+
+    /// Deletes every row older than `cutoff_ms` (ms since the epoch), [`PRUNE_BATCH`] rows a
+    /// statement; returns how many went.
+    pub async fn prune(&self, cutoff_ms: i64) -> Result<u64, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(path) => {
+                let path = path.clone();
+                tokio::task::spawn_blocking(move || sqlite::prune(&path, cutoff_ms)).await?
+            }
+            Backend::Postgres(pool) => postgres::prune(pool, cutoff_ms).await,
+        }
+    }
+
+    /// Prunes rows older than `retention` now and then `every` ([`PRUNE_EVERY`] in the
+    /// gateway), for as long as the returned task runs.
+    pub fn keep_for(
+        self: &Arc<Self>,
+        retention: Duration,
+        every: Duration,
+    ) -> tokio::task::JoinHandle<()> {
+        let log = self.clone();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(every);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                every.tick().await;
+                let cutoff = now_ms().saturating_sub(retention.as_millis() as i64);
+                match log.prune(cutoff).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(rows = n, "request log rows past retention pruned"),
+                    Err(e) => tracing::error!(error = %e, "pruning the request log failed"),
+                }
+            }
+        })
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 struct AliveGuard(Arc<AtomicBool>);

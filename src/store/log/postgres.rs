@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use sqlx::Row;
 use sqlx::postgres::{PgPool, PgRow};
 
-use super::{LogMsg, LogRow, StoreError, TICK, drain};
+use super::{LogMsg, LogRow, PRUNE_BATCH, StoreError, TICK, drain};
 
 /// Drains the queue every tick and writes the tick's rows in one statement; exits when every
 /// sender is gone.
@@ -137,4 +137,25 @@ fn row_json(r: &PgRow) -> Result<Value, sqlx::Error> {
         "prompt_tokens": r.try_get::<Option<i64>, _>("prompt_tokens")?,
         "trimmed_turns": r.try_get::<Option<i64>, _>("trimmed_turns")?,
     }))
+}
+
+/// Deletes rows older than `cutoff_ms`, [`PRUNE_BATCH`] a statement. Replicas pruning at
+/// once skip the rows another is deleting rather than wait for it.
+pub(super) async fn prune(pool: &PgPool, cutoff_ms: i64) -> Result<u64, StoreError> {
+    let mut total = 0u64;
+    loop {
+        let n = sqlx::query(
+            "DELETE FROM requests WHERE id IN
+                (SELECT id FROM requests WHERE ts_ms < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
+        )
+        .bind(cutoff_ms)
+        .bind(PRUNE_BATCH)
+        .execute(pool)
+        .await?
+        .rows_affected();
+        total += n;
+        if (n as i64) < PRUNE_BATCH {
+            return Ok(total);
+        }
+    }
 }

@@ -1,6 +1,6 @@
 //! The request log in its own SQLite file: the schema (columns added since the first are
-//! migrated on open), the writer thread, and the blocking reads the log runs on the blocking
-//! pool.
+//! migrated on open), the writer thread, and the blocking reads and prunes the log runs on the
+//! blocking pool.
 
 use std::path::Path;
 use std::sync::mpsc::Receiver;
@@ -8,7 +8,7 @@ use std::sync::mpsc::Receiver;
 use rusqlite::{Connection, OpenFlags, params};
 use serde_json::{Value, json};
 
-use super::{LogMsg, LogRow, StoreError, TICK, drain};
+use super::{LogMsg, LogRow, PRUNE_BATCH, StoreError, TICK, drain};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS requests (
@@ -184,6 +184,29 @@ pub(super) fn recent(path: &Path, limit: u32) -> Result<Vec<Value>, StoreError> 
         })
         .map_err(&sqlite)?;
     rows.collect::<Result<Vec<_>, _>>().map_err(&sqlite)
+}
+
+/// Deletes rows older than `cutoff_ms`, [`PRUNE_BATCH`] a statement (each its own short
+/// transaction, so the writer thread never waits long). Blocking.
+pub(super) fn prune(path: &Path, cutoff_ms: i64) -> Result<u64, StoreError> {
+    let sqlite = sqlite_err(path);
+    let conn = Connection::open(path).map_err(&sqlite)?;
+    let mut stmt = conn
+        .prepare(
+            "DELETE FROM requests WHERE rowid IN
+                (SELECT rowid FROM requests WHERE ts_ms < ?1 LIMIT ?2)",
+        )
+        .map_err(&sqlite)?;
+    let mut total = 0u64;
+    loop {
+        let n = stmt
+            .execute(params![cutoff_ms, PRUNE_BATCH])
+            .map_err(&sqlite)?;
+        total += n as u64;
+        if (n as i64) < PRUNE_BATCH {
+            return Ok(total);
+        }
+    }
 }
 
 #[cfg(test)]
