@@ -103,7 +103,9 @@ async fn with_a_postgres_store_the_log_goes_to_postgres_in_the_same_shape() {
     let (logs, guard) = capture_logs();
     let (gw, on_pg) = scenario_rows(&format!("[store]\nurl = \"{}\"\n\n", pg.url)).await;
     drop(guard);
-    let (_plain, on_sqlite) = scenario_rows("").await;
+    let (plain, on_sqlite) = scenario_rows("").await;
+    let ready = get_json(&format!("{}/readyz", plain.url), None).await;
+    assert_eq!(ready["request_log"]["backend"], "sqlite", "{ready}");
     // The same rows, field for field, as the SQLite log gives for the same requests.
     assert_eq!(on_pg, on_sqlite);
     assert_eq!(on_pg[2]["channel"], "good");
@@ -135,7 +137,8 @@ async fn with_a_postgres_store_the_log_goes_to_postgres_in_the_same_shape() {
         .fetch_all(&pool)
         .await
         .unwrap();
-    let dump = dump.join("\n");
+    // (And nothing of them in the SQLite log's rows either.)
+    let dump = format!("{}\n{}", dump.join("\n"), json!(on_sqlite));
     for never in [PROMPT, COMPLETION, SESSION, KEY, UPSTREAM_KEY, "127.0.0.1"] {
         assert!(!dump.contains(never), "{never} in {dump}");
     }
@@ -143,6 +146,16 @@ async fn with_a_postgres_store_the_log_goes_to_postgres_in_the_same_shape() {
     // `[log] sqlite_path` is ignored, said once.
     let said = logs.text();
     assert_eq!(said.matches("sqlite_path is ignored").count(), 1, "{said}");
+
+    // A graceful shutdown writes the rows still queued.
+    let unknown = json!({"model": "nope", "messages": [{"role": "user", "content": "x"}]});
+    assert_eq!(gw.chat(unknown).await.status(), 404);
+    assert!(gw.running.shutdown(Duration::from_secs(5)).await);
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM requests")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(n, 4);
 }
 
 /// A log on each backend, with rows recorded through it: an SQLite file, a PostgreSQL store.
