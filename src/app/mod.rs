@@ -1,5 +1,5 @@
-//! Process wiring shared by the binary and the tests: load a config, open the log, bind,
-//! serve, reload on SIGHUP.
+//! Process wiring shared by the binary and the tests: load a config, open the store and the
+//! log, bind, serve, reload on SIGHUP.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -17,7 +17,7 @@ use crate::health::Health;
 use crate::provider::HttpClients;
 use crate::server::{self, AppState, Running};
 use crate::state::{Memory, Redis, State};
-use crate::store::{RequestLog, StoreError};
+use crate::store::{Db, RequestLog, Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -74,10 +74,6 @@ pub async fn start_with_clock(
     if snapshot.is_demo() && !addr.ip().is_loopback() {
         return Err(StartError::DemoNotLoopback(addr));
     }
-    let log = RequestLog::open(
-        Path::new(&snapshot.log.sqlite_path),
-        snapshot.log.queue_capacity,
-    )?;
     // Where bindings live is fixed at start (a reload does not move them).
     let redis = match &snapshot.state.url {
         Some(url) => Some(Arc::new(Redis::new(
@@ -92,17 +88,19 @@ pub async fn start_with_clock(
     let store = match &snapshot.store {
         Some(s) => {
             let env = crate::store::MasterEnv::from_env();
-            Some(Arc::new(crate::store::Store::open(s, env).await?))
+            Some(Arc::new(Store::open(s, env).await?))
         }
         None => None,
     };
+    let log = Arc::new(open_log(&snapshot, store.as_deref())?);
+    let retention = snapshot.store.as_ref().map(|s| s.retention);
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|source| StartError::Bind { addr, source })?;
     let state = AppState {
         live: Arc::new(Live::new(snapshot, clients)),
         health: Arc::new(Health::new(clock.clone())),
-        log: Arc::new(log),
+        log: log.clone(),
         state: Arc::new(match &redis {
             Some(r) => State::Redis(r.clone()),
             None => State::Memory(Memory::new(clock)),
@@ -126,6 +124,10 @@ pub async fn start_with_clock(
         state.live.clone(),
         state.health.clone(),
     ));
+    // Without a store the log is kept as it always was: whole.
+    if let Some(keep) = retention {
+        background.push(log.keep_for(keep, crate::store::PRUNE_EVERY));
+    }
     // Local embedding models load now, not on the first request that needs one.
     let (semantic, live) = (state.semantic.clone(), state.live.clone());
     background.push(tokio::spawn(async move {
@@ -155,6 +157,22 @@ pub async fn start_with_clock(
         .map_err(|source| StartError::Bind { addr, source })?;
     running.background.extend(background);
     Ok(running)
+}
+
+/// The request log where the store says: with a PostgreSQL store, its database (and
+/// `[log] sqlite_path` goes unused, said once); else its own SQLite file at `sqlite_path`.
+fn open_log(snapshot: &Snapshot, store: Option<&Store>) -> Result<RequestLog, StoreError> {
+    let capacity = snapshot.log.queue_capacity;
+    match store.map(|s| &s.db) {
+        Some(Db::Postgres(pool)) => {
+            tracing::warn!(
+                sqlite_path = %snapshot.log.sqlite_path,
+                "the request log is kept in the PostgreSQL store; [log] sqlite_path is ignored"
+            );
+            RequestLog::postgres(pool.clone(), capacity)
+        }
+        _ => RequestLog::open(Path::new(&snapshot.log.sqlite_path), capacity),
+    }
 }
 
 /// Reloads the config on every SIGHUP, for as long as the process runs.

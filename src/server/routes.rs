@@ -123,7 +123,11 @@ async fn readyz(State(state): State<AppState>) -> Response {
     let body = json!({
         "status": if alive { "ready" } else { "not_ready" },
         "config": {"channels": snap.channels.len(), "models": snap.models.len()},
-        "request_log": {"writer_alive": alive, "dropped_rows": state.log.dropped()},
+        "request_log": {
+            "backend": state.log.backend(),
+            "writer_alive": alive,
+            "dropped_rows": state.log.dropped(),
+        },
         // Redis being down does not make the gateway unready: it serves on local state.
         "state": state.state.describe(),
         "store": state.store.as_ref().map(|s| s.describe()),

@@ -1,4 +1,5 @@
-//! Persistence: the request log (`log.rs`, SQLite, written off the hot path), the store's
+//! Persistence: the request log (`log/`, written off the hot path to its own SQLite file, or to
+//! the store's PostgreSQL, and pruned past the store's retention), the store's
 //! database (`db.rs`: SQLite or PostgreSQL, migrated at start-up; `open.rs`: with its master
 //! key and pepper, as the gateway opens it) and the sealing of secrets
 //! kept at rest (`seal.rs`: AES-256-GCM under the master key, keyed hashes of gateway keys).
@@ -12,7 +13,7 @@ mod rotate;
 pub mod seal;
 
 pub use db::{Db, DbError, MigrationState};
-pub use log::{LogRow, RequestLog, StoreError};
+pub use log::{LogRow, PRUNE_EVERY, RequestLog, StoreError};
 pub use open::{MasterEnv, OpenError, Store};
 pub use overlay::OverlayError;
 pub use rotate::{RotateError, Rotated};

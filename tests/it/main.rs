@@ -19,6 +19,7 @@ mod health;
 mod latency;
 mod local_embedder;
 mod replicas;
+mod request_log;
 mod responses;
 mod schemas;
 mod semantic;

@@ -26,14 +26,12 @@ pub async fn requests(
         .into_response();
     };
     let limit = q.limit.unwrap_or(50).min(1000);
-    let log = state.log.clone();
-    match tokio::task::spawn_blocking(move || log.recent(limit)).await {
-        Ok(Ok(rows)) => axum::Json(json!({"object": "list", "data": rows})).into_response(),
-        Ok(Err(e)) => {
+    match state.log.recent(limit).await {
+        Ok(rows) => axum::Json(json!({"object": "list", "data": rows})).into_response(),
+        Err(e) => {
             tracing::error!(error = %e, "reading the request log failed");
             ApiError::LogUnavailable.into_response()
         }
-        Err(_) => ApiError::LogUnavailable.into_response(),
     }
 }
 

@@ -4,6 +4,7 @@
 //! - [`gateway`]: the gateway under test, its config snippets, request and response helpers;
 //! - [`mock`]: upstreams for it to call (the mock server, canned and refusing upstreams);
 //! - [`sse`]: reading streamed answers;
+//! - [`logs`]: the gateway's own log lines, captured for one test;
 //! - [`redis`]: replicas sharing state through the test Redis;
 //! - [`postgres`]: a fresh PostgreSQL database per test;
 //! - [`binary`]: the binary started as a user runs it;
@@ -14,6 +15,7 @@
 mod binary;
 mod control;
 mod gateway;
+mod logs;
 mod mock;
 mod postgres;
 mod redis;
@@ -24,6 +26,7 @@ mod wait;
 pub use self::binary::*;
 pub use self::control::*;
 pub use self::gateway::*;
+pub use self::logs::*;
 pub use self::mock::*;
 pub use self::postgres::*;
 pub use self::redis::*;

@@ -1,0 +1,266 @@
+//! The request log: one row per request, written off the hot path. `record` puts the row in a
+//! bounded queue and never waits (a full queue drops the row and counts it); one writer drains
+//! the queue every tick and writes the tick's rows as one batch, to whichever backend holds the
+//! log: its own SQLite file (`sqlite.rs`, a writer thread) or, with a PostgreSQL store, the
+//! store's database (`postgres.rs`, a tokio task). Rows older than the store's retention are
+//! pruned in batches by a background task ([`RequestLog::keep_for`]).
+
+mod postgres;
+mod sqlite;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError, sync_channel};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+use sqlx::postgres::PgPool;
+use tokio::sync::oneshot;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("request log {path}: {source}")]
+    Sqlite {
+        path: PathBuf,
+        source: rusqlite::Error,
+    },
+    #[error("request log (postgres): {0}")]
+    Postgres(#[from] sqlx::Error),
+    #[error("request log writer could not start: {0}")]
+    Spawn(std::io::Error),
+    #[error("the request log's PostgreSQL writer needs a tokio runtime")]
+    NoRuntime,
+    #[error("a request log task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+/// One request, as the log keeps it. Nothing in it is prompt or completion text, a header
+/// value or a client address: names from the config, counts, times, classes and a session hash.
+#[derive(Debug, Clone, Default)]
+pub struct LogRow {
+    pub id: String,
+    pub ts_ms: i64,
+    pub key_name: Option<String>,
+    pub endpoint: &'static str,
+    pub requested_model: Option<String>,
+    pub served_model: Option<String>,
+    pub channel: Option<String>,
+    pub status: u16,
+    /// `ok`, an outcome class, or the gateway's own error code.
+    pub outcome: String,
+    /// JSON array of attempts (channel, model, status, reason, latency_ms).
+    pub attempts: String,
+    pub stream: bool,
+    pub total_ms: u64,
+    pub ttfb_ms: Option<u64>,
+    pub input_tokens: Option<u64>,
+    pub output_tokens: Option<u64>,
+    /// Output tokens per second after the first byte (the rate the user saw).
+    pub tokens_per_s: Option<f64>,
+    /// `lossless`, or `lossy (<what>)` when the request crossed protocols.
+    pub translation: Option<String>,
+    /// A short hash of the request's session id (never the id).
+    pub session: Option<String>,
+    /// What the request did to its session's binding: `new`, `kept`, `moved`.
+    pub affinity: Option<&'static str>,
+    /// Prompt tokens as sent, when the request was counted (trimming or context fallbacks).
+    pub prompt_tokens: Option<u64>,
+    /// Whole groups of history trimming removed.
+    pub trimmed_turns: Option<u64>,
+}
+
+enum LogMsg {
+    Row(Box<LogRow>),
+    /// Answered once every row queued before it is written.
+    Flush(oneshot::Sender<()>),
+}
+
+/// Where the rows go.
+enum Backend {
+    Sqlite(PathBuf),
+    Postgres(PgPool),
+}
+
+pub struct RequestLog {
+    tx: SyncSender<LogMsg>,
+    backend: Backend,
+    dropped: AtomicU64,
+    alive: Arc<AtomicBool>,
+}
+
+/// How often the writer wakes to drain the queue. Waking per row would cost a context switch
+/// and a transaction per request on the gateway's cores; a tick batches them.
+const TICK: Duration = Duration::from_millis(50);
+
+/// Rows deleted per statement when pruning: short transactions, so writers never wait long.
+const PRUNE_BATCH: i64 = 1000;
+
+/// How often the retention task prunes (and once when it starts).
+pub const PRUNE_EVERY: Duration = Duration::from_secs(300);
+
+impl RequestLog {
+    /// Opens (creating if needed) the SQLite log at `path` and starts its writer thread.
+    pub fn open(path: &Path, capacity: usize) -> Result<RequestLog, StoreError> {
+        let conn = sqlite::open(path)?;
+        let (tx, rx) = sync_channel(capacity);
+        let alive = Arc::new(AtomicBool::new(true));
+        let flag = alive.clone();
+        let shown = path.to_path_buf();
+        std::thread::Builder::new()
+            .name("switchyard-log".into())
+            .spawn(move || {
+                let _alive = AliveGuard(flag);
+                sqlite::writer(conn, rx, &shown);
+            })
+            .map_err(StoreError::Spawn)?;
+        Ok(RequestLog::with(
+            tx,
+            Backend::Sqlite(path.to_path_buf()),
+            alive,
+        ))
+    }
+
+    /// The log in a PostgreSQL store (its `requests` table, made by the store's migrations),
+    /// written by a task on the current tokio runtime.
+    pub fn postgres(pool: PgPool, capacity: usize) -> Result<RequestLog, StoreError> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| StoreError::NoRuntime)?;
+        let (tx, rx) = sync_channel(capacity);
+        let alive = Arc::new(AtomicBool::new(true));
+        let flag = alive.clone();
+        let writer_pool = pool.clone();
+        runtime.spawn(async move {
+            let _alive = AliveGuard(flag);
+            postgres::writer(writer_pool, rx).await;
+        });
+        Ok(RequestLog::with(tx, Backend::Postgres(pool), alive))
+    }
+
+    fn with(tx: SyncSender<LogMsg>, backend: Backend, alive: Arc<AtomicBool>) -> RequestLog {
+        RequestLog {
+            tx,
+            backend,
+            dropped: AtomicU64::new(0),
+            alive,
+        }
+    }
+
+    /// Queues a row; never blocks. A full queue drops the row and counts it.
+    pub fn record(&self, row: LogRow) {
+        match self.tx.try_send(LogMsg::Row(Box::new(row))) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                let n = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+                if n.is_power_of_two() {
+                    tracing::warn!(
+                        dropped = n,
+                        "request log queue full or writer gone; rows dropped"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Waits until every row queued so far is written (tests, shutdown). Waits for queue room.
+    pub async fn flush(&self) {
+        let (ack, done) = oneshot::channel();
+        let tx = self.tx.clone();
+        let sent = tokio::task::spawn_blocking(move || tx.send(LogMsg::Flush(ack)).is_ok()).await;
+        if matches!(sent, Ok(true)) {
+            let _ = done.await;
+        }
+    }
+
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    pub fn alive(&self) -> bool {
+        self.alive.load(Ordering::Relaxed)
+    }
+
+    /// Which backend holds the rows: `sqlite` or `postgres`.
+    pub fn backend(&self) -> &'static str {
+        match self.backend {
+            Backend::Sqlite(_) => "sqlite",
+            Backend::Postgres(_) => "postgres",
+        }
+    }
+
+    /// The most recent rows, newest first, in the same JSON shape on both backends.
+    pub async fn recent(&self, limit: u32) -> Result<Vec<Value>, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(path) => {
+                let path = path.clone();
+                tokio::task::spawn_blocking(move || sqlite::recent(&path, limit)).await?
+            }
+            Backend::Postgres(pool) => postgres::recent(pool, limit).await,
+        }
+    }
+
+    /// Deletes every row older than `cutoff_ms` (ms since the epoch), [`PRUNE_BATCH`] rows a
+    /// statement; returns how many went.
+    pub async fn prune(&self, cutoff_ms: i64) -> Result<u64, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(path) => {
+                let path = path.clone();
+                tokio::task::spawn_blocking(move || sqlite::prune(&path, cutoff_ms)).await?
+            }
+            Backend::Postgres(pool) => postgres::prune(pool, cutoff_ms).await,
+        }
+    }
+
+    /// Prunes rows older than `retention` now and then `every` ([`PRUNE_EVERY`] in the
+    /// gateway), for as long as the returned task runs.
+    pub fn keep_for(
+        self: &Arc<Self>,
+        retention: Duration,
+        every: Duration,
+    ) -> tokio::task::JoinHandle<()> {
+        let log = self.clone();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(every);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                every.tick().await;
+                let cutoff = now_ms().saturating_sub(retention.as_millis() as i64);
+                match log.prune(cutoff).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(rows = n, "request log rows past retention pruned"),
+                    Err(e) => tracing::error!(error = %e, "pruning the request log failed"),
+                }
+            }
+        })
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+struct AliveGuard(Arc<AtomicBool>);
+
+impl Drop for AliveGuard {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
+}
+
+/// Takes everything queued into `batch` and `acks`; true once every sender is gone.
+fn drain(
+    rx: &Receiver<LogMsg>,
+    batch: &mut Vec<LogRow>,
+    acks: &mut Vec<oneshot::Sender<()>>,
+) -> bool {
+    loop {
+        match rx.try_recv() {
+            Ok(LogMsg::Row(r)) => batch.push(*r),
+            Ok(LogMsg::Flush(ack)) => acks.push(ack),
+            Err(TryRecvError::Empty) => return false,
+            Err(TryRecvError::Disconnected) => return true,
+        }
+    }
+}
