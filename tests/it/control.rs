@@ -267,6 +267,13 @@ async fn viewers_read_file_entries_are_read_only_and_scoped_admins_stay_in_their
         assert_eq!(names, ["api-c"]);
         let (s, _) = admin(&gw, "GET", "/admin/channels/file-a", SCOPED, None).await;
         assert_eq!(s, 404);
+        // Its request log holds only its groups' keys' requests: none of team-a's.
+        assert_eq!(chat_status(&gw, KEY).await, 200);
+        gw.flush_log().await;
+        let (_, all) = as_admin(&gw, "GET", "/admin/requests", None).await;
+        assert!(!all["data"].as_array().unwrap().is_empty(), "{all}");
+        let (_, scoped) = admin(&gw, "GET", "/admin/requests", SCOPED, None).await;
+        assert_eq!(scoped["data"], json!([]), "{scoped}");
     }
 }
 

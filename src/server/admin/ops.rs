@@ -27,7 +27,19 @@ pub async fn requests(
     };
     let limit = q.limit.unwrap_or(50).min(1000);
     match state.log.recent(limit).await {
-        Ok(rows) => axum::Json(json!({"object": "list", "data": rows})).into_response(),
+        Ok(mut rows) => {
+            if !admin.caller.groups.is_empty() {
+                // An admin limited to groups sees the requests of its groups' keys only.
+                rows.retain(|r| {
+                    let key = r["key_name"].as_str().and_then(|k| admin.snap.key_named(k));
+                    key.is_some_and(|k| {
+                        let groups: Vec<&str> = k.groups.iter().map(|g| &**g).collect();
+                        admin.caller.sees(&groups)
+                    })
+                });
+            }
+            axum::Json(json!({"object": "list", "data": rows})).into_response()
+        }
         Err(e) => {
             tracing::error!(error = %e, "reading the request log failed");
             ApiError::LogUnavailable.into_response()
