@@ -21,7 +21,7 @@ pub enum DbError {
     #[error("the store cannot be opened: {0}")]
     Connect(String),
     #[error(
-        "the store was migrated by a newer Switchyard (its migration {0} is unknown to this binary): run the newer binary, or restore the backup taken before the upgrade (docs/upgrading.md)"
+        "the store was migrated by a newer Switchyard (its migration {0} is unknown to this binary, and changed what this binary reads): run the newer binary, or restore the backup taken before the upgrade (docs/upgrading.md)"
     )]
     Newer(i64),
     #[error("migrating the store failed: {0}")]
@@ -43,12 +43,17 @@ pub struct MigrationState {
     pub version: i64,
     pub description: String,
     pub applied: bool,
+    /// Applied by a newer binary: this one does not have it.
+    pub unknown: bool,
 }
 
 impl Db {
     /// Opens (creating an SQLite file if there is none) and migrates the store at `url`.
     pub async fn open(url: &str) -> Result<Db, DbError> {
         let db = Db::connect(url).await?;
+        if db.newer_but_readable().await? {
+            return Ok(db);
+        }
         let migrated = match &db {
             Db::Sqlite(p) => SQLITE.run(p).await,
             Db::Postgres(p) => POSTGRES.run(p).await,
@@ -58,6 +63,36 @@ impl Db {
             other => DbError::Migrate(other.to_string()),
         })?;
         Ok(db)
+    }
+
+    /// A store a newer binary migrated: readable by this one when every migration it lacks
+    /// only added (a contract migration raises `meta.readable_by` to its own version), so a
+    /// one-step rollback serves; refused otherwise. `false`: not newer, migrate as usual.
+    async fn newer_but_readable(&self) -> Result<bool, DbError> {
+        let all = self.migrations().await?;
+        let Some(newest) = all.iter().filter(|m| m.unknown).map(|m| m.version).max() else {
+            return Ok(false);
+        };
+        let known = all
+            .iter()
+            .filter(|m| !m.unknown)
+            .map(|m| m.version)
+            .max()
+            .unwrap_or(0);
+        let sql = "SELECT v FROM meta WHERE k = 'readable_by'";
+        let floor: Option<String> = match self {
+            Db::Sqlite(p) => sqlx::query_scalar(sql).fetch_optional(p).await?,
+            Db::Postgres(p) => sqlx::query_scalar(sql).fetch_optional(p).await?,
+        };
+        let floor = floor.and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
+        if floor > known || all.iter().any(|m| !m.unknown && !m.applied) {
+            return Err(DbError::Newer(newest));
+        }
+        tracing::warn!(
+            newest,
+            "the store was migrated by a newer Switchyard; its changes only added, so this binary serves it as is (upgrade again soon)"
+        );
+        Ok(true)
     }
 
     /// Connects without migrating (what `switchyard migrate status` reads).
@@ -114,6 +149,7 @@ impl Db {
                 version: m.version,
                 description: m.description.to_string(),
                 applied: applied.contains(&m.version),
+                unknown: false,
             })
             .collect();
         // Applied by a newer binary: listed, so `migrate status` says so.
@@ -125,6 +161,7 @@ impl Db {
                 version: *v,
                 description: "(unknown to this binary: a newer Switchyard applied it)".into(),
                 applied: true,
+                unknown: true,
             });
         }
         Ok(out)

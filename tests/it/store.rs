@@ -34,36 +34,95 @@ async fn opening_migrates_once_and_status_says_where_a_store_is() {
     }
 }
 
+/// Runs one statement with text parameters on either backend.
+async fn exec(db: &Db, sql: &'static str, args: &[&str]) {
+    match db {
+        Db::Sqlite(p) => {
+            let mut q = sqlx::query(sql);
+            for a in args {
+                q = q.bind(*a);
+            }
+            q.execute(p).await.map(|_| ())
+        }
+        Db::Postgres(p) => {
+            let mut q = sqlx::query(sql);
+            for a in args {
+                q = q.bind(*a);
+            }
+            q.execute(p).await.map(|_| ())
+        }
+    }
+    .expect(sql);
+}
+
 #[tokio::test]
-async fn a_store_a_newer_binary_migrated_is_refused() {
+async fn a_store_one_expand_ahead_is_served_and_one_that_contracted_is_refused() {
     let (_dir, _pg, urls) = backends("newer").await;
     for url in &urls {
         let db = Db::open(url).await.unwrap();
-        let sql = "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) VALUES (99990101, 'from the future', TRUE, $1, 0)";
-        let checksum = vec![0u8; 48];
-        match &db {
-            Db::Sqlite(p) => sqlx::query(sql)
-                .bind(&checksum)
-                .execute(p)
-                .await
-                .map(|_| ()),
-            Db::Postgres(p) => sqlx::query(sql)
-                .bind(&checksum)
-                .execute(p)
-                .await
-                .map(|_| ()),
-        }
-        .unwrap();
+        // A newer binary's migration that only added: this binary serves the store as is (a
+        // one-step rollback).
+        let sql = "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) VALUES (99990101, 'from the future', TRUE, CAST($1 AS BLOB), 0)";
+        let sql_pg = "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) VALUES (99990101, 'from the future', TRUE, CAST($1 AS BYTEA), 0)";
+        exec(
+            &db,
+            if url.starts_with("sqlite") {
+                sql
+            } else {
+                sql_pg
+            },
+            &["00"],
+        )
+        .await;
+        Db::open(url)
+            .await
+            .expect("an expand-only newer store opens");
+        let status = db.migrations().await.unwrap();
+        let future = status.iter().find(|m| m.version == 99990101).unwrap();
+        assert!(
+            future.applied && future.unknown && future.description.contains("newer"),
+            "{url}: {status:?}"
+        );
+        // One that contracted (raised readable_by past what this binary knows): refused.
+        exec(
+            &db,
+            "INSERT INTO meta (k, v) VALUES ('readable_by', $1)",
+            &["99990101"],
+        )
+        .await;
         match Db::open(url).await {
             Err(DbError::Newer(v)) => assert_eq!(v, 99990101, "{url}"),
             other => panic!("{url}: {other:?}"),
         }
-        let status = db.migrations().await.unwrap();
-        let future = status.iter().find(|m| m.version == 99990101).unwrap();
-        assert!(
-            future.applied && future.description.contains("newer"),
-            "{url}: {status:?}"
-        );
+    }
+}
+
+/// Expand, then contract: every migration after the first only adds (no DROP, no RENAME, no
+/// ALTER of a column), so the release before can read the store it leaves.
+#[test]
+fn migrations_after_the_first_only_add() {
+    for backend in ["sqlite", "postgres"] {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("migrations")
+            .join(backend);
+        let mut files: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        files.sort();
+        assert!(files.len() >= 2, "{files:?}");
+        for f in &files[1..] {
+            let sql = std::fs::read_to_string(f).unwrap().to_uppercase();
+            let code: String = sql
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("--"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            for word in ["DROP ", "RENAME", "ALTER COLUMN", "READABLE_BY"] {
+                assert!(!code.contains(word), "{}: {word}", f.display());
+            }
+        }
     }
 }
 
