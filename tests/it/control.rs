@@ -564,3 +564,95 @@ async fn the_config_and_the_audit_show_every_change_with_secrets_masked() {
         );
     }
 }
+
+#[tokio::test]
+async fn routers_and_glob_models_are_managed_too_and_a_null_removes_a_field() {
+    let stores = Stores::new("ctl_sections").await;
+    for url in stores.urls() {
+        let up = mock(text_spec("ok")).await;
+        let gw = on_store(
+            &url,
+            Some(&master_key(11)),
+            &openai_channel("file-a", &up.base_url(), 1, ""),
+        )
+        .await;
+        let router = json!({"model": "auto", "embedder": {"kind": "hashed"},
+            "instances": [{"name": "any", "model": "m", "examples": ["hello"], "catchall": true}]});
+        let (s, r) = as_admin(&gw, "POST", "/admin/routers", Some(router)).await;
+        assert_eq!(s, 201, "{url}: {r}");
+        let auto = gw
+            .chat(json!({"model": "auto", "messages": [{"role": "user", "content": "hi"}]}))
+            .await;
+        assert_eq!(auto.status().as_u16(), 200, "{url}");
+        assert_eq!(
+            as_admin(&gw, "GET", "/admin/routers/auto", None).await.1["source"],
+            "api"
+        );
+        // A glob name, URL-encoded in the path.
+        let (s, _) = as_admin(
+            &gw,
+            "POST",
+            "/admin/models",
+            Some(json!({"name": "m*", "context_window": 8000, "trim": true})),
+        )
+        .await;
+        assert_eq!(s, 201);
+        let (s, m) = as_admin(
+            &gw,
+            "PATCH",
+            "/admin/models/m%2A",
+            Some(json!({"trim": null})),
+        )
+        .await;
+        assert_eq!(s, 200, "{m}");
+        assert!(m.get("trim").is_none(), "a null removes the field: {m}");
+        let (_, read) = as_admin(&gw, "GET", "/admin/models/m%2A", None).await;
+        assert_eq!(
+            (read["context_window"].as_u64(), read.get("trim")),
+            (Some(8000), None),
+            "{read}"
+        );
+        assert_eq!(
+            as_admin(&gw, "DELETE", "/admin/models/m%2A", None).await.0,
+            200
+        );
+        assert_eq!(
+            as_admin(&gw, "GET", "/admin/models/m%2A", None).await.0,
+            404
+        );
+        // A channel a router still names cannot go.
+        let ch = json!({"name": "emb", "provider": "openai", "base_url": up.base_url(), "api_keys": [UPSTREAM_KEY], "models": ["e"]});
+        as_admin(&gw, "POST", "/admin/channels", Some(ch)).await;
+        let (s, _) = as_admin(
+            &gw,
+            "PATCH",
+            "/admin/routers/auto",
+            Some(json!({"embedder": {"kind": "channel", "channel": "emb", "model": "e"}})),
+        )
+        .await;
+        assert_eq!(s, 200);
+        let (s, e) = as_admin(&gw, "DELETE", "/admin/channels/emb", None).await;
+        assert_eq!(
+            (s, e["error"]["code"].as_str()),
+            (409, Some("in_use")),
+            "{e}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_admin_listener_of_its_own_keeps_the_admin_api_off_the_public_one() {
+    let up = mock(text_spec("ok")).await;
+    let rest = format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\n\n{}",
+        openai_channel("a", &up.base_url(), 1, "")
+    );
+    let gw = gateway_full("", "", &rest).await;
+    let admin_addr = gw.running.admin_addr.expect("the admin listener");
+    assert_ne!(admin_addr, gw.running.addr);
+    let (s, _) = as_admin(&gw, "GET", "/admin/channels", None).await;
+    assert_eq!(s, 404, "the public listener has no admin API");
+    let own = get_json(&format!("http://{admin_addr}/admin/channels"), Some(ADMIN)).await;
+    assert_eq!(own["data"][0]["name"], "a", "{own}");
+    assert_eq!(gw.chat(chat_body(false)).await.status(), 200);
+}
