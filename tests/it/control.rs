@@ -656,3 +656,42 @@ async fn an_admin_listener_of_its_own_keeps_the_admin_api_off_the_public_one() {
     assert_eq!(own["data"][0]["name"], "a", "{own}");
     assert_eq!(gw.chat(chat_body(false)).await.status(), 200);
 }
+
+#[tokio::test]
+async fn a_file_naming_what_the_store_holds_is_refused_at_start() {
+    let stores = Stores::new("ctl_clash").await;
+    let m = master_key(12);
+    for url in stores.urls() {
+        let up = mock(text_spec("ok")).await;
+        let gw = on_store(&url, Some(&m), "").await;
+        let (s, _) = as_admin(
+            &gw,
+            "POST",
+            "/admin/channels",
+            Some(channel_body("shared", &up.base_url())),
+        )
+        .await;
+        assert_eq!(s, 201);
+        // Another replica's file now defines the same name: it does not start, and says why.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("switchyard.toml");
+        let text = format!(
+            "[log]\nsqlite_path = \"{}\"\n{}{}",
+            dir.path().join("log.db").display(),
+            store_section(&url, Some(&m)),
+            openai_channel("shared", &up.base_url(), 1, "")
+        );
+        std::fs::write(&path, text).unwrap();
+        let clients = switchyard::provider::HttpClients::default();
+        let snap = switchyard::config::load_file(&path, &clients).expect("the file alone is valid");
+        let err = switchyard::app::start(snap, clients, None)
+            .await
+            .err()
+            .expect("refused");
+        let said = err.to_string();
+        assert!(
+            said.contains("channels[0].name") && said.contains("also defined in the store"),
+            "{url}: {said}"
+        );
+    }
+}
