@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 
@@ -118,7 +119,17 @@ pub async fn start_with_clock(
         tokio::task::spawn_blocking(move || live.reload_with(Some(ov)))
             .await
             .map_err(|e| StartError::Task(e.to_string()))??;
-        background.push(tokio::spawn(watch::follow(state.clone(), store.clone())));
+        let every = state
+            .live
+            .load()
+            .store
+            .as_ref()
+            .map_or(Duration::from_millis(500), |s| s.poll_interval);
+        background.push(tokio::spawn(watch::follow(
+            state.clone(),
+            store.clone(),
+            every,
+        )));
     }
     background.push(probe::spawn_prober(
         state.live.clone(),

@@ -1,30 +1,42 @@
-//! Every replica follows the store: the config version is read every half second, and when
-//! it has moved the store's entries are read and compiled with the file, as an admin write's
-//! own replica does at once. A poll is one indexed read, and works the same on SQLite and
-//! PostgreSQL (and through any proxy in front of either).
+//! Every replica follows the store: on PostgreSQL a `LISTEN` on the channel every write
+//! notifies wakes it at once, and on both backends the config version is read every
+//! `[store] poll_interval_ms` (500 ms) as well, the fallback when a notification is lost or the
+//! listening connection is down. When the version has moved, the store's entries are read and
+//! compiled with the file, as an admin write's own replica does at once. A version that failed
+//! to compile is not tried again until the store moves on.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::Notify;
+
 use crate::server::AppState;
-use crate::store::Store;
+use crate::store::{Db, Store};
 
-const EVERY: Duration = Duration::from_millis(500);
-
-pub async fn follow(state: AppState, store: Arc<Store>) {
-    let mut tick = tokio::time::interval(EVERY);
+pub async fn follow(state: AppState, store: Arc<Store>, every: Duration) {
+    let woken = Arc::new(Notify::new());
+    let listener = match &store.db {
+        Db::Postgres(pool) => Some(tokio::spawn(listen(pool.clone(), woken.clone()))),
+        Db::Sqlite(_) => None,
+    };
+    let _stop = AbortOnDrop(listener);
+    let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut failing = false;
+    let (mut failing, mut refused) = (false, None);
     loop {
-        tick.tick().await;
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = woken.notified() => {}
+        }
         match store.db.version().await {
             Ok(v) => {
                 if failing {
                     tracing::info!("the store answers again");
                     failing = false;
                 }
-                if v != state.live.store_version() {
-                    crate::server::refresh(&state, &store).await;
+                if v != state.live.store_version() && refused != Some(v) {
+                    let (tried, ok) = crate::server::refresh(&state, &store).await;
+                    refused = (!ok).then_some(tried);
                 }
             }
             Err(e) if !failing => {
@@ -33,6 +45,38 @@ pub async fn follow(state: AppState, store: Arc<Store>) {
                 failing = true;
             }
             Err(_) => {}
+        }
+    }
+}
+
+/// Wakes the follower on every `switchyard_config` notification; reconnects when the
+/// connection drops (the poll covers the gap).
+async fn listen(pool: sqlx::PgPool, woken: Arc<Notify>) {
+    loop {
+        let listening = async {
+            let mut l = sqlx::postgres::PgListener::connect_with(&pool).await?;
+            l.listen("switchyard_config").await?;
+            // A change made before this connection listened is read now, not at the next poll.
+            woken.notify_one();
+            loop {
+                l.recv().await?;
+                woken.notify_one();
+            }
+        };
+        let err: Result<(), sqlx::Error> = listening.await;
+        if let Err(e) = err {
+            tracing::debug!(error = %e, "the store's notifications stopped; listening again");
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+struct AbortOnDrop(Option<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(t) = &self.0 {
+            t.abort();
         }
     }
 }

@@ -179,6 +179,13 @@ pub struct StoreSection {
     /// The master key sealing upstream keys at rest (32 bytes, base64); usually `${VAR}`.
     /// Without it, `SWITCHYARD_MASTER_KEY` is read.
     pub master_key: Option<String>,
+    /// How often each replica reads the store's config version (PostgreSQL also notifies).
+    #[serde(default = "default_poll")]
+    pub poll_interval_ms: NonZeroU64,
+}
+
+fn default_poll() -> NonZeroU64 {
+    nz64(500)
 }
 
 fn default_retention() -> NonZeroU32 {

@@ -60,6 +60,8 @@ pub struct StoreSettings {
     pub retention: Duration,
     /// As configured (`[store] master_key`), else none: the environment is read at start.
     pub master_key: Option<Secret>,
+    /// How often replicas read the store's config version.
+    pub poll_interval: Duration,
 }
 
 #[derive(Debug, Clone)]

@@ -242,6 +242,10 @@ impl Db {
             }
             if w.action != Action::Rotate {
                 sqlx::query(bump).execute(&mut *tx).await?;
+                if let Db::Postgres(_) = self {
+                    // Delivered at commit: replicas listening reload at once (polling stays).
+                    sqlx::query("SELECT pg_notify('switchyard_config', '')").execute(&mut *tx).await?;
+                }
             }
             let version: Option<String> = sqlx::query_scalar("SELECT v FROM meta WHERE k = 'version'")
                 .fetch_optional(&mut *tx).await?;

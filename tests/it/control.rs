@@ -695,3 +695,39 @@ async fn a_file_naming_what_the_store_holds_is_refused_at_start() {
         );
     }
 }
+
+#[tokio::test]
+async fn on_postgresql_replicas_are_notified_without_waiting_for_the_poll() {
+    let pg = Postgres::fresh("ctl_notify").await;
+    let m = master_key(13);
+    // A poll a minute apart: only the notification can bring the change within 2 s.
+    let store = format!(
+        "{}poll_interval_ms = 60000\n",
+        store_section(&pg.url, Some(&m))
+    );
+    let one = gateway_full("", &store, "").await;
+    let two = gateway_full("", &store, "").await;
+    let up = mock(text_spec("ok")).await;
+    // The listener connects as the gateway starts; a first change proves it listens.
+    let (s, _) = as_admin(
+        &one,
+        "POST",
+        "/admin/channels",
+        Some(channel_body("n", &up.base_url())),
+    )
+    .await;
+    assert_eq!(s, 201);
+    until(
+        "the notified replica serves the new channel",
+        REPLICAS_WITHIN,
+        async || chat_status(&two, KEY).await == 200,
+    )
+    .await;
+    as_admin(&one, "DELETE", "/admin/channels/n", None).await;
+    until(
+        "the notified replica drops it",
+        REPLICAS_WITHIN,
+        async || chat_status(&two, KEY).await != 200,
+    )
+    .await;
+}

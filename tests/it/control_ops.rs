@@ -310,6 +310,7 @@ async fn rotating_the_master_key_under_load_fails_no_request() {
             url: switchyard::secret::Secret::new(url.as_str()),
             retention: std::time::Duration::from_secs(86_400),
             master_key: None,
+            poll_interval: std::time::Duration::from_millis(500),
         };
         let store = Store::open(&s, only(&new))
             .await

@@ -58,6 +58,7 @@ fn store(cfg: &FileConfig) -> Result<Option<StoreSettings>, FieldError> {
         url: Secret::new(s.url.as_str()),
         retention: Duration::from_secs(u64::from(s.retention_days.get()) * 86_400),
         master_key: s.master_key.as_deref().map(Secret::new),
+        poll_interval: Duration::from_millis(s.poll_interval_ms.get()),
     }))
 }
 

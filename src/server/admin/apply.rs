@@ -155,21 +155,30 @@ async fn check(
     Err(ControlError::invalid(field, message).into())
 }
 
-/// Reloads this replica from the store now (the version watch does the same on every replica).
-pub async fn refresh(state: &AppState, store: &Store) {
+/// Reloads this replica from the store now (the version watch does the same on every
+/// replica). Returns the store version tried, and whether it now serves it.
+pub async fn refresh(state: &AppState, store: &Store) -> (i64, bool) {
     let ov = match store.overlay().await {
         Ok(ov) => ov,
         Err(e) => {
             tracing::error!(error = %e, "reading the store failed; the running config stays");
-            return;
+            return (-1, false);
         }
     };
+    let version = ov.version;
     let live = state.live.clone();
     match tokio::task::spawn_blocking(move || live.reload_with(Some(ov))).await {
-        Ok(Ok(_)) => state.health.pools.config_changed(),
-        Ok(Err(e)) => {
-            tracing::error!(error = %e, "the store's config was refused; the running config stays")
+        Ok(Ok(_)) => {
+            state.health.pools.config_changed();
+            (version, true)
         }
-        Err(e) => tracing::error!(error = %e, "the reload task failed"),
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, version, "the store's config was refused; the running config stays");
+            (version, false)
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "the reload task failed");
+            (version, false)
+        }
     }
 }
