@@ -256,13 +256,17 @@ impl Snapshot {
             Some(_) => "postgres",
             None => "none (the file is everything)",
         };
+        let log = if store == "postgres" {
+            "in the store"
+        } else {
+            self.log.sqlite_path.as_str()
+        };
         let _ = writeln!(
             out,
-            "listen {}  ·  {} key(s)  ·  {} channel(s)  ·  request log {}  ·  store {store}",
+            "listen {}  ·  {} key(s)  ·  {} channel(s)  ·  request log {log}  ·  store {store}",
             self.server.listen,
             self.keys.len(),
             self.channels.len(),
-            self.log.sqlite_path
         );
         for (model, routes) in &self.models {
             let _ = writeln!(out, "model {model}");

@@ -296,6 +296,7 @@ async fn wrong_tokens_get_401_then_429_and_no_store_means_read_only() {
         (409, Some("read_only")),
         "{e}"
     );
+    let (logs, guard) = capture_logs();
     for _ in 0..10 {
         let (s, e) = admin(
             &gw,
@@ -310,6 +311,15 @@ async fn wrong_tokens_get_401_then_429_and_no_store_means_read_only() {
             (401, Some("invalid_api_key"))
         );
     }
+    drop(guard);
+    // Each failure is logged with the network, never the token or the full address.
+    let said = logs.text();
+    assert_eq!(said.matches("wrong or missing token").count(), 10, "{said}");
+    assert!(said.contains("127.0.0.0/24"), "{said}");
+    assert!(
+        !said.contains("wrong-token") && !said.contains("127.0.0.1"),
+        "{said}"
+    );
     let resp = client()
         .get(format!("{}/admin/channels", gw.url))
         .bearer_auth(ADMIN)

@@ -72,6 +72,21 @@ impl Failures {
     }
 }
 
+/// The address's network, not the address: `203.0.113.0/24`, `2001:db8:1::/48` (no full
+/// client address is written to a log).
+fn network(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(v4) => {
+            let [a, b, c, _] = v4.octets();
+            format!("{a}.{b}.{c}.0/24")
+        }
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            format!("{:x}:{:x}:{:x}::/48", s[0], s[1], s[2])
+        }
+    }
+}
+
 /// The caller, or why not: 404 when no admin is configured (the admin API does not exist),
 /// 429 for an address over its failures, 401 for a wrong token, 403 for a viewer writing.
 pub fn guard(
@@ -99,7 +114,7 @@ pub fn guard(
     }
     let Some(admin) = found else {
         failures.failed(peer, now);
-        tracing::warn!(%peer, path, "admin API: a wrong or missing token");
+        tracing::warn!(network = %network(peer), path, "admin API: a wrong or missing token");
         return Err(ApiError::Unauthorized);
     };
     let reading = matches!(*method, Method::GET | Method::HEAD);
