@@ -232,9 +232,8 @@ async fn rotate(config: &Path) -> Result<(), Box<dyn std::error::Error>> {
         .rotate("rotate-master-key", i64::try_from(now)?)
         .await?;
     println!(
-        "re-sealed {} objects, {} kept answers{}; every secret is now under master key {}",
+        "re-sealed {} objects{}; every secret is now under master key {}",
         done.objects,
-        done.answers,
         if done.pepper { " and the pepper" } else { "" },
         store.describe()["master_key"].as_str().unwrap_or("?"),
     );
@@ -247,7 +246,8 @@ async fn rotate(config: &Path) -> Result<(), Box<dyn std::error::Error>> {
 /// `switchyard audit verify`: the chain checked, or the first row that breaks it.
 async fn audit_verify(config: &Path) -> Result<(), Box<dyn std::error::Error>> {
     let settings = store_settings(config)?;
-    let db = switchyard::store::Db::open(settings.url.expose()).await?;
+    // Read as it is: verifying never migrates.
+    let db = switchyard::store::Db::connect(settings.url.expose()).await?;
     let mut rows = db.audit(i64::MAX, None).await?;
     rows.reverse();
     match switchyard::store::objects::verify(&rows) {
@@ -335,7 +335,7 @@ async fn serve(
         );
     }
     #[cfg(unix)]
-    switchyard::app::reload_on_sighup(running.state.live.clone(), running.state.health.clone())?;
+    switchyard::app::reload_on_sighup(running.state.clone())?;
     print!("{}", running.state.live.load().describe());
     println!("switchyard listening on http://{}", running.addr);
     if let Some(a) = running.admin_addr {

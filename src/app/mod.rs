@@ -186,22 +186,16 @@ fn open_log(snapshot: &Snapshot, store: Option<&Store>) -> Result<RequestLog, St
     }
 }
 
-/// Reloads the config on every SIGHUP, for as long as the process runs.
+/// Reloads the config (the file, and the store's entries) on every SIGHUP, for as long as the
+/// process runs.
 #[cfg(unix)]
-pub fn reload_on_sighup(live: Arc<Live>, health: Arc<Health>) -> std::io::Result<()> {
+pub fn reload_on_sighup(state: AppState) -> std::io::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut hup = signal(SignalKind::hangup())?;
     tokio::spawn(async move {
         while hup.recv().await.is_some() {
-            let l = live.clone();
-            let Ok(result) = tokio::task::spawn_blocking(move || l.reload()).await else {
-                continue;
-            };
-            match result {
-                Ok(s) => {
-                    health.pools.config_changed();
-                    tracing::info!(channels = s.channels.len(), "config reloaded on SIGHUP")
-                }
+            match server::reload(&state).await {
+                Ok(s) => tracing::info!(channels = s.channels.len(), "config reloaded on SIGHUP"),
                 Err(e) => {
                     tracing::error!(error = %e, "config reload refused; the running config stays")
                 }

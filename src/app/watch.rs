@@ -23,10 +23,15 @@ pub async fn follow(state: AppState, store: Arc<Store>, every: Duration) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let (mut failing, mut refused) = (false, None);
+    let mut pruned: Option<std::time::Instant> = None;
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             () = woken.notified() => {}
+        }
+        if pruned.is_none_or(|t| t.elapsed() >= PRUNE_EVERY) {
+            pruned = Some(std::time::Instant::now());
+            prune_answers(&store).await;
         }
         match store.db.version().await {
             Ok(v) => {
@@ -46,6 +51,20 @@ pub async fn follow(state: AppState, store: Arc<Store>, every: Duration) {
             }
             Err(_) => {}
         }
+    }
+}
+
+/// How long an Idempotency-Key's answer is kept, and how often old ones are swept.
+const KEEP_ANSWERS: Duration = Duration::from_secs(24 * 3600);
+const PRUNE_EVERY: Duration = Duration::from_secs(3600);
+
+async fn prune_answers(store: &Store) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let cutoff = i64::try_from(now.saturating_sub(KEEP_ANSWERS.as_millis())).unwrap_or(0);
+    if let Err(e) = store.db.prune_answers(cutoff).await {
+        tracing::warn!(error = %e, "forgetting old Idempotency-Key answers failed");
     }
 }
 

@@ -134,7 +134,7 @@ pub struct Live {
     current: ArcSwap<Snapshot>,
     overlay: ArcSwap<Overlay>,
     clients: HttpClients,
-    /// One reload at a time: a slower, older one never lands after a newer one.
+    /// One reload at a time.
     reloading: std::sync::Mutex<()>,
 }
 
@@ -183,8 +183,8 @@ impl Live {
             Source::File(p) => p.clone(),
             Source::Demo => return Err(ReloadError::NoFile),
         };
+        // The store is the truth, even at a lower version (a store restored from a backup).
         let overlay = match overlay {
-            Some(o) if o.version < self.overlay.load().version => return Ok(self.load()),
             Some(o) => Arc::new(o),
             None => self.overlay.load_full(),
         };

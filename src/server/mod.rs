@@ -19,7 +19,7 @@ mod routes;
 mod semantic;
 mod sse;
 
-pub use admin::refresh;
+pub use admin::{refresh, reload};
 pub use error::ApiError;
 pub use routes::{admin_router, router};
 

@@ -55,6 +55,9 @@ pub enum WriteError {
     /// The Idempotency-Key was used by a write that landed first.
     #[error("this Idempotency-Key has been used")]
     Replayed,
+    /// The store moved on since the change was checked: check it again.
+    #[error("the store changed meanwhile")]
+    Stale,
     #[error(transparent)]
     Db(#[from] DbError),
 }
@@ -98,13 +101,25 @@ pub struct Write<'a> {
     pub now_ms: i64,
     /// A POST's Idempotency-Key and the answer to keep for it.
     pub idem: Option<Idem<'a>>,
+    /// The config version the change was checked against: written only if it still is.
+    pub expect_version: Option<i64>,
 }
 
 /// What a retry with the same Idempotency-Key is answered.
 pub struct Idem<'a> {
     pub key: &'a str,
+    /// Of the request (method, path, body): the key reused for another is refused.
+    pub fingerprint: &'a str,
     pub status: u16,
     pub body: &'a str,
+}
+
+/// An answer kept for an Idempotency-Key.
+#[derive(Debug, Clone)]
+pub struct Kept {
+    pub fingerprint: String,
+    pub status: u16,
+    pub body: String,
 }
 
 /// The audit row's hash: SHA-256 over the row before's hash and this row's fields, each
@@ -214,6 +229,21 @@ impl Db {
                 }
                 Db::Sqlite(_) => p.begin_with("BEGIN IMMEDIATE").await?,
             };
+            if let Some(expected) = w.expect_version {
+                let now: Option<String> = sqlx::query_scalar("SELECT v FROM meta WHERE k = 'version'")
+                    .fetch_optional(&mut *tx).await?;
+                if now.and_then(|v| v.parse::<i64>().ok()).unwrap_or(0) != expected {
+                    return Err(WriteError::Stale);
+                }
+            }
+            // The key first: a retry racing the first request finds it taken, not the name.
+            if let Some(i) = &w.idem {
+                let keep = "INSERT INTO idempotency (admin, idem_key, fingerprint, status, body, created_ms) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (admin, idem_key) DO NOTHING";
+                let q = sqlx::query(keep).bind(w.admin).bind(i.key).bind(i.fingerprint).bind(i32::from(i.status)).bind(i.body).bind(w.now_ms);
+                if q.execute(&mut *tx).await?.rows_affected() == 0 {
+                    return Err(WriteError::Replayed);
+                }
+            }
             let q = sqlx::query(change).bind(w.kind).bind(w.name);
             let q = if args { q.bind(&body).bind(w.now_ms) } else { q };
             if w.action != Action::Rotate && q.execute(&mut *tx).await?.rows_affected() == 0 {
@@ -233,13 +263,6 @@ impl Db {
                 .bind(w.now_ms).bind(w.admin).bind(w.action.as_str()).bind(w.kind).bind(w.name)
                 .bind(w.diff.to_string()).bind(&prev).bind(&hash)
                 .execute(&mut *tx).await?;
-            if let Some(i) = &w.idem {
-                let keep = "INSERT INTO idempotency (admin, idem_key, status, body, created_ms) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (admin, idem_key) DO NOTHING";
-                let q = sqlx::query(keep).bind(w.admin).bind(i.key).bind(i32::from(i.status)).bind(i.body).bind(w.now_ms);
-                if q.execute(&mut *tx).await?.rows_affected() == 0 {
-                    return Err(WriteError::Replayed);
-                }
-            }
             if w.action != Action::Rotate {
                 sqlx::query(bump).execute(&mut *tx).await?;
                 if let Db::Postgres(_) = self {
@@ -255,17 +278,22 @@ impl Db {
     }
 
     /// The answer kept for an admin's Idempotency-Key.
-    pub async fn replay(&self, admin: &str, key: &str) -> Result<Option<(u16, String)>, DbError> {
-        let sql = "SELECT status, body FROM idempotency WHERE admin = $1 AND idem_key = $2";
-        let row: Option<(i32, String)> =
+    pub async fn replay(&self, admin: &str, key: &str) -> Result<Option<Kept>, DbError> {
+        let sql =
+            "SELECT fingerprint, status, body FROM idempotency WHERE admin = $1 AND idem_key = $2";
+        let row: Option<(String, i32, String)> =
             on!(self, p => sqlx::query_as(sql).bind(admin).bind(key).fetch_optional(p).await?);
-        Ok(row.map(|(s, b)| (u16::try_from(s).unwrap_or(200), b)))
+        Ok(row.map(|(fingerprint, s, body)| Kept {
+            fingerprint,
+            status: u16::try_from(s).unwrap_or(200),
+            body,
+        }))
     }
 
-    /// Every kept Idempotency-Key answer: admin, key, body (for a rotation to re-seal).
-    pub async fn kept_answers(&self) -> Result<Vec<(String, String, String)>, DbError> {
-        let sql = "SELECT admin, idem_key, body FROM idempotency";
-        Ok(on!(self, p => sqlx::query_as(sql).fetch_all(p).await?))
+    /// Forgets kept answers older than `cutoff_ms`; returns how many.
+    pub async fn prune_answers(&self, cutoff_ms: i64) -> Result<u64, DbError> {
+        let sql = "DELETE FROM idempotency WHERE created_ms < $1";
+        Ok(on!(self, p => sqlx::query(sql).bind(cutoff_ms).execute(p).await?.rows_affected()))
     }
 
     /// Admin changes, newest first, `before` an id.
@@ -315,6 +343,7 @@ pub fn verify(rows: &[AuditRow]) -> Result<(), i64> {
             diff: &r.diff,
             now_ms: r.ts_ms,
             idem: None,
+            expect_version: None,
         };
         if r.prev_hash != prev || audit_hash(&prev, &w) != r.hash {
             return Err(r.id);

@@ -29,6 +29,8 @@ pub struct Store {
     pub db: Db,
     keys: Option<Keyring>,
     pepper: Option<Pepper>,
+    /// The store version this replica could not compile, if it is behind (0: it is not).
+    refused: std::sync::atomic::AtomicI64,
 }
 
 /// The master keys from the environment: `SWITCHYARD_MASTER_KEY` (unless the config gives
@@ -94,7 +96,12 @@ impl Store {
                 None
             }
         };
-        Ok(Store { db, keys, pepper })
+        Ok(Store {
+            db,
+            keys,
+            pepper,
+            refused: std::sync::atomic::AtomicI64::new(0),
+        })
     }
 
     /// The master keys, when configured.
@@ -106,11 +113,26 @@ impl Store {
         self.pepper.as_ref()
     }
 
+    /// Whether this replica serves the store's `version` (or could not compile it).
+    pub fn served(&self, version: i64, ok: bool) {
+        let refused = if ok { 0 } else { version.max(1) };
+        self.refused
+            .store(refused, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The store version this replica could not load: it serves an older one, which may hold
+    /// revoked keys, so it is not ready until it loads one.
+    pub fn behind(&self) -> Option<i64> {
+        let v = self.refused.load(std::sync::atomic::Ordering::Relaxed);
+        (v != 0).then_some(v)
+    }
+
     /// For `/readyz` and the admin API: the backend and the master key's id (never the key).
     pub fn describe(&self) -> Value {
         json!({
             "backend": self.db.backend(),
             "master_key": self.keys.as_ref().map(|k| k.sealing().id()),
+            "refused_version": self.behind(),
         })
     }
 }

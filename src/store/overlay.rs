@@ -70,8 +70,21 @@ pub fn has_secret(section: &str, body: &Value) -> bool {
 
 impl Store {
     /// Every object, secrets opened, at the version read first (a write landing meanwhile
-    /// moves the version again, and the next look reloads).
+    /// moves the version again, and the next look reloads). An entry that does not open (sealed
+    /// under a key not configured here) fails it: a replica keeps serving what it holds rather
+    /// than drop a channel.
     pub async fn overlay(&self) -> Result<Overlay, OverlayError> {
+        self.entries(false).await
+    }
+
+    /// As [`Store::overlay`], leaving out entries that do not open (logged): what an admin
+    /// change is checked against, so one unopenable entry does not block every write, its own
+    /// deletion included.
+    pub async fn overlay_lenient(&self) -> Result<Overlay, OverlayError> {
+        self.entries(true).await
+    }
+
+    async fn entries(&self, lenient: bool) -> Result<Overlay, OverlayError> {
         let version = self.db.version().await?;
         let mut out = Overlay {
             version,
@@ -81,7 +94,11 @@ impl Store {
         for (section, _) in SECTIONS {
             let mut list = Vec::new();
             for o in self.db.objects(section).await? {
-                list.push(self.open_body(section, &o.name, o.body)?);
+                match self.open_body(section, &o.name, o.body) {
+                    Ok(b) => list.push(b),
+                    Err(e) if lenient => tracing::error!(error = %e, "a store entry is left out"),
+                    Err(e) => return Err(e),
+                }
             }
             out.entries.insert(section, list);
         }

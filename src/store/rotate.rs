@@ -1,5 +1,5 @@
 //! `switchyard rotate-master-key`: every sealed value (each channel's upstream keys, the
-//! pepper, kept Idempotency-Key answers) opened with whichever key sealed it and sealed again
+//! pepper) opened with whichever key sealed it and sealed again
 //! under the new one, one row at a time and only if the row is still what was read (a write
 //! landing meanwhile is read again). Nothing else changes: the config version stays, so
 //! replicas keep serving their snapshot, and the keyring opens either sealing meanwhile.
@@ -36,7 +36,6 @@ impl From<sqlx::Error> for RotateError {
 #[derive(Debug, Default)]
 pub struct Rotated {
     pub objects: usize,
-    pub answers: usize,
     pub pepper: bool,
 }
 
@@ -59,6 +58,7 @@ impl Store {
                     diff: &diff,
                     now_ms,
                     idem: None,
+                    expect_version: None,
                 };
                 self.db.write(&w).await.map_err(|e| match e {
                     super::objects::WriteError::Db(d) => RotateError::Db(d),
@@ -100,23 +100,6 @@ impl Store {
             let sql = "UPDATE meta SET v = $1 WHERE k = $2 AND v = $3";
             if exec(&self.db, sql, &[&sealed, PEPPER, &p]).await? == 1 {
                 done.pepper = true;
-            } else {
-                left += 1;
-            }
-        }
-        for (admin, key, body) in self.db.kept_answers().await? {
-            if !body.starts_with("v1:") || sealed_with(&body).map_err(RotateError::Seal)? == new {
-                continue;
-            }
-            let aad = format!("idempotency/{admin}/{key}");
-            let opened = keys.open(&body, &aad).map_err(RotateError::Seal)?;
-            let sealed = keys
-                .seal(opened.expose().as_bytes(), &aad)
-                .map_err(RotateError::Seal)?;
-            let sql =
-                "UPDATE idempotency SET body = $1 WHERE admin = $2 AND idem_key = $3 AND body = $4";
-            if exec(&self.db, sql, &[&sealed, &admin, &key, &body]).await? == 1 {
-                done.answers += 1;
             } else {
                 left += 1;
             }

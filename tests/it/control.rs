@@ -184,7 +184,9 @@ async fn viewers_read_file_entries_are_read_only_and_scoped_admins_stay_in_their
             admins(),
             openai_channel("file-a", &up.base_url(), 1, "")
         );
-        let gw = on_store(&url, Some(&m), &rest).await;
+        // The test key uses the default group only, so team-b's channels serve none of its.
+        let key_and_store = format!("groups = [\"default\"]\n{}", store_section(&url, Some(&m)));
+        let gw = gateway_full("", &key_and_store, &rest).await;
         let (s, list) = admin(&gw, "GET", "/admin/channels", VIEWER, None).await;
         assert_eq!(s, 200, "{list}");
         assert_eq!(list["data"][0]["source"], "file");
@@ -252,10 +254,66 @@ async fn viewers_read_file_entries_are_read_only_and_scoped_admins_stay_in_their
         );
         theirs["groups"] = json!(["team-b"]);
         assert_eq!(
-            admin(&gw, "POST", "/admin/channels", SCOPED, Some(theirs))
+            admin(&gw, "POST", "/admin/channels", SCOPED, Some(theirs.clone()))
                 .await
                 .0,
             201
+        );
+        // Keys: team-b's only; a key with no groups reaches every channel, so it is no group's.
+        let (s, _) = admin(
+            &gw,
+            "POST",
+            "/admin/keys",
+            SCOPED,
+            Some(json!({"name": "all"})),
+        )
+        .await;
+        assert_eq!(s, 403);
+        let mine_key = json!({"name": "b-svc", "groups": ["team-b"]});
+        assert_eq!(
+            admin(&gw, "POST", "/admin/keys", SCOPED, Some(mine_key))
+                .await
+                .0,
+            201
+        );
+        let (_, keys) = admin(&gw, "GET", "/admin/keys", SCOPED, None).await;
+        assert_eq!(keys["data"].as_array().map(Vec::len), Some(1), "{keys}");
+        // Once a key of every group exists, a team-b channel would serve it too: refused.
+        assert_eq!(
+            as_admin(&gw, "POST", "/admin/keys", Some(json!({"name": "all"})))
+                .await
+                .0,
+            201
+        );
+        theirs["name"] = json!("api-d");
+        let (s, e) = admin(&gw, "POST", "/admin/channels", SCOPED, Some(theirs)).await;
+        assert_eq!(
+            (s, e["error"]["code"].as_str()),
+            (403, Some("out_of_scope")),
+            "{e}"
+        );
+        assert!(
+            e["error"]["message"].as_str().unwrap().contains("\"all\""),
+            "{e}"
+        );
+        // The whole config and the audit are not a scoped admin's to read; health is filtered.
+        for path in ["/admin/config", "/admin/audit"] {
+            assert_eq!(admin(&gw, "GET", path, SCOPED, None).await.0, 403, "{path}");
+        }
+        let (_, health) = admin(&gw, "GET", "/admin/health", SCOPED, None).await;
+        let seen: Vec<&str> = health["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|r| r["channel"].as_str())
+            .collect();
+        assert_eq!(seen, ["api-c"], "{health}");
+        // A delete outside its scope is not found, and deletes nothing.
+        let (s, _) = admin(&gw, "DELETE", "/admin/channels/api-b", SCOPED, None).await;
+        assert_eq!(s, 404);
+        assert_eq!(
+            as_admin(&gw, "GET", "/admin/channels/api-b", None).await.0,
+            200
         );
         let (_, mine) = admin(&gw, "GET", "/admin/channels", SCOPED, None).await;
         let names: Vec<&str> = mine["data"]
@@ -466,10 +524,37 @@ async fn a_post_with_an_idempotency_key_is_applied_once() {
         )
         .await;
         assert_eq!(first.0, 201, "{}", first.1);
+        assert!(first.1["key"].is_string(), "{}", first.1);
+        // The retry gets the first answer, but the key is shown once: the store keeps no key.
+        let mut without_key = first.1.clone();
+        without_key.as_object_mut().unwrap().remove("key");
+        assert_eq!(again, (201, without_key), "{url}");
+        let raw = client()
+            .post(format!("{}/admin/keys", gw.url))
+            .bearer_auth(ADMIN)
+            .header("idempotency-key", "make-svc-1")
+            .json(&json!({"name": "svc"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(header(&raw, "idempotent-replayed"), "true");
+        // The same key for another request is refused, and nothing is made.
+        let other = admin_with(
+            &gw,
+            "POST",
+            "/admin/keys",
+            ADMIN,
+            Some(json!({"name": "svc2"})),
+            &h,
+        )
+        .await;
         assert_eq!(
-            again, first,
-            "{url}: a retry gets the first answer, key and all"
+            (other.0, other.1["error"]["code"].as_str()),
+            (422, Some("idempotency_key_reused")),
+            "{}",
+            other.1
         );
+        assert_eq!(as_admin(&gw, "GET", "/admin/keys/svc2", None).await.0, 404);
         let (_, audit) = as_admin(&gw, "GET", "/admin/audit", None).await;
         let creates = audit["data"]
             .as_array()
@@ -740,4 +825,192 @@ async fn on_postgresql_replicas_are_notified_without_waiting_for_the_poll() {
         async || chat_status(&two, KEY).await != 200,
     )
     .await;
+}
+
+#[tokio::test]
+async fn racing_writes_on_two_replicas_never_combine_into_a_config_neither_checked() {
+    let stores = Stores::new("ctl_race").await;
+    let m = master_key(14);
+    for url in stores.urls() {
+        let up = mock(text_spec("ok")).await;
+        let file = openai_channel("file-a", &up.base_url(), 1, "");
+        let one = on_store(&url, Some(&m), &file).await;
+        let two = on_store(&url, Some(&m), &file).await;
+        let stable = channel_body("p", &up.base_url());
+        assert_eq!(
+            as_admin(&one, "POST", "/admin/channels", Some(stable))
+                .await
+                .0,
+            201
+        );
+        for round in 0..5 {
+            let mut ch = channel_body(&format!("g-{round}"), &up.base_url());
+            ch["groups"] = json!([format!("g{round}")]);
+            assert_eq!(
+                as_admin(&one, "POST", "/admin/channels", Some(ch)).await.0,
+                201
+            );
+            // One replica deletes the group's only channel while the other gives a key that
+            // group: each is valid alone, not both.
+            let key = json!({"name": format!("k-{round}"), "groups": [format!("g{round}")]});
+            let path = format!("/admin/channels/g-{round}");
+            let (deleted, keyed) = tokio::join!(
+                as_admin(&one, "DELETE", &path, None),
+                as_admin(&two, "POST", "/admin/keys", Some(key)),
+            );
+            assert!(
+                !(deleted.0 == 200 && keyed.0 == 201),
+                "{url} round {round}: both landed: {deleted:?} {keyed:?}"
+            );
+            assert!(
+                deleted.0 == 200 || keyed.0 == 201,
+                "{url}: neither: {deleted:?} {keyed:?}"
+            );
+            // Merge patches of different fields at once, on both replicas: neither is lost.
+            let (a, b) = tokio::join!(
+                as_admin(
+                    &one,
+                    "PATCH",
+                    "/admin/channels/p",
+                    Some(json!({"weight": 2 + round}))
+                ),
+                as_admin(
+                    &two,
+                    "PATCH",
+                    "/admin/channels/p",
+                    Some(json!({"priority": 2 + round}))
+                ),
+            );
+            assert_eq!((a.0, b.0), (200, 200), "{a:?} {b:?}");
+            // Read where both have landed (the replica that made one follows the other's).
+            let want = (Some(2 + round), Some(2 + round));
+            until("both patches on the channel", REPLICAS_WITHIN, async || {
+                let (_, read) = as_admin(&one, "GET", "/admin/channels/p", None).await;
+                let seen = (read["weight"].as_u64(), read["priority"].as_u64());
+                if seen == want { Ok(()) } else { Err(read) }
+            })
+            .await;
+        }
+        // What the store holds still loads: a third replica starts on it.
+        let three = on_store(&url, Some(&m), &file).await;
+        assert_eq!(
+            as_admin(&three, "GET", "/admin/channels/p", None).await.0,
+            200
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_replica_that_cannot_load_the_store_is_not_ready_until_it_can() {
+    let stores = Stores::new("ctl_behind").await;
+    let m = master_key(15);
+    for url in stores.urls() {
+        let up = mock(text_spec("ok")).await;
+        let one = on_store(&url, Some(&m), "").await;
+        // The second replica's file has a channel the first's has not.
+        let two = on_store(&url, Some(&m), &openai_channel("x", &up.base_url(), 1, "")).await;
+        let ready = |gw: &Gateway| {
+            let url = format!("{}/readyz", gw.url);
+            async move {
+                client()
+                    .get(url)
+                    .send()
+                    .await
+                    .map_or(0, |r| r.status().as_u16())
+            }
+        };
+        assert_eq!(ready(&two).await, 200);
+        let (s, _) = as_admin(
+            &one,
+            "POST",
+            "/admin/channels",
+            Some(channel_body("x", &up.base_url())),
+        )
+        .await;
+        assert_eq!(s, 201, "the first replica's file has no x");
+        // The second cannot load it (x in its file and in the store): it says so, and may
+        // hold keys revoked since, so it asks to be taken out of rotation.
+        until(
+            "the second replica reports itself behind",
+            REPLICAS_WITHIN,
+            async || ready(&two).await == 503,
+        )
+        .await;
+        let body = get_json(&format!("{}/readyz", two.url), None).await;
+        assert!(body["store"]["refused_version"].is_i64(), "{body}");
+        // Its file fixed and reloaded, it loads the store again.
+        std::fs::write(
+            &two.config_path,
+            std::fs::read_to_string(&two.config_path)
+                .unwrap()
+                .replace("name = \"x\"", "name = \"y\""),
+        )
+        .unwrap();
+        assert_eq!(two.reload().await.status(), 200);
+        assert_eq!(ready(&two).await, 200, "{url}");
+        let (_, list) = as_admin(&two, "GET", "/admin/channels", None).await;
+        let names: Vec<&str> = list["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|c| c["name"].as_str())
+            .collect();
+        assert_eq!(names, ["y", "x"], "{list}");
+    }
+}
+
+#[tokio::test]
+async fn refusals_never_quote_a_secret_and_file_redirects_are_read_only() {
+    let stores = Stores::new("ctl_quote").await;
+    for url in stores.urls() {
+        let up = mock(text_spec("ok")).await;
+        let rest = format!(
+            "[[redirects]]\nfrom = \"alias\"\nto = \"m\"\n\n{}",
+            openai_channel("file-a", &up.base_url(), 1, "")
+        );
+        let gw = on_store(&url, Some(&master_key(16)), &rest).await;
+        let secret = "sk-live-wrongly-typed-secret-9c2e";
+        let bodies = [
+            json!({"name": "b", "provider": "openai", "base_url": up.base_url(), "models": ["m"], "api_keys": secret}),
+            json!({"name": "b", "provider": "openai", "base_url": up.base_url(), "models": ["m"], "credentials": [secret]}),
+            json!({"name": "b", "provider": "openai", "base_url": up.base_url(), "models": ["m"], "credentials": [{"key": secret, "rpm": "many"}]}),
+        ];
+        for body in bodies {
+            let (s, e) = as_admin(&gw, "POST", "/admin/channels", Some(body)).await;
+            assert_eq!(s, 400, "{e}");
+            assert!(!e.to_string().contains(secret), "{url}: {e}");
+        }
+        // A duration past what a clock can add is refused, naming it.
+        let long = json!({"name": "b", "provider": "mock", "models": ["m"], "circuit_breaker": {"cooldown_seconds": 18446744073709551615u64}});
+        let (s, e) = as_admin(&gw, "POST", "/admin/channels", Some(long)).await;
+        assert_eq!(
+            (s, e["error"]["param"].as_str()),
+            (400, Some("circuit_breaker.cooldown_seconds")),
+            "{e}"
+        );
+        let (_, list) = as_admin(&gw, "GET", "/admin/redirects", None).await;
+        assert_eq!(
+            (
+                list["data"][0]["id"].as_str(),
+                list["data"][0]["source"].as_str()
+            ),
+            (Some("file:0"), Some("file")),
+            "{list}"
+        );
+        for method in ["PATCH", "DELETE"] {
+            let body = (method == "PATCH").then(|| json!({"to": "e"}));
+            let (s, e) = as_admin(&gw, method, "/admin/redirects/file:0", body).await;
+            assert_eq!(
+                (s, e["error"]["code"].as_str()),
+                (409, Some("read_only")),
+                "{method}: {e}"
+            );
+        }
+        assert_eq!(
+            as_admin(&gw, "GET", "/admin/redirects/file:0", None)
+                .await
+                .1["to"],
+            "m"
+        );
+    }
 }

@@ -293,6 +293,7 @@ fn write<'a>(
         diff,
         now_ms: 1_700_000_000_000,
         idem: None,
+        expect_version: None,
     }
 }
 

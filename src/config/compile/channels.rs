@@ -41,6 +41,7 @@ pub fn compile(
             ));
         }
         let credentials = credentials(c, i)?;
+        bounded(c).map_err(at)?;
         let t = c.timeouts(request_timeout_ms);
         check_timeouts(t, request_timeout_ms).map_err(at)?;
         let spec = upstream_spec(c, Duration::from_millis(t.connect_ms)).map_err(at)?;
@@ -233,6 +234,37 @@ fn index_models(
         });
     }
     Ok(())
+}
+
+/// The longest any channel duration may be: what a clock can add to now without overflow,
+/// with room to spare (a month).
+const MAX_SECONDS: u64 = 30 * 86_400;
+
+/// Every duration a channel sets is at most [`MAX_SECONDS`].
+fn bounded(c: &ChannelConfig) -> Result<(), (&'static str, String)> {
+    let cb = &c.circuit_breaker;
+    let secs = [
+        ("credential_cooldown_seconds", c.credential_cooldown_seconds),
+        ("retry_interval_ms", c.retry_interval_ms / 1000),
+        ("circuit_breaker.window_seconds", cb.window_seconds.get()),
+        (
+            "circuit_breaker.cooldown_seconds",
+            cb.cooldown_seconds.get(),
+        ),
+        (
+            "circuit_breaker.rate_limit_cooldown_seconds",
+            cb.rate_limit_cooldown_seconds,
+        ),
+        ("circuit_breaker.slow_start_seconds", cb.slow_start_seconds),
+        (
+            "circuit_breaker.probe.interval_seconds",
+            cb.probe.interval_seconds.get(),
+        ),
+    ];
+    match secs.iter().find(|(_, v)| *v > MAX_SECONDS) {
+        Some((f, _)) => Err((f, format!("at most {MAX_SECONDS} seconds (30 days)"))),
+        None => Ok(()),
+    }
 }
 
 fn breaker(cb: &CircuitBreakerConfig) -> BreakerSettings {

@@ -1,6 +1,6 @@
 //! What the admin API says about itself and its changes: the effective config as TOML (secrets
 //! masked, with its store version), the audit chain, the OpenAPI document, and the answers kept
-//! for Idempotency-Keys (sealed when the store has a master key: one may hold a new gateway key).
+//! for Idempotency-Keys (never holding a secret: a generated key is shown once, not kept).
 
 use axum::extract::Query;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -11,10 +11,13 @@ use serde_json::{Value, json};
 use super::apply::store;
 use super::{Admin, ControlError, mask};
 use crate::server::ApiError;
-use crate::store::Store;
+use crate::store::objects::Kept;
 
 /// `GET /admin/config`: the file and the store's entries as one TOML document.
 pub async fn config(admin: Admin) -> Response {
+    if let Err(e) = everything(&admin) {
+        return e.into_response();
+    }
     let view = &admin.snap.view;
     let mut doc = mask::document(&view.raw);
     drop_nulls(&mut doc);
@@ -41,6 +44,18 @@ pub async fn config(admin: Admin) -> Response {
         )))
         .into_response(),
     }
+}
+
+/// The whole config and the audit cover every group: an admin limited to some may not read them.
+fn everything(admin: &Admin) -> Result<(), ApiError> {
+    if admin.caller.groups.is_empty() {
+        return Ok(());
+    }
+    Err(ControlError::OutOfScope(format!(
+        "admin {:?} is limited to groups: the whole config and the audit are not its to read",
+        &*admin.caller.name
+    ))
+    .into())
 }
 
 /// TOML has no null: a member set to null is a member not set.
@@ -73,6 +88,9 @@ pub async fn audit(
         ))
         .into_response();
     };
+    if let Err(e) = everything(&admin) {
+        return e.into_response();
+    }
     let store = match store(&admin.state) {
         Ok(s) => s,
         Err(e) => return e.into_response(),
@@ -96,55 +114,19 @@ pub async fn openapi(_admin: Admin) -> Response {
     resp
 }
 
-fn aad(admin: &str, key: &str) -> String {
-    format!("idempotency/{admin}/{key}")
-}
-
-/// The answer to keep for an Idempotency-Key, sealed when the store can.
-pub fn keep(
-    store: &Store,
-    admin: &str,
-    key: Option<&str>,
-    answer: &str,
-) -> Result<Option<String>, ApiError> {
-    let Some(key) = key else {
-        return Ok(None);
-    };
-    match store.keys() {
-        Some(k) => k
-            .seal(answer.as_bytes(), &aad(admin, key))
-            .map(Some)
-            .map_err(|e| ControlError::Store(e.to_string()).into()),
-        None => Ok(Some(answer.to_string())),
+/// The answer kept for an earlier POST with this Idempotency-Key (422 when that POST was
+/// another request).
+pub fn replay(kept: &Kept, fingerprint: &str) -> Response {
+    if kept.fingerprint != fingerprint {
+        return ApiError::from(ControlError::KeyReused).into_response();
     }
-}
-
-/// The answer kept for an earlier POST with this Idempotency-Key.
-pub async fn replay(store: &Store, admin: &str, key: &str) -> Result<Option<Response>, ApiError> {
-    let kept = store
-        .db
-        .replay(admin, key)
-        .await
-        .map_err(|e| ControlError::Store(e.to_string()))?;
-    let Some((status, body)) = kept else {
-        return Ok(None);
-    };
-    let text = if body.starts_with('{') {
-        body
-    } else {
-        let keys = store.keys().ok_or(ControlError::NoMasterKey)?;
-        let opened = keys
-            .open(&body, &aad(admin, key))
-            .map_err(|e| ControlError::Store(e.to_string()))?;
-        opened.expose().to_string()
-    };
-    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
-    let mut resp = (status, text).into_response();
+    let status = StatusCode::from_u16(kept.status).unwrap_or(StatusCode::OK);
+    let mut resp = (status, kept.body.clone()).into_response();
     let h = resp.headers_mut();
     h.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
     h.insert("idempotent-replayed", HeaderValue::from_static("true"));
-    Ok(Some(resp))
+    resp
 }

@@ -29,6 +29,10 @@ pub enum ControlError {
     InUse(String),
     #[error("the store failed: {0}")]
     Store(String),
+    #[error("the store kept changing while this change was checked; send it again")]
+    Busy,
+    #[error("this Idempotency-Key was used for another request")]
+    KeyReused,
 }
 
 impl ControlError {
@@ -41,7 +45,11 @@ impl ControlError {
 
     pub fn status(&self) -> u16 {
         match self {
-            ControlError::ReadOnly(_) | ControlError::Exists { .. } | ControlError::InUse(_) => 409,
+            ControlError::ReadOnly(_)
+            | ControlError::Exists { .. }
+            | ControlError::InUse(_)
+            | ControlError::Busy => 409,
+            ControlError::KeyReused => 422,
             ControlError::Missing { .. } => 404,
             ControlError::Forbidden | ControlError::OutOfScope(_) => 403,
             ControlError::RateLimited(_) => 429,
@@ -62,6 +70,8 @@ impl ControlError {
             ControlError::NoMasterKey => "master_key_missing",
             ControlError::InUse(_) => "in_use",
             ControlError::Store(_) => "store_unavailable",
+            ControlError::Busy => "write_conflict",
+            ControlError::KeyReused => "idempotency_key_reused",
         }
     }
 

@@ -12,7 +12,7 @@ pub mod mask;
 mod objects;
 mod ops;
 
-pub use apply::refresh;
+pub use apply::{refresh, reload};
 pub use auth::Failures;
 pub use error::ControlError;
 

@@ -7,12 +7,12 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
-use super::apply::{Change, apply, store};
+use super::apply::{Applied, Change, IdemKey, Made, answer, apply, store};
 use super::{Admin, ControlError, mask};
 use crate::config::overlay::{SECTIONS, id_field};
 use crate::config::{Origin, Snapshot};
 use crate::server::ApiError;
-use crate::store::objects::{Action, Idem};
+use crate::store::objects::Action;
 
 /// A section the admin API manages, or 404.
 fn section(name: &str) -> Result<&'static str, ApiError> {
@@ -31,9 +31,11 @@ fn groups(v: &Value) -> Vec<&str> {
         .unwrap_or_default()
 }
 
-/// Whether the caller may see (and change) this entry.
+/// Whether the caller may see (and change) this entry. A key with no groups may use every
+/// channel: it is no group's, so only an admin of every group sees it.
 fn visible(admin: &Admin, section: &str, v: &Value) -> bool {
     match section {
+        "keys" if groups(v).is_empty() => admin.caller.groups.is_empty(),
         "channels" | "keys" => admin.caller.sees(&groups(v)),
         _ => true,
     }
@@ -129,16 +131,37 @@ fn in_scope(admin: &Admin, section: &str, body: &Value) -> Result<(), ApiError> 
     if admin.caller.groups.is_empty() {
         return Ok(());
     }
-    let ok = matches!(section, "channels" | "keys") && admin.caller.sees(&groups(body));
-    if ok {
-        Ok(())
-    } else {
-        Err(ControlError::OutOfScope(format!(
+    let ok = matches!(section, "channels" | "keys") && visible(admin, section, body);
+    if !ok {
+        return Err(ControlError::OutOfScope(format!(
             "admin {:?} may only change channels and keys of its groups",
             &*admin.caller.name
         ))
-        .into())
+        .into());
     }
+    if section == "channels" {
+        // A channel serves every key that can reach it: all of those must be this admin's,
+        // or its traffic (prompts included) would go where another group's admin sent it.
+        let ch = groups(body);
+        let ch: Vec<&str> = if ch.is_empty() {
+            vec![crate::config::DEFAULT_GROUP]
+        } else {
+            ch
+        };
+        for k in &admin.snap.keys {
+            let reaches = k.groups.is_empty() || k.groups.iter().any(|g| ch.contains(&&**g));
+            let mine =
+                !k.groups.is_empty() && k.groups.iter().all(|g| admin.caller.groups.contains(g));
+            if reaches && !mine {
+                return Err(ControlError::OutOfScope(format!(
+                    "key {:?}, outside admin {:?}'s groups, would be served by this channel",
+                    &*k.name, &*admin.caller.name
+                ))
+                .into());
+            }
+        }
+    }
+    Ok(())
 }
 
 fn now_ms() -> i64 {
@@ -159,6 +182,17 @@ pub async fn create(
     }
 }
 
+/// A request's fingerprint for its Idempotency-Key: the key reused for another request is
+/// refused rather than answered with the first one's answer.
+fn fingerprint(section: &str, body: &[u8]) -> String {
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    ctx.update(b"POST /admin/");
+    ctx.update(section.as_bytes());
+    ctx.update(b"\n");
+    ctx.update(body);
+    crate::secret::hex(ctx.finish().as_ref())
+}
+
 async fn create_entry(
     admin: &Admin,
     name: &str,
@@ -166,23 +200,19 @@ async fn create_entry(
     body: &[u8],
 ) -> Result<Response, ApiError> {
     let section = section(name)?;
-    let store = store(&admin.state)?;
+    store(&admin.state)?;
     let idem_key = headers
         .get("idempotency-key")
         .and_then(|v| v.to_str().ok())
         .filter(|k| !k.is_empty() && k.len() <= 255);
-    if let Some(k) = idem_key
-        && let Some(kept) = super::docs::replay(store, &admin.caller.name, k).await?
-    {
-        return Ok(kept);
-    }
+    let print = fingerprint(section, body);
     let mut entry = object(body)?;
     let field = id_field(section).unwrap_or("name");
     if section == "redirects" && !entry.contains_key("id") {
         entry.insert("id".into(), json!(format!("rd_{}", fastrand_id())));
     }
     let id = match entry.get(field) {
-        Some(Value::String(s)) if !s.is_empty() => s.clone(),
+        Some(Value::String(s)) if !s.is_empty() && !s.starts_with("file:") => s.clone(),
         _ => return Err(ControlError::invalid(field, "required: a non-empty string").into()),
     };
     let mut entry = Value::Object(entry);
@@ -200,43 +230,54 @@ async fn create_entry(
         }
         .into());
     }
-    let secret = if section == "keys" {
-        Some(hash_key(admin, &mut entry, true)?)
+    let made_key = if section == "keys" {
+        hash_key(admin, &mut entry, true)?
     } else {
         None
     };
     let diff = json!({"after": mask::entry(section, &entry)});
-    let mut answer = mask::entry(section, &entry);
-    answer["source"] = json!("api");
-    if let Some(Some(k)) = &secret {
-        answer["key"] = json!(k);
-    }
-    let text = answer.to_string();
-    let kept = super::docs::keep(store, &admin.caller.name, idem_key, &text)?;
+    let make = |current: Option<&Value>| {
+        if current.is_some() {
+            return Err(ApiError::from(ControlError::Exists {
+                section: section.into(),
+                id: id.clone(),
+                where_: " in the store",
+            }));
+        }
+        Ok(Made::Write {
+            body: Some(entry.clone()),
+            diff: diff.clone(),
+        })
+    };
+    let idem = idem_key.map(|key| IdemKey {
+        key,
+        fingerprint: &print,
+    });
     let change = Change {
         section,
         id: &id,
         action: Action::Create,
-        body: Some(entry),
-        diff,
     };
-    let idem = idem_key.zip(kept.as_deref()).map(|(key, body)| Idem {
-        key,
-        status: 201,
-        body,
-    });
-    match apply(&admin.state, &admin.caller.name, change, idem, now_ms()).await {
-        Ok(_) => {}
-        Err(ApiError::Control(ControlError::InUse(_))) if idem_key.is_some() => {
-            // Another request with this key landed first: its answer is the answer.
-            let k = idem_key.unwrap_or_default();
-            if let Some(kept) = super::docs::replay(store, &admin.caller.name, k).await? {
-                return Ok(kept);
+    match apply(
+        &admin.state,
+        &admin.caller.name,
+        change,
+        &make,
+        idem,
+        now_ms(),
+    )
+    .await?
+    {
+        Applied::Replayed(kept) => Ok(super::docs::replay(&kept, &print)),
+        _ => {
+            let mut answer = answer(section, &entry);
+            if let Some(k) = made_key {
+                // Shown this once: the store keeps only its hash, a replay answers without it.
+                answer["key"] = json!(k);
             }
+            Ok((StatusCode::CREATED, axum::Json(answer)).into_response())
         }
-        Err(e) => return Err(e),
     }
-    Ok((StatusCode::CREATED, axum::Json(answer)).into_response())
 }
 
 fn fastrand_id() -> String {
@@ -317,29 +358,28 @@ fn merge_patch(target: &mut Value, patch: &Value) {
     }
 }
 
-/// The store's own entry (read from the store: this replica's snapshot may not have it yet),
-/// or why it cannot be changed here (409 for a file entry); none when there is none to see.
-async fn own(admin: &Admin, section: &str, id: &str) -> Result<Option<Value>, ApiError> {
-    if let Some((_, Origin::File, _)) = admin.snap.view.entry(section, id) {
+/// A file entry cannot be changed here: 409 read_only.
+fn not_from_file(admin: &Admin, section: &str, id: &str) -> Result<(), ApiError> {
+    let file = (section == "redirects" && id.starts_with("file:"))
+        || matches!(
+            admin.snap.view.entry(section, id),
+            Some((_, Origin::File, _))
+        );
+    if file {
         return Err(ControlError::ReadOnly(format!(
             "{section} {id:?} comes from the config file: change it there"
         ))
         .into());
     }
-    let store = store(&admin.state)?;
-    let fail = |e: String| ApiError::from(ControlError::Store(e));
-    let Some(o) = store
-        .db
-        .object(section, id)
-        .await
-        .map_err(|e| fail(e.to_string()))?
-    else {
-        return Ok(None);
-    };
-    let v = store
-        .open_body(section, id, o.body)
-        .map_err(|e| fail(e.to_string()))?;
-    Ok(visible(admin, section, &v).then_some(v))
+    Ok(())
+}
+
+fn missing(section: &str, id: &str) -> ApiError {
+    ControlError::Missing {
+        section: section.into(),
+        id: id.into(),
+    }
+    .into()
 }
 
 pub async fn update(
@@ -356,43 +396,55 @@ pub async fn update(
 async fn update_entry(admin: &Admin, name: &str, id: &str, body: &[u8]) -> Result<Value, ApiError> {
     let section = section(name)?;
     store(&admin.state)?;
-    let patch = Value::Object(object(body)?);
+    not_from_file(admin, section, id)?;
+    let mut patch = Value::Object(object(body)?);
     let field = id_field(section).unwrap_or("name");
     if patch.get(field).is_some_and(|v| v.as_str() != Some(id)) {
         return Err(ControlError::invalid(field, "cannot be changed; create another entry").into());
     }
-    let Some(current) = own(admin, section, id).await? else {
-        return Err(ControlError::Missing {
-            section: section.into(),
-            id: id.into(),
-        }
-        .into());
-    };
-    let mut next = current;
-    let mut patch = patch;
+    // A new `key` in the patch is hashed now, like on creation; none keeps the old hash.
+    let mut new_key = json!({});
     if section == "keys" {
-        // A new `key` in the patch is hashed like on creation; none keeps the old hash.
-        let mut only_key = json!({});
+        if patch.get("key_hash").is_some() {
+            return Err(ControlError::invalid("key_hash", "is set by the gateway").into());
+        }
         if let Some(k) = patch.as_object_mut().and_then(|p| p.remove("key")) {
-            only_key["key"] = k;
-            hash_key(admin, &mut only_key, false)?;
-            merge_patch(&mut next, &only_key);
+            new_key["key"] = k;
+            hash_key(admin, &mut new_key, false)?;
         }
     }
-    merge_patch(&mut next, &patch);
-    in_scope(admin, section, &next)?;
     let diff = json!({"patch": mask::entry(section, &patch)});
-    let mut answer = mask::entry(section, &next);
-    answer["source"] = json!("api");
+    let make = |current: Option<&Value>| {
+        let Some(current) = current.filter(|v| visible(admin, section, v)) else {
+            return Err(missing(section, id));
+        };
+        let mut next = current.clone();
+        merge_patch(&mut next, &new_key);
+        merge_patch(&mut next, &patch);
+        in_scope(admin, section, &next)?;
+        Ok(Made::Write {
+            body: Some(next),
+            diff: diff.clone(),
+        })
+    };
     let change = Change {
         section,
         id,
         action: Action::Update,
-        body: Some(next),
-        diff,
     };
-    apply(&admin.state, &admin.caller.name, change, None, now_ms()).await?;
-    Ok(answer)
+    match apply(
+        &admin.state,
+        &admin.caller.name,
+        change,
+        &make,
+        None,
+        now_ms(),
+    )
+    .await?
+    {
+        Applied::Done(Some(next)) => Ok(answer(section, &next)),
+        _ => Err(missing(section, id)),
+    }
 }
 
 pub async fn remove(admin: Admin, Path((name, id)): Path<(String, String)>) -> Response {
@@ -405,22 +457,42 @@ pub async fn remove(admin: Admin, Path((name, id)): Path<(String, String)>) -> R
 async fn remove_entry(admin: &Admin, name: &str, id: &str) -> Result<Value, ApiError> {
     let section = section(name)?;
     store(&admin.state)?;
-    let done = json!({"id": id, "deleted": true});
-    let Some(current) = own(admin, section, id).await? else {
-        // Already gone: deleting again is not an error.
-        return Ok(done);
+    not_from_file(admin, section, id)?;
+    let make = |current: Option<&Value>| {
+        let Some(current) = current else {
+            // Already gone: deleting again is not an error.
+            return Ok(Made::Nothing);
+        };
+        if !visible(admin, section, current) {
+            return Err(missing(section, id));
+        }
+        in_scope(admin, section, current)?;
+        Ok(Made::Write {
+            body: None,
+            diff: json!({"before": mask::entry(section, current)}),
+        })
     };
-    in_scope(admin, section, &current)?;
-    let diff = json!({"before": mask::entry(section, &current)});
     let change = Change {
         section,
         id,
         action: Action::Delete,
-        body: None,
-        diff,
     };
-    match apply(&admin.state, &admin.caller.name, change, None, now_ms()).await {
-        Ok(_) | Err(ApiError::Control(ControlError::Missing { .. })) => Ok(done),
+    match apply(
+        &admin.state,
+        &admin.caller.name,
+        change,
+        &make,
+        None,
+        now_ms(),
+    )
+    .await
+    {
+        Ok(_) | Err(ApiError::Control(ControlError::Missing { .. }))
+            if admin.caller.groups.is_empty() =>
+        {
+            Ok(json!({"id": id, "deleted": true}))
+        }
+        Ok(_) => Ok(json!({"id": id, "deleted": true})),
         Err(e) => Err(e),
     }
 }

@@ -55,16 +55,8 @@ pub async fn reload(admin: Admin) -> Response {
         ))
         .into_response();
     }
-    // Reading and compiling a file is blocking work: off the runtime threads.
-    let live = state.live.clone();
-    let reloaded = match tokio::task::spawn_blocking(move || live.reload()).await {
-        Ok(r) => r,
-        Err(_) => return ApiError::Admin("the reload task failed".into()).into_response(),
-    };
-    match reloaded {
+    match crate::server::reload(state).await {
         Ok(next) => {
-            // A changed config is a fresh start for refused or cooled credentials.
-            state.health.pools.config_changed();
             tracing::info!(channels = next.channels.len(), "config reloaded");
             axum::Json(json!({
                 "reloaded": true,
@@ -119,6 +111,17 @@ pub async fn health(admin: Admin) -> Response {
             }
         }
         r["credentials"] = creds;
+    }
+    if !admin.caller.groups.is_empty() {
+        // An admin limited to groups sees its groups' channels only.
+        rows.retain(|r| {
+            snap.channels.iter().any(|c| {
+                r["channel"] == *c.name && {
+                    let groups: Vec<&str> = c.groups.iter().map(|g| &**g).collect();
+                    admin.caller.sees(&groups)
+                }
+            })
+        });
     }
     axum::Json(json!({"object": "list", "data": rows, "state": state.state.describe()}))
         .into_response()
