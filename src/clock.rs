@@ -9,6 +9,14 @@ pub trait Clock: Send + Sync + 'static {
     fn now(&self) -> Instant;
 }
 
+/// Milliseconds since the Unix epoch (0 if the system clock is before it): what the request
+/// log, the store and request ids record.
+pub fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
 pub struct SystemClock;
 
 impl Clock for SystemClock {

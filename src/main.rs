@@ -225,11 +225,8 @@ async fn rotate(config: &Path) -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     let store = switchyard::store::Store::open(&settings, env).await?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)?
-        .as_millis();
     let done = store
-        .rotate("rotate-master-key", i64::try_from(now)?)
+        .rotate("rotate-master-key", switchyard::clock::unix_ms())
         .await?;
     println!(
         "re-sealed {} objects{}; every secret is now under master key {}",

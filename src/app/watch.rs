@@ -59,10 +59,8 @@ const KEEP_ANSWERS: Duration = Duration::from_secs(24 * 3600);
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 
 async fn prune_answers(store: &Store) {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
-    let cutoff = i64::try_from(now.saturating_sub(KEEP_ANSWERS.as_millis())).unwrap_or(0);
+    let keep = i64::try_from(KEEP_ANSWERS.as_millis()).unwrap_or(i64::MAX);
+    let cutoff = crate::clock::unix_ms().saturating_sub(keep);
     if let Err(e) = store.db.prune_answers(cutoff).await {
         tracing::warn!(error = %e, "forgetting old Idempotency-Key answers failed");
     }

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use axum::http::{HeaderMap, header};
 use axum::response::Response;
@@ -20,15 +20,9 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
 /// Request ids: unique per process and sortable by start (time prefix, then a counter).
 fn request_id() -> String {
-    let ms = now_ms();
+    let ms = crate::clock::unix_ms();
     let n = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     format!("req_{ms:x}{n:06x}")
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 pub struct Ctx {
@@ -64,7 +58,7 @@ impl Ctx {
         Ctx {
             id: request_id(),
             started: Instant::now(),
-            ts_ms: now_ms(),
+            ts_ms: crate::clock::unix_ms(),
             snap: state.live.load(),
             log: state.log.clone(),
             endpoint,

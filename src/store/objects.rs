@@ -140,11 +140,7 @@ pub fn audit_hash(prev: &str, w: &Write<'_>) -> String {
         ctx.update(&(p.len() as u64).to_le_bytes());
         ctx.update(p.as_bytes());
     }
-    ctx.finish()
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::secret::hex(ctx.finish().as_ref())
 }
 
 fn object(row: &impl ObjectRow) -> Result<Object, sqlx::Error> {

@@ -164,12 +164,6 @@ fn in_scope(admin: &Admin, section: &str, body: &Value) -> Result<(), ApiError> 
     Ok(())
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
 pub async fn create(
     admin: Admin,
     Path(name): Path<String>,
@@ -264,7 +258,7 @@ async fn create_entry(
         change,
         &make,
         idem,
-        now_ms(),
+        crate::clock::unix_ms(),
     )
     .await?
     {
@@ -438,7 +432,7 @@ async fn update_entry(admin: &Admin, name: &str, id: &str, body: &[u8]) -> Resul
         change,
         &make,
         None,
-        now_ms(),
+        crate::clock::unix_ms(),
     )
     .await?
     {
@@ -483,7 +477,7 @@ async fn remove_entry(admin: &Admin, name: &str, id: &str) -> Result<Value, ApiE
         change,
         &make,
         None,
-        now_ms(),
+        crate::clock::unix_ms(),
     )
     .await
     {

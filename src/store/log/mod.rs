@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError, sync_channel};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde_json::Value;
 use sqlx::postgres::PgPool;
@@ -223,7 +223,7 @@ impl RequestLog {
             every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 every.tick().await;
-                let cutoff = now_ms().saturating_sub(retention.as_millis() as i64);
+                let cutoff = crate::clock::unix_ms().saturating_sub(retention.as_millis() as i64);
                 match log.prune(cutoff).await {
                     Ok(0) => {}
                     Ok(n) => tracing::info!(rows = n, "request log rows past retention pruned"),
@@ -232,13 +232,6 @@ impl RequestLog {
             }
         })
     }
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 struct AliveGuard(Arc<AtomicBool>);
