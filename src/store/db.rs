@@ -14,6 +14,18 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 static SQLITE: Migrator = sqlx::migrate!("migrations/sqlite");
 static POSTGRES: Migrator = sqlx::migrate!("migrations/postgres");
 
+/// Runs `$body` with `$p` bound to the backend's pool (each arm is type-checked for its own
+/// backend: queries are written once, for both).
+macro_rules! on {
+    ($db:expr, $p:ident => $body:expr) => {
+        match $db {
+            Db::Sqlite($p) => $body,
+            Db::Postgres($p) => $body,
+        }
+    };
+}
+pub(crate) use on;
+
 #[derive(Debug, thiserror::Error)]
 pub enum DbError {
     #[error("store.url: expected sqlite://<file> or postgres://user:pass@host/db")]
@@ -79,12 +91,11 @@ impl Db {
             .map(|m| m.version)
             .max()
             .unwrap_or(0);
-        let sql = "SELECT v FROM meta WHERE k = 'readable_by'";
-        let floor: Option<String> = match self {
-            Db::Sqlite(p) => sqlx::query_scalar(sql).fetch_optional(p).await?,
-            Db::Postgres(p) => sqlx::query_scalar(sql).fetch_optional(p).await?,
-        };
-        let floor = floor.and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
+        let floor = self
+            .meta("readable_by")
+            .await?
+            .and_then(|v| v.parse::<i64>().ok())
+            .unwrap_or(0);
         if floor > known || all.iter().any(|m| !m.unknown && !m.applied) {
             return Err(DbError::Newer(newest));
         }
@@ -129,16 +140,8 @@ impl Db {
     pub async fn migrations(&self) -> Result<Vec<MigrationState>, DbError> {
         let sql = "SELECT version FROM _sqlx_migrations WHERE success ORDER BY version";
         // A store never migrated has no table yet: nothing is applied.
-        let applied: Vec<i64> = match self {
-            Db::Sqlite(p) => sqlx::query_scalar(sql)
-                .fetch_all(p)
-                .await
-                .unwrap_or_default(),
-            Db::Postgres(p) => sqlx::query_scalar(sql)
-                .fetch_all(p)
-                .await
-                .unwrap_or_default(),
-        };
+        let applied: Vec<i64> =
+            on!(self, p => sqlx::query_scalar(sql).fetch_all(p).await.unwrap_or_default());
         let known = match self {
             Db::Sqlite(_) => &SQLITE,
             Db::Postgres(_) => &POSTGRES,
@@ -165,6 +168,23 @@ impl Db {
             });
         }
         Ok(out)
+    }
+
+    /// A setting of the store itself (`meta`), if set.
+    pub async fn meta(&self, k: &str) -> Result<Option<String>, DbError> {
+        let sql = "SELECT v FROM meta WHERE k = $1";
+        Ok(on!(self, p => sqlx::query_scalar(sql).bind(k).fetch_optional(p).await?))
+    }
+
+    /// Runs a statement with text parameters; returns the rows it changed.
+    pub(crate) async fn exec(&self, sql: &'static str, args: &[&str]) -> Result<u64, DbError> {
+        Ok(on!(self, p => {
+            let mut q = sqlx::query(sql);
+            for a in args {
+                q = q.bind(*a);
+            }
+            q.execute(p).await?.rows_affected()
+        }))
     }
 
     /// The backend's name, for `describe` and the logs.

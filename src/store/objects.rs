@@ -7,18 +7,7 @@
 use serde_json::Value;
 use sqlx::Row;
 
-use super::db::{Db, DbError};
-
-/// Runs `$body` with `$p` bound to the backend's pool (each arm is type-checked for its own
-/// backend: queries are written once, for both).
-macro_rules! on {
-    ($db:expr, $p:ident => $body:expr) => {
-        match $db {
-            Db::Sqlite($p) => $body,
-            Db::Postgres($p) => $body,
-        }
-    };
-}
+use super::db::{Db, DbError, on};
 
 /// An object as stored.
 #[derive(Debug, Clone, PartialEq)]
@@ -192,8 +181,7 @@ impl Db {
 
     /// The config version: every write moves it on, and replicas reload when it moves.
     pub async fn version(&self) -> Result<i64, DbError> {
-        let sql = "SELECT v FROM meta WHERE k = 'version'";
-        let v: Option<String> = on!(self, p => sqlx::query_scalar(sql).fetch_optional(p).await?);
+        let v = self.meta("version").await?;
         Ok(v.and_then(|v| v.parse().ok()).unwrap_or(0))
     }
 

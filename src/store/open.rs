@@ -140,14 +140,15 @@ impl Store {
 /// The store's pepper: the one already kept, or a new one kept now. Replicas starting together
 /// race to insert theirs; every one reads back the winner's.
 async fn pepper(db: &Db, master: &Keyring) -> Result<Pepper, OpenError> {
-    if read_meta(db, PEPPER).await?.is_none() {
+    if db.meta(PEPPER).await?.is_none() {
         let (_, bytes) = Pepper::generate().map_err(OpenError::Pepper)?;
         let sealed = master
             .seal(hex(&bytes).as_bytes(), "meta:pepper")
             .map_err(OpenError::Pepper)?;
         insert_meta(db, PEPPER, &sealed).await?;
     }
-    let sealed = read_meta(db, PEPPER)
+    let sealed = db
+        .meta(PEPPER)
         .await?
         .ok_or(OpenError::Pepper(SealError::Malformed))?;
     let opened = master.open(&sealed, "meta:pepper").map_err(|e| match e {
@@ -158,32 +159,10 @@ async fn pepper(db: &Db, master: &Keyring) -> Result<Pepper, OpenError> {
     Ok(Pepper::from_bytes(&bytes))
 }
 
-pub(crate) async fn read_meta(db: &Db, k: &str) -> Result<Option<String>, DbError> {
-    let sql = "SELECT v FROM meta WHERE k = $1";
-    Ok(match db {
-        Db::Sqlite(p) => sqlx::query_scalar(sql).bind(k).fetch_optional(p).await?,
-        Db::Postgres(p) => sqlx::query_scalar(sql).bind(k).fetch_optional(p).await?,
-    })
-}
-
 /// Inserts unless another replica got there first.
 async fn insert_meta(db: &Db, k: &str, v: &str) -> Result<(), DbError> {
     let sql = "INSERT INTO meta (k, v) VALUES ($1, $2) ON CONFLICT (k) DO NOTHING";
-    match db {
-        Db::Sqlite(p) => sqlx::query(sql)
-            .bind(k)
-            .bind(v)
-            .execute(p)
-            .await
-            .map(|_| ())?,
-        Db::Postgres(p) => sqlx::query(sql)
-            .bind(k)
-            .bind(v)
-            .execute(p)
-            .await
-            .map(|_| ())?,
-    }
-    Ok(())
+    db.exec(sql, &[k, v]).await.map(|_| ())
 }
 
 pub(crate) fn unhex(s: &str) -> Option<[u8; 32]> {

@@ -6,9 +6,9 @@
 
 use serde_json::Value;
 
-use super::db::{Db, DbError};
+use super::db::DbError;
 use super::objects::{Action, Write};
-use super::open::{PEPPER, Store, read_meta};
+use super::open::{PEPPER, Store};
 use super::overlay::{OverlayError, each_secret};
 use super::seal::{SealError, sealed_with};
 
@@ -24,12 +24,6 @@ pub enum RotateError {
     Seal(SealError),
     #[error("{0} values are still sealed under another key after three passes")]
     Left(usize),
-}
-
-impl From<sqlx::Error> for RotateError {
-    fn from(e: sqlx::Error) -> Self {
-        RotateError::Db(DbError::Query(e))
-    }
 }
 
 /// What a rotation re-sealed.
@@ -84,13 +78,13 @@ impl Store {
             let sealed = self.seal_body(&o.kind, &o.name, opened)?;
             let sql = "UPDATE objects SET body = $1 WHERE kind = $2 AND name = $3 AND body = $4";
             let (b, old) = (sealed.to_string(), o.body.to_string());
-            if exec(&self.db, sql, &[&b, &o.kind, &o.name, &old]).await? == 1 {
+            if self.db.exec(sql, &[&b, &o.kind, &o.name, &old]).await? == 1 {
                 done.objects += 1;
             } else {
                 left += 1;
             }
         }
-        if let Some(p) = read_meta(&self.db, PEPPER).await?
+        if let Some(p) = self.db.meta(PEPPER).await?
             && sealed_with(&p).map_err(RotateError::Seal)? != new
         {
             let opened = keys.open(&p, "meta:pepper").map_err(RotateError::Seal)?;
@@ -98,7 +92,7 @@ impl Store {
                 .seal(opened.expose().as_bytes(), "meta:pepper")
                 .map_err(RotateError::Seal)?;
             let sql = "UPDATE meta SET v = $1 WHERE k = $2 AND v = $3";
-            if exec(&self.db, sql, &[&sealed, PEPPER, &p]).await? == 1 {
+            if self.db.exec(sql, &[&sealed, PEPPER, &p]).await? == 1 {
                 done.pepper = true;
             } else {
                 left += 1;
@@ -117,24 +111,4 @@ fn under_other(body: &Value, new: &str) -> bool {
         Ok(())
     });
     other
-}
-
-/// Runs a statement with text parameters; returns the rows it changed.
-async fn exec(db: &Db, sql: &'static str, args: &[&str]) -> Result<u64, sqlx::Error> {
-    Ok(match db {
-        Db::Sqlite(p) => {
-            let mut q = sqlx::query(sql);
-            for a in args {
-                q = q.bind(*a);
-            }
-            q.execute(p).await?.rows_affected()
-        }
-        Db::Postgres(p) => {
-            let mut q = sqlx::query(sql);
-            for a in args {
-                q = q.bind(*a);
-            }
-            q.execute(p).await?.rows_affected()
-        }
-    })
 }
