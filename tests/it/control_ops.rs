@@ -159,6 +159,14 @@ async fn secrets_made_through_the_api_are_in_no_file_dump_log_or_answer() {
             // The request log's rows are in PostgreSQL too.
             places.push(("pg_dump", pg_dump(&url)));
         }
+        // With a PostgreSQL store the request log is there, and the binary says so once.
+        let log = String::from_utf8_lossy(&places[0].1).into_owned();
+        let ignored = log.matches("sqlite_path is ignored").count();
+        assert_eq!(
+            ignored,
+            usize::from(url.starts_with("postgres")),
+            "{url}: {log}"
+        );
         for (place, bytes) in &places {
             assert!(!bytes.is_empty(), "{place} is empty: nothing was checked");
             for s in secrets {

@@ -100,9 +100,7 @@ async fn scenario_rows(store: &str) -> (Gateway, Vec<Value>) {
 #[tokio::test]
 async fn with_a_postgres_store_the_log_goes_to_postgres_in_the_same_shape() {
     let pg = Postgres::fresh("logpg").await;
-    let (logs, guard) = capture_logs();
     let (gw, on_pg) = scenario_rows(&format!("[store]\nurl = \"{}\"\n\n", pg.url)).await;
-    drop(guard);
     let (plain, on_sqlite) = scenario_rows("").await;
     let ready = get_json(&format!("{}/readyz", plain.url), None).await;
     assert_eq!(ready["request_log"]["backend"], "sqlite", "{ready}");
@@ -143,9 +141,8 @@ async fn with_a_postgres_store_the_log_goes_to_postgres_in_the_same_shape() {
         assert!(!dump.contains(never), "{never} in {dump}");
     }
 
-    // `[log] sqlite_path` is ignored, said once.
-    let said = logs.text();
-    assert_eq!(said.matches("sqlite_path is ignored").count(), 1, "{said}");
+    // (That `[log] sqlite_path` is then ignored, said once, is read from the binary's own log in
+    // control_ops: a thread-local capture misses a line another test's thread hit first.)
 
     // A graceful shutdown writes the rows still queued.
     let unknown = json!({"model": "nope", "messages": [{"role": "user", "content": "x"}]});
