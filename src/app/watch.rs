@@ -22,7 +22,7 @@ pub async fn follow(state: AppState, store: Arc<Store>, every: Duration) {
     let _stop = AbortOnDrop(listener);
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let (mut failing, mut refused) = (false, None);
+    let mut failing = false;
     let mut pruned: Option<std::time::Instant> = None;
     loop {
         tokio::select! {
@@ -39,9 +39,9 @@ pub async fn follow(state: AppState, store: Arc<Store>, every: Duration) {
                     tracing::info!("the store answers again");
                     failing = false;
                 }
-                if v != state.live.store_version() && refused != Some(v) {
-                    let (tried, ok) = crate::server::refresh(&state, &store).await;
-                    refused = (!ok).then_some(tried);
+                // A version this replica could not load is not tried again until the store moves.
+                if v != state.live.store_version() && store.behind() != Some(v) {
+                    crate::server::refresh(&state, &store).await;
                 }
             }
             Err(e) if !failing => {

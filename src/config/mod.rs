@@ -157,17 +157,17 @@ impl Live {
         self.overlay.load().version
     }
 
-    /// Re-reads the file the running config came from. On error the running config stays.
-    pub fn reload(&self) -> Result<Arc<Snapshot>, ReloadError> {
-        self.reload_with(None)
+    /// The file the running config came from.
+    fn file(&self) -> Result<PathBuf, ReloadError> {
+        match &self.current.load().source {
+            Source::File(p) => Ok(p.clone()),
+            Source::Demo => Err(ReloadError::NoFile),
+        }
     }
 
     /// Whether the file with these store entries compiles (what an admin write is checked by).
     pub fn check(&self, overlay: &Overlay) -> Result<(), ReloadError> {
-        let path = match &self.current.load().source {
-            Source::File(p) => p.clone(),
-            Source::Demo => return Err(ReloadError::NoFile),
-        };
+        let path = self.file()?;
         load_file_with(&path, overlay, &self.clients)?;
         Ok(())
     }
@@ -179,10 +179,7 @@ impl Live {
             .reloading
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let path = match &self.current.load().source {
-            Source::File(p) => p.clone(),
-            Source::Demo => return Err(ReloadError::NoFile),
-        };
+        let path = self.file()?;
         // The store is the truth, even at a lower version (a store restored from a backup).
         let overlay = match overlay {
             Some(o) => Arc::new(o),

@@ -56,7 +56,7 @@ pub fn store(state: &AppState) -> Result<&Store, ApiError> {
     })
 }
 
-pub fn db_error(e: impl std::fmt::Display) -> ApiError {
+fn db_error(e: impl std::fmt::Display) -> ApiError {
     tracing::error!(error = %e, "admin API: the store failed");
     ControlError::Store(e.to_string()).into()
 }
@@ -258,8 +258,8 @@ async fn check(
 }
 
 /// Reloads this replica from the store now (the version watch does the same on every
-/// replica). Returns the store version tried, and whether it now serves it.
-pub async fn refresh(state: &AppState, store: &Store) -> (i64, bool) {
+/// replica); what it could not load is recorded in the store's `behind`.
+pub async fn refresh(state: &AppState, store: &Store) {
     let ov = match store.overlay().await {
         Ok(ov) => ov,
         Err(e) => {
@@ -269,7 +269,7 @@ pub async fn refresh(state: &AppState, store: &Store) -> (i64, bool) {
             if let crate::store::OverlayError::Open { .. } = e {
                 store.served(0, false);
             }
-            return (-1, false);
+            return;
         }
     };
     let version = ov.version;
@@ -282,16 +282,13 @@ pub async fn refresh(state: &AppState, store: &Store) -> (i64, bool) {
                 state.health.pools.config_changed();
             }
             store.served(version, true);
-            (version, true)
         }
         Ok(Err(e)) => {
             tracing::error!(error = %e, version, "the store's config was refused; the running config stays");
             store.served(version, false);
-            (version, false)
         }
         Err(e) => {
             tracing::error!(error = %e, "the reload task failed");
-            (version, false)
         }
     }
 }

@@ -44,9 +44,35 @@ impl Caller {
     }
 }
 
-/// Failed attempts by address, in fixed one-minute windows.
+impl Caller {
+    /// Whether a key of `groups` is this admin's. A key with no groups may use every channel,
+    /// so it is no group's: only an admin of every group sees it.
+    pub fn sees_key(&self, groups: &[&str]) -> bool {
+        if groups.is_empty() {
+            self.groups.is_empty()
+        } else {
+            self.sees(groups)
+        }
+    }
+}
+
+/// Failed attempts by address (an IPv6 address by its /64, what one host is given), in
+/// fixed one-minute windows.
 #[derive(Default)]
 pub struct Failures(Mutex<HashMap<IpAddr, (Instant, u32)>>);
+
+/// Addresses tracked at once before windows that ended are swept.
+const TRACKED: usize = 4096;
+
+fn bucket(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            IpAddr::V6(std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+        }
+        v4 => v4,
+    }
+}
 
 impl Failures {
     /// Seconds until `ip` may try again, when it is over the limit.
@@ -55,7 +81,7 @@ impl Failures {
             .0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let (start, n) = map.get(&ip)?;
+        let (start, n) = map.get(&bucket(ip))?;
         let left = WINDOW.checked_sub(now.duration_since(*start))?;
         (*n >= MAX_FAILURES).then(|| left.as_secs().max(1))
     }
@@ -65,9 +91,14 @@ impl Failures {
             .0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        // Old windows go, so the map stays as small as the addresses failing this minute.
-        map.retain(|_, (start, _)| now.duration_since(*start) < WINDOW);
-        let e = map.entry(ip).or_insert((now, 0));
+        if map.len() >= TRACKED {
+            // Old windows go, so the map stays near the addresses failing this minute.
+            map.retain(|_, (start, _)| now.duration_since(*start) < WINDOW);
+        }
+        let e = map.entry(bucket(ip)).or_insert((now, 0));
+        if now.duration_since(e.0) >= WINDOW {
+            *e = (now, 0);
+        }
         e.1 += 1;
     }
 }
@@ -125,4 +156,31 @@ pub fn guard(
         name: admin.name.clone(),
         groups: admin.groups.clone(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_with_no_groups_is_only_an_unscoped_admins() {
+        let scoped = Caller {
+            name: "d".into(),
+            groups: vec!["default".into(), "b".into()],
+        };
+        let all = Caller {
+            name: "a".into(),
+            groups: Vec::new(),
+        };
+        // A channel with no groups is in `default`; a key with none reaches every channel.
+        assert!(scoped.sees(&[]));
+        assert!(!scoped.sees_key(&[]));
+        assert!(scoped.sees_key(&["b"]) && !scoped.sees_key(&["b", "c"]));
+        assert!(all.sees_key(&[]) && all.sees(&["c"]));
+        assert_eq!(
+            bucket("2001:db8:1:2:3:4:5:6".parse().unwrap()),
+            "2001:db8:1:2::".parse::<IpAddr>().unwrap()
+        );
+        assert_eq!(network("203.0.113.9".parse().unwrap()), "203.0.113.0/24");
+    }
 }

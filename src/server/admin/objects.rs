@@ -35,8 +35,8 @@ fn groups(v: &Value) -> Vec<&str> {
 /// channel: it is no group's, so only an admin of every group sees it.
 fn visible(admin: &Admin, section: &str, v: &Value) -> bool {
     match section {
-        "keys" if groups(v).is_empty() => admin.caller.groups.is_empty(),
-        "channels" | "keys" => admin.caller.sees(&groups(v)),
+        "keys" => admin.caller.sees_key(&groups(v)),
+        "channels" => admin.caller.sees(&groups(v)),
         _ => true,
     }
 }
@@ -150,9 +150,8 @@ fn in_scope(admin: &Admin, section: &str, body: &Value) -> Result<(), ApiError> 
         };
         for k in &admin.snap.keys {
             let reaches = k.groups.is_empty() || k.groups.iter().any(|g| ch.contains(&&**g));
-            let mine =
-                !k.groups.is_empty() && k.groups.iter().all(|g| admin.caller.groups.contains(g));
-            if reaches && !mine {
+            let key_groups: Vec<&str> = k.groups.iter().map(|g| &**g).collect();
+            if reaches && !admin.caller.sees_key(&key_groups) {
                 return Err(ControlError::OutOfScope(format!(
                     "key {:?}, outside admin {:?}'s groups, would be served by this channel",
                     &*k.name, &*admin.caller.name

@@ -34,7 +34,7 @@ pub async fn requests(
                     let key = r["key_name"].as_str().and_then(|k| admin.snap.key_named(k));
                     key.is_some_and(|k| {
                         let groups: Vec<&str> = k.groups.iter().map(|g| &**g).collect();
-                        admin.caller.sees(&groups)
+                        admin.caller.sees_key(&groups)
                     })
                 });
             }
