@@ -192,43 +192,27 @@ async fn viewers_read_file_entries_are_read_only_and_scoped_admins_stay_in_their
         assert_eq!(list["data"][0]["source"], "file");
         assert_eq!(list["data"][0]["api_keys"], json!(["…-key"]));
         let new = channel_body("api-b", &up.base_url());
-        let (s, e) = admin(&gw, "POST", "/admin/channels", VIEWER, Some(new.clone())).await;
-        assert_eq!(
-            (s, e["error"]["code"].as_str()),
-            (403, Some("forbidden")),
-            "{e}"
-        );
+        let r = admin(&gw, "POST", "/admin/channels", VIEWER, Some(new.clone())).await;
+        assert_eq!(code(&r), (403, "forbidden"), "{}", r.1);
         // File entries: read-only, and their names are taken.
-        let (s, e) = as_admin(
+        let r = as_admin(
             &gw,
             "PATCH",
             "/admin/channels/file-a",
             Some(json!({"weight": 3})),
         )
         .await;
-        assert_eq!(
-            (s, e["error"]["code"].as_str()),
-            (409, Some("read_only")),
-            "{e}"
-        );
-        let (s, e) = as_admin(&gw, "DELETE", "/admin/channels/file-a", None).await;
-        assert_eq!(
-            (s, e["error"]["code"].as_str()),
-            (409, Some("read_only")),
-            "{e}"
-        );
-        let (s, e) = as_admin(
+        assert_eq!(code(&r), (409, "read_only"), "{}", r.1);
+        let r = as_admin(&gw, "DELETE", "/admin/channels/file-a", None).await;
+        assert_eq!(code(&r), (409, "read_only"), "{}", r.1);
+        let r = as_admin(
             &gw,
             "POST",
             "/admin/channels",
             Some(channel_body("file-a", &up.base_url())),
         )
         .await;
-        assert_eq!(
-            (s, e["error"]["code"].as_str()),
-            (409, Some("already_exists")),
-            "{e}"
-        );
+        assert_eq!(code(&r), (409, "already_exists"), "{}", r.1);
         // A duplicate of a store entry is refused too.
         assert_eq!(
             as_admin(&gw, "POST", "/admin/channels", Some(new.clone()))
@@ -236,22 +220,14 @@ async fn viewers_read_file_entries_are_read_only_and_scoped_admins_stay_in_their
                 .0,
             201
         );
-        let (s, e) = as_admin(&gw, "POST", "/admin/channels", Some(new)).await;
-        assert_eq!(
-            (s, e["error"]["code"].as_str()),
-            (409, Some("already_exists")),
-            "{e}"
-        );
+        let r = as_admin(&gw, "POST", "/admin/channels", Some(new)).await;
+        assert_eq!(code(&r), (409, "already_exists"), "{}", r.1);
         // The scoped admin sees only team-b's, and may only make team-b's.
         let (_, mine) = admin(&gw, "GET", "/admin/channels", SCOPED, None).await;
         assert_eq!(mine["data"], json!([]), "{mine}");
         let mut theirs = channel_body("api-c", &up.base_url());
-        let (s, e) = admin(&gw, "POST", "/admin/channels", SCOPED, Some(theirs.clone())).await;
-        assert_eq!(
-            (s, e["error"]["code"].as_str()),
-            (403, Some("out_of_scope")),
-            "{e}"
-        );
+        let r = admin(&gw, "POST", "/admin/channels", SCOPED, Some(theirs.clone())).await;
+        assert_eq!(code(&r), (403, "out_of_scope"), "{}", r.1);
         theirs["groups"] = json!(["team-b"]);
         assert_eq!(
             admin(&gw, "POST", "/admin/channels", SCOPED, Some(theirs.clone()))
@@ -286,16 +262,10 @@ async fn viewers_read_file_entries_are_read_only_and_scoped_admins_stay_in_their
             201
         );
         theirs["name"] = json!("api-d");
-        let (s, e) = admin(&gw, "POST", "/admin/channels", SCOPED, Some(theirs)).await;
-        assert_eq!(
-            (s, e["error"]["code"].as_str()),
-            (403, Some("out_of_scope")),
-            "{e}"
-        );
-        assert!(
-            e["error"]["message"].as_str().unwrap().contains("\"all\""),
-            "{e}"
-        );
+        let r = admin(&gw, "POST", "/admin/channels", SCOPED, Some(theirs)).await;
+        assert_eq!(code(&r), (403, "out_of_scope"), "{}", r.1);
+        let said = r.1["error"]["message"].as_str().unwrap();
+        assert!(said.contains("\"all\""), "{said}");
         // The whole config and the audit are not a scoped admin's to read; health is filtered.
         for path in ["/admin/config", "/admin/audit"] {
             assert_eq!(admin(&gw, "GET", path, SCOPED, None).await.0, 403, "{path}");
@@ -342,18 +312,14 @@ async fn wrong_tokens_get_401_then_429_and_no_store_means_read_only() {
     // Without a store the API reads the file and writes nothing.
     let (s, list) = as_admin(&gw, "GET", "/admin/channels", None).await;
     assert_eq!((s, &list["data"][0]["source"]), (200, &json!("file")));
-    let (s, e) = as_admin(
+    let r = as_admin(
         &gw,
         "POST",
         "/admin/channels",
         Some(channel_body("x", &up.base_url())),
     )
     .await;
-    assert_eq!(
-        (s, e["error"]["code"].as_str()),
-        (409, Some("read_only")),
-        "{e}"
-    );
+    assert_eq!(code(&r), (409, "read_only"), "{}", r.1);
     let (logs, guard) = capture_logs();
     for _ in 0..10 {
         let (s, e) = admin(
@@ -476,12 +442,8 @@ async fn invalid_entries_are_refused_naming_the_field() {
             (400, Some("master_key_missing"), Some("store.master_key")),
             "{e}"
         );
-        let (s, e) = as_admin(&bare, "POST", "/admin/keys", Some(json!({"name": "k"}))).await;
-        assert_eq!(
-            (s, e["error"]["code"].as_str()),
-            (400, Some("master_key_missing")),
-            "{e}"
-        );
+        let r = as_admin(&bare, "POST", "/admin/keys", Some(json!({"name": "k"}))).await;
+        assert_eq!(code(&r), (400, "master_key_missing"), "{}", r.1);
         // A channel without keys needs none.
         let mock_channel = json!({"name": "b", "provider": "mock", "models": ["m"]});
         assert_eq!(
@@ -726,12 +688,8 @@ async fn routers_and_glob_models_are_managed_too_and_a_null_removes_a_field() {
         )
         .await;
         assert_eq!(s, 200);
-        let (s, e) = as_admin(&gw, "DELETE", "/admin/channels/emb", None).await;
-        assert_eq!(
-            (s, e["error"]["code"].as_str()),
-            (409, Some("in_use")),
-            "{e}"
-        );
+        let r = as_admin(&gw, "DELETE", "/admin/channels/emb", None).await;
+        assert_eq!(code(&r), (409, "in_use"), "{}", r.1);
     }
 }
 
@@ -999,12 +957,8 @@ async fn refusals_never_quote_a_secret_and_file_redirects_are_read_only() {
         );
         for method in ["PATCH", "DELETE"] {
             let body = (method == "PATCH").then(|| json!({"to": "e"}));
-            let (s, e) = as_admin(&gw, method, "/admin/redirects/file:0", body).await;
-            assert_eq!(
-                (s, e["error"]["code"].as_str()),
-                (409, Some("read_only")),
-                "{method}: {e}"
-            );
+            let r = as_admin(&gw, method, "/admin/redirects/file:0", body).await;
+            assert_eq!(code(&r), (409, "read_only"), "{}", r.1);
         }
         assert_eq!(
             as_admin(&gw, "GET", "/admin/redirects/file:0", None)

@@ -239,7 +239,7 @@ async fn rotating_the_master_key_under_load_fails_no_request() {
         let (stop, sent, failed) = (
             Arc::new(AtomicBool::new(false)),
             Arc::new(AtomicU64::new(0)),
-            Arc::new(AtomicU64::new(0)),
+            Arc::new(std::sync::Mutex::new(Vec::<String>::new())),
         );
         let mut load = Vec::new();
         for _ in 0..4 {
@@ -257,8 +257,8 @@ async fn rotating_the_master_key_under_load_fails_no_request() {
                         .await;
                     if resp.status() != 200 {
                         let status = resp.status();
-                        eprintln!("failed: {status} {}", resp.text().await.unwrap_or_default());
-                        failed.fetch_add(1, Ordering::Relaxed);
+                        let body = resp.text().await.unwrap_or_default();
+                        failed.lock().unwrap().push(format!("{status} {body}"));
                     }
                     sent.fetch_add(1, Ordering::Relaxed);
                 }
@@ -273,11 +273,11 @@ async fn rotating_the_master_key_under_load_fails_no_request() {
         let cfg = gw.config_path.clone();
         let new_key = new.clone();
         let out = tokio::task::spawn_blocking(move || {
-            Command::new(BIN)
-                .args(["rotate-master-key", "-c", cfg.to_str().unwrap()])
-                .env("SWITCHYARD_NEW_MASTER_KEY", new_key)
-                .output()
-                .unwrap()
+            let cfg = cfg.to_str().unwrap();
+            run_bin(
+                &["rotate-master-key", "-c", cfg],
+                &[("SWITCHYARD_NEW_MASTER_KEY", &new_key)],
+            )
         })
         .await
         .unwrap();
@@ -292,32 +292,25 @@ async fn rotating_the_master_key_under_load_fails_no_request() {
         for t in load {
             t.await.unwrap();
         }
-        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.ok, "{url}: {} {}", out.out, out.err);
         assert!(
-            out.status.success(),
-            "{url}: {stdout} {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(
-            stdout.contains("re-sealed 1 objects and the pepper"),
-            "{stdout}"
+            out.out.contains("re-sealed 1 objects and the pepper"),
+            "{}",
+            out.out
         );
         // Run again, it finds nothing left under the old key.
         let cfg = gw.config_path.clone();
-        let twice = Command::new(BIN)
-            .args(["rotate-master-key", "-c", cfg.to_str().unwrap()])
-            .env("SWITCHYARD_NEW_MASTER_KEY", &new)
-            .output()
-            .unwrap();
-        let said = String::from_utf8_lossy(&twice.stdout);
+        let args = ["rotate-master-key", "-c", cfg.to_str().unwrap()];
+        let twice = run_bin(&args, &[("SWITCHYARD_NEW_MASTER_KEY", &new)]);
         assert!(
-            twice.status.success() && said.contains("re-sealed 0 objects;"),
-            "{said}"
+            twice.ok && twice.out.contains("re-sealed 0 objects;"),
+            "{}",
+            twice.out
         );
-        assert_eq!(
-            failed.load(Ordering::Relaxed),
-            0,
-            "{url}: requests failed during the rotation"
+        let failed = failed.lock().unwrap().clone();
+        assert!(
+            failed.is_empty(),
+            "{url}: requests failed during the rotation: {failed:?}"
         );
         // Afterwards the new key alone opens everything, and hashes keys as before; the old no
         // longer opens the channel's key.
@@ -373,14 +366,14 @@ async fn rotating_the_master_key_under_load_fails_no_request() {
             "{url}: {}",
             again.1
         );
-        let verify = Command::new(BIN)
-            .args(["audit", "verify", "-c", gw.config_path.to_str().unwrap()])
-            .output()
-            .unwrap();
-        let said = String::from_utf8_lossy(&verify.stdout);
+        let verify = run_bin(
+            &["audit", "verify", "-c", gw.config_path.to_str().unwrap()],
+            &[],
+        );
         assert!(
-            verify.status.success() && said.contains("audit chain OK: 4 rows"),
-            "{said}"
+            verify.ok && verify.out.contains("audit chain OK: 4 rows"),
+            "{}",
+            verify.out
         );
     }
 }
@@ -453,25 +446,16 @@ async fn a_kill_9_in_a_burst_of_admin_writes_loses_no_acknowledged_write() {
             200,
             "{url}: the restarted gateway serves what it holds"
         );
-        let verify = Command::new(BIN)
-            .args(["audit", "verify", "-c", cfg.to_str().unwrap()])
-            .output()
-            .unwrap();
-        assert!(
-            verify.status.success(),
-            "{}",
-            String::from_utf8_lossy(&verify.stderr)
-        );
+        let verify_args = ["audit", "verify", "-c", cfg.to_str().unwrap()];
+        let verify = run_bin(&verify_args, &[]);
+        assert!(verify.ok, "{}", verify.err);
         // A row changed afterwards breaks the chain, and verify says where.
         tamper(&url).await;
-        let verify = Command::new(BIN)
-            .args(["audit", "verify", "-c", cfg.to_str().unwrap()])
-            .output()
-            .unwrap();
-        let said = String::from_utf8_lossy(&verify.stderr);
+        let verify = run_bin(&verify_args, &[]);
         assert!(
-            !verify.status.success() && said.contains("breaks at row"),
-            "{said}"
+            !verify.ok && verify.err.contains("breaks at row"),
+            "{}",
+            verify.err
         );
     }
 }

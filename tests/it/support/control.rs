@@ -89,3 +89,8 @@ pub async fn admin_with(
 pub async fn as_admin(gw: &Gateway, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
     admin(gw, method, path, ADMIN, body).await
 }
+
+/// An admin answer's status and error code (`""` when it has none).
+pub fn code(r: &(u16, Value)) -> (u16, &str) {
+    (r.0, r.1["error"]["code"].as_str().unwrap_or(""))
+}
