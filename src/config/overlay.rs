@@ -102,9 +102,27 @@ impl View {
         self.entries(section)
             .into_iter()
             .enumerate()
-            .find(|(_, (_, v))| v.get(field).and_then(Value::as_str) == Some(id))
+            .find(|(i, (o, v))| {
+                v.get(field).and_then(Value::as_str) == Some(id)
+                    || (*o == Origin::File && Some(id) == file_id(section, *i).as_deref())
+            })
             .map(|(i, (o, v))| (i, o, v))
     }
+
+    /// The id an entry of `section` is known by in the admin API: its id field, or for a file
+    /// entry without one (the file's redirects), `file:<index>`.
+    pub fn id_of(&self, section: &str, index: usize, v: &Value) -> Option<String> {
+        let field = id_field(section)?;
+        match v.get(field).and_then(Value::as_str) {
+            Some(id) => Some(id.to_string()),
+            None => file_id(section, index),
+        }
+    }
+}
+
+/// A file entry's id where the section's entries carry none in the file (`[[redirects]]`).
+fn file_id(section: &str, index: usize) -> Option<String> {
+    (section == "redirects").then(|| format!("file:{index}"))
 }
 
 /// Appends the overlay's entries to the file's; a name in both is refused at the file's entry.

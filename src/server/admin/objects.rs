@@ -45,8 +45,11 @@ fn visible(admin: &Admin, section: &str, v: &Value) -> bool {
 fn shown(admin: &Admin, section: &str, index: usize, origin: Origin, v: &Value) -> Value {
     let mut out = mask::entry(section, v);
     if let Some(obj) = out.as_object_mut() {
-        if section == "redirects" && !obj.contains_key("id") {
-            obj.insert("id".into(), json!(format!("file:{index}")));
+        let field = id_field(section).unwrap_or("name");
+        if !obj.contains_key(field)
+            && let Some(id) = admin.snap.view.id_of(section, index, v)
+        {
+            obj.insert(field.into(), json!(id));
         }
         obj.insert("source".into(), json!(origin.as_str()));
         if section == "channels" {
@@ -75,19 +78,8 @@ fn find<'a>(
     section: &str,
     id: &str,
 ) -> Result<(usize, Origin, &'a Value), ApiError> {
-    let found = match id
-        .strip_prefix("file:")
-        .and_then(|i| i.parse::<usize>().ok())
-    {
-        Some(i) if section == "redirects" => snap
-            .view
-            .entries(section)
-            .get(i)
-            .filter(|(o, _)| *o == Origin::File)
-            .map(|(o, v)| (i, *o, *v)),
-        _ => snap.view.entry(section, id),
-    };
-    found
+    snap.view
+        .entry(section, id)
         .filter(|(_, _, v)| visible(admin, section, v))
         .ok_or_else(|| {
             ControlError::Missing {
@@ -353,12 +345,7 @@ fn merge_patch(target: &mut Value, patch: &Value) {
 
 /// A file entry cannot be changed here: 409 read_only.
 fn not_from_file(admin: &Admin, section: &str, id: &str) -> Result<(), ApiError> {
-    let file = (section == "redirects" && id.starts_with("file:"))
-        || matches!(
-            admin.snap.view.entry(section, id),
-            Some((_, Origin::File, _))
-        );
-    if file {
+    if let Some((_, Origin::File, _)) = admin.snap.view.entry(section, id) {
         return Err(ControlError::ReadOnly(format!(
             "{section} {id:?} comes from the config file: change it there"
         ))
