@@ -134,7 +134,8 @@ pub struct Live {
     current: ArcSwap<Snapshot>,
     overlay: ArcSwap<Overlay>,
     clients: HttpClients,
-    /// One reload at a time.
+    /// One compile-and-swap at a time (a store reload also holds the store's `reloading` from
+    /// its read on).
     reloading: std::sync::Mutex<()>,
 }
 

@@ -31,6 +31,10 @@ pub struct Store {
     pepper: Option<Pepper>,
     /// The store version this replica could not compile, if it is behind (0: it is not).
     refused: std::sync::atomic::AtomicI64,
+    /// Held from reading the store's entries to swapping the snapshot: a slower reload of an
+    /// older read never lands after a newer one (the versions a replica serves only move on,
+    /// unless the store itself went back).
+    pub reloading: tokio::sync::Mutex<()>,
 }
 
 /// The master keys from the environment: `SWITCHYARD_MASTER_KEY` (unless the config gives
@@ -101,6 +105,7 @@ impl Store {
             keys,
             pepper,
             refused: std::sync::atomic::AtomicI64::new(0),
+            reloading: tokio::sync::Mutex::new(()),
         })
     }
 

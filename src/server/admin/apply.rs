@@ -260,6 +260,7 @@ async fn check(
 /// Reloads this replica from the store now (the version watch does the same on every
 /// replica); what it could not load is recorded in the store's `behind`.
 pub async fn refresh(state: &AppState, store: &Store) {
+    let _one = store.reloading.lock().await;
     let ov = match store.overlay().await {
         Ok(ov) => ov,
         Err(e) => {
@@ -298,6 +299,10 @@ pub async fn refresh(state: &AppState, store: &Store) {
 pub async fn reload(
     state: &AppState,
 ) -> Result<std::sync::Arc<crate::config::Snapshot>, ReloadError> {
+    let _one = match state.store.as_deref() {
+        Some(store) => Some(store.reloading.lock().await),
+        None => None,
+    };
     let overlay = match state.store.as_deref() {
         Some(store) => match store.overlay().await {
             Ok(ov) => Some(ov),
