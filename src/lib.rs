@@ -10,6 +10,7 @@ pub mod config;
 pub mod context;
 pub mod exec;
 pub mod health;
+pub mod pricing;
 pub mod protocol;
 pub mod provider;
 pub mod router;

@@ -81,6 +81,8 @@ pub struct ModelConfig {
     /// Larger models for a request that does not fit this one, first that fits wins.
     #[serde(default)]
     pub context_fallbacks: Vec<String>,
+    /// USD per 1M tokens, over the built-in family's price.
+    pub price: Option<crate::pricing::PriceConfig>,
 }
 
 /// `[[routers]]`: a virtual model whose instances describe, by examples, the prompts they serve.
@@ -492,6 +494,8 @@ pub struct ChannelConfig {
     #[serde(default)]
     pub responses: bool,
     pub mock: Option<MockSpec>,
+    /// The channel's own rates (a reseller's), over the model's price: USD per 1M tokens.
+    pub price: Option<crate::pricing::PriceConfig>,
 }
 
 fn default_credential_cooldown() -> u64 {

@@ -100,6 +100,8 @@ pub struct Channel {
     /// The upstream serves the Responses API: Responses requests reach it as sent.
     pub responses: bool,
     pub upstream: Upstream,
+    /// The channel's own rates, over the model's.
+    pub price: Option<Arc<crate::pricing::Price>>,
 }
 
 /// One way to serve a model: a channel and the name the upstream knows the model by.
@@ -190,6 +192,22 @@ impl Snapshot {
 pub(crate) static VERSION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl Snapshot {
+    /// What an attempt on `channel` serving `model` (as the client named it; `upstream` as the
+    /// upstream knows it) costs: the channel's own rates, else the model's `[[models]]` or
+    /// built-in price, else the upstream name's family.
+    pub fn price<'s>(
+        &'s self,
+        channel: &'s Channel,
+        model: &str,
+        upstream: &str,
+    ) -> Option<&'s Arc<crate::pricing::Price>> {
+        channel
+            .price
+            .as_ref()
+            .or_else(|| self.catalog.price(model))
+            .or_else(|| self.catalog.price(upstream))
+    }
+
     pub fn is_demo(&self) -> bool {
         matches!(self.source, Source::Demo)
     }

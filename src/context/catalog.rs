@@ -4,6 +4,8 @@
 
 use std::sync::Arc;
 
+use crate::pricing::{Price, PriceConfig};
+
 /// One model's limits and context settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelInfo {
@@ -18,6 +20,8 @@ pub struct ModelInfo {
     pub trim_to: f64,
     /// Larger models to route to when a request does not fit this one (and is not trimmed).
     pub context_fallbacks: Vec<Arc<str>>,
+    /// What its tokens cost (`None`: no price known; such attempts are charged 0).
+    pub price: Option<Arc<Price>>,
 }
 
 /// The share of the window trimming aims for by default: below the limit, so that the next
@@ -33,6 +37,7 @@ impl ModelInfo {
             trim: false,
             trim_to: DEFAULT_TRIM_TO,
             context_fallbacks: Vec::new(),
+            price: None,
         }
     }
 
@@ -65,6 +70,7 @@ struct Family {
     name: String,
     context_window: u64,
     max_output_tokens: u64,
+    price: Option<PriceConfig>,
 }
 
 /// The families of `families.toml` (embedded, so checked by a test, never absent at run time).
@@ -73,7 +79,17 @@ fn families() -> Vec<ModelInfo> {
         Ok(f) => f
             .family
             .iter()
-            .map(|m| ModelInfo::new(&m.name, m.context_window, m.max_output_tokens))
+            .map(|m| {
+                let mut info = ModelInfo::new(&m.name, m.context_window, m.max_output_tokens);
+                info.price = m.price.as_ref().and_then(|p| match p.compile("price.") {
+                    Ok(p) => Some(Arc::new(p)),
+                    Err((field, why)) => {
+                        tracing::error!(family = m.name, field, why, "built-in price unreadable");
+                        None
+                    }
+                });
+                info
+            })
             .collect(),
         Err(e) => {
             tracing::error!(error = %e, "built-in model families unreadable");
@@ -89,10 +105,21 @@ pub enum NameMatch {
     Pattern(regex_lite::Regex),
 }
 
+impl NameMatch {
+    fn matches(&self, name: &str, model: &str) -> bool {
+        match self {
+            NameMatch::Exact => name == model,
+            NameMatch::Pattern(re) => re.is_match(model),
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Catalog {
     configured: Vec<(NameMatch, ModelInfo)>,
     builtin: Vec<ModelInfo>,
+    /// `[[models]]` entries that only price a model (no window known).
+    prices: Vec<(NameMatch, Arc<str>, Arc<Price>)>,
     /// Some configured entry trims or names context fallbacks (read on every chat request).
     context_settings: bool,
 }
@@ -105,8 +132,32 @@ impl Catalog {
         Catalog {
             configured: Vec::new(),
             builtin,
+            prices: Vec::new(),
             context_settings: false,
         }
+    }
+
+    /// Adds an entry that only prices a model.
+    pub fn push_price(&mut self, matcher: NameMatch, name: Arc<str>, price: Arc<Price>) {
+        self.prices.push((matcher, name, price));
+    }
+
+    /// What `model`'s tokens cost: the first configured entry that prices it (in file order,
+    /// price-only entries after those with a window), else its built-in family's.
+    pub fn price(&self, model: &str) -> Option<&Arc<Price>> {
+        let configured = self
+            .configured
+            .iter()
+            .filter(|(m, info)| m.matches(&info.name, model))
+            .find_map(|(_, info)| info.price.as_ref());
+        configured
+            .or_else(|| {
+                self.prices
+                    .iter()
+                    .find(|(m, name, _)| m.matches(name, model))
+                    .map(|(_, _, p)| p)
+            })
+            .or_else(|| self.family(model)?.price.as_ref())
     }
 
     /// Adds a configured entry; configured entries are looked up first, in order.
@@ -119,10 +170,7 @@ impl Catalog {
     pub fn lookup(&self, model: &str) -> Option<&ModelInfo> {
         self.configured
             .iter()
-            .find(|(m, info)| match m {
-                NameMatch::Exact => *info.name == *model,
-                NameMatch::Pattern(re) => re.is_match(model),
-            })
+            .find(|(m, info)| m.matches(&info.name, model))
             .map(|(_, info)| info)
             .or_else(|| self.family(model))
     }
@@ -156,6 +204,23 @@ mod tests {
             f.iter()
                 .all(|m| m.max_output_tokens < m.context_window || m.name.as_ref() == "gpt-4")
         );
+        // Every written price compiles (an unreadable one would be logged and dropped).
+        let written = FAMILIES.matches("\nprice = ").count();
+        assert_eq!(f.iter().filter(|m| m.price.is_some()).count(), written);
+        assert!(written >= 25, "{written}");
+    }
+
+    #[test]
+    fn built_in_prices_follow_the_longest_family_and_their_tiers() {
+        let c = Catalog::builtin();
+        let price = |m: &str| c.lookup(m).and_then(|i| i.price.clone()).unwrap();
+        // $2.50 / $10 per 1M for gpt-4o; $0.15 / $0.60 for gpt-4o-mini.
+        assert_eq!(price("gpt-4o-2024-08-06").base.input, 2_500_000);
+        assert_eq!(price("gpt-4o-mini").base.output, 600_000);
+        let sonnet = price("claude-sonnet-4-5-20250929");
+        assert_eq!(sonnet.rates(200_001).input, 6_000_000);
+        assert_eq!(sonnet.base.cache_write, 3_750_000);
+        assert!(c.lookup("claude-3-opus-20240229").unwrap().price.is_none());
     }
 
     #[test]
@@ -167,7 +232,8 @@ mod tests {
             Some(("gpt-4o-mini".into(), 128_000))
         );
         assert_eq!(w("gpt-4-0613"), Some(("gpt-4".into(), 8_192)));
-        assert_eq!(w("gpt-4.1-nano"), Some(("gpt-4.1".into(), 1_047_576)));
+        assert_eq!(w("gpt-4.1-nano"), Some(("gpt-4.1-nano".into(), 1_047_576)));
+        assert_eq!(w("gpt-4.1-2025-04-14"), Some(("gpt-4.1".into(), 1_047_576)));
         assert_eq!(w("openai/gpt-4o"), Some(("gpt-4o".into(), 128_000)));
         assert_eq!(
             w("claude-sonnet-4-5-20250929"),

@@ -369,6 +369,8 @@ pub struct Usage {
     /// Of `output_tokens` (which counts every generated token, as OpenAI does), those spent
     /// reasoning.
     pub reasoning_tokens: Option<u64>,
+    /// Of `input_tokens`, those written to a prompt cache (Anthropic's cache creation).
+    pub cache_write_tokens: Option<u64>,
     /// Provider details (cached tokens, reasoning tokens...), as sent.
     pub extra: Map<String, Value>,
 }

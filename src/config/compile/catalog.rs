@@ -22,9 +22,26 @@ pub fn compile(
         }
         let glob = m.name.contains(['*', '?']);
         let family = (!glob).then(|| catalog.family(&m.name)).flatten();
+        let price = match &m.price {
+            Some(p) => Some(Arc::new(p.compile(&at("price."))?)),
+            None => family.and_then(|f| f.price.clone()),
+        };
+        let matcher = matcher(&m.name, glob).map_err(|e| (at("name"), e))?;
         let context_window = match (m.context_window, family) {
             (Some(w), _) => w.get(),
             (None, Some(f)) => f.context_window,
+            // A price alone (a model with no built-in family) prices the model, nothing more.
+            (None, None)
+                if price.is_some()
+                    && !m.trim
+                    && m.max_output_tokens.is_none()
+                    && m.context_fallbacks.is_empty() =>
+            {
+                if let Some(p) = price {
+                    catalog.push_price(matcher, m.name.as_str().into(), p);
+                }
+                continue;
+            }
             (None, None) => {
                 return Err((
                     at("context_window"),
@@ -54,13 +71,6 @@ pub fn compile(
                 ));
             }
         }
-        let matcher = if glob {
-            let re = regex_lite::Regex::new(&format!("^(?:{})$", glob_regex(&m.name)))
-                .map_err(|e| (at("name"), format!("invalid pattern: {e}")))?;
-            NameMatch::Pattern(re)
-        } else {
-            NameMatch::Exact
-        };
         catalog.push(
             matcher,
             ModelInfo {
@@ -74,6 +84,7 @@ pub fn compile(
                     .iter()
                     .map(|f| f.as_str().into())
                     .collect(),
+                price,
             },
         );
     }
@@ -89,4 +100,14 @@ pub fn compile(
         }
     }
     Ok(catalog)
+}
+
+/// An entry's name as a matcher: exact, or a glob as an anchored regex.
+fn matcher(name: &str, glob: bool) -> Result<NameMatch, String> {
+    if !glob {
+        return Ok(NameMatch::Exact);
+    }
+    regex_lite::Regex::new(&format!("^(?:{})$", glob_regex(name)))
+        .map(NameMatch::Pattern)
+        .map_err(|e| format!("invalid pattern: {e}"))
 }

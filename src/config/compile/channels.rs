@@ -47,6 +47,10 @@ pub fn compile(
         let spec = upstream_spec(c, Duration::from_millis(t.connect_ms)).map_err(at)?;
         let upstream = Upstream::build(spec, clients).map_err(|e| at(("base_url", e)))?;
         index_models(c, i, &mut models)?;
+        let price = match &c.price {
+            Some(p) => Some(Arc::new(p.compile("price.").map_err(|(f, m)| at((&f, m)))?)),
+            None => None,
+        };
         channels.push(Channel {
             name: c.name.as_str().into(),
             kind: c.provider,
@@ -68,6 +72,7 @@ pub fn compile(
             affinity: c.affinity,
             responses: c.responses,
             upstream,
+            price,
         });
     }
     Ok((channels, models))

@@ -125,3 +125,44 @@ fn authenticate_finds_the_matching_key() {
     assert!(s.authenticate("sk-yyyyyyyy").is_none());
     assert!(s.authenticate("").is_none());
 }
+
+#[test]
+fn prices_come_from_the_channel_then_the_model_then_the_family() {
+    let text = format!(
+        "{}\n{}",
+        BASE.replace(
+            "priority = 2",
+            "priority = 2\nprice = { input = 0.5, output = 1 }"
+        )
+        .replace("\"m\", {", "\"m\", \"gpt-4o\", {"),
+        r#"
+        [[models]]
+        name = "m"
+        price = { input = 1, output = 2 }
+        [[models]]
+        name = "big*"
+        price = { input = 3, output = 4, cached_input = 0.3 }
+        "#
+    );
+    let s = load(&text).unwrap();
+    let (a, b) = (&s.channels[0], &s.channels[1]);
+    let input = |ch, model, up| s.price(ch, model, up).map(|p| p.base.input);
+    assert_eq!(input(b, "m", "m"), Some(500_000));
+    assert_eq!(input(a, "m", "m"), Some(1_000_000));
+    // A price-only glob entry prices the model without claiming a context window.
+    assert_eq!(input(a, "big", "big-2024"), Some(3_000_000));
+    assert!(s.catalog.lookup("big").is_none());
+    assert_eq!(input(a, "gpt-4o", "gpt-4o"), Some(2_500_000));
+    assert_eq!(input(a, "unknown", "unknown"), None);
+    let err = load(&BASE.replace(
+        "priority = 2",
+        "priority = 2\nprice = { input = 1, output = -2 }",
+    ))
+    .unwrap_err();
+    assert!(err.contains("channels[1].price.output"), "{err}");
+    let err = load(&format!(
+        "{BASE}\n[[models]]\nname = \"m\"\nprice = {{ input = 1, output = 1, tiers = [{{ above = 1, input = 1e9, output = 1 }}] }}"
+    ))
+    .unwrap_err();
+    assert!(err.contains("models[0].price.tiers[0].input"), "{err}");
+}

@@ -36,6 +36,7 @@ fn usage_from(u: &Value) -> Option<Usage> {
         cached_tokens: cached,
         // Anthropic counts thinking in `output_tokens` without saying how much of it.
         reasoning_tokens: None,
+        cache_write_tokens: written,
         extra: Map::new(),
     })
 }
@@ -92,6 +93,7 @@ pub struct StreamDecoder {
     model: Option<String>,
     input_tokens: Option<u64>,
     cached_tokens: Option<u64>,
+    cache_write_tokens: Option<u64>,
     /// Anthropic block index → OpenAI tool-call index.
     tool_index: std::collections::HashMap<u64, u32>,
 }
@@ -115,7 +117,8 @@ impl StreamDecoder {
                 self.model = m["model"].as_str().map(str::to_string);
                 let start = usage_from(&m["usage"]);
                 self.input_tokens = start.as_ref().and_then(|u| u.input_tokens);
-                self.cached_tokens = start.and_then(|u| u.cached_tokens);
+                self.cached_tokens = start.as_ref().and_then(|u| u.cached_tokens);
+                self.cache_write_tokens = start.and_then(|u| u.cache_write_tokens);
                 self.chunk(
                     Delta {
                         role: Some(Role::Assistant),
@@ -183,6 +186,7 @@ impl StreamDecoder {
                 if let Some(u) = usage.as_mut() {
                     u.input_tokens = u.input_tokens.or(self.input_tokens);
                     u.cached_tokens = u.cached_tokens.or(self.cached_tokens);
+                    u.cache_write_tokens = u.cache_write_tokens.or(self.cache_write_tokens);
                 }
                 self.chunk(
                     Default::default(),

@@ -35,6 +35,7 @@ fn usage_from(u: &Value) -> Option<Usage> {
         total_tokens: u["totalTokenCount"].as_u64(),
         cached_tokens: u["cachedContentTokenCount"].as_u64(),
         reasoning_tokens: thoughts,
+        cache_write_tokens: None,
         extra: Map::new(),
     })
 }

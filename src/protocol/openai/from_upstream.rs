@@ -49,6 +49,7 @@ fn usage_from_value(v: Value, path: &str) -> Read<Usage> {
     Ok(Usage {
         cached_tokens: cached,
         reasoning_tokens: reasoning,
+        cache_write_tokens: None,
         input_tokens: count("prompt_tokens"),
         output_tokens: count("completion_tokens"),
         total_tokens: count("total_tokens"),

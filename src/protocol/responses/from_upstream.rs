@@ -94,6 +94,7 @@ fn usage_from(u: &Value) -> Option<Usage> {
         total_tokens: u["total_tokens"].as_u64(),
         cached_tokens: u["input_tokens_details"]["cached_tokens"].as_u64(),
         reasoning_tokens: u["output_tokens_details"]["reasoning_tokens"].as_u64(),
+        cache_write_tokens: None,
         extra: Map::new(),
     })
 }

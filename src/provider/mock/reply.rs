@@ -37,6 +37,7 @@ fn usage(req: &ChatRequest, output_tokens: u64) -> Usage {
         total_tokens: Some(input.saturating_add(output_tokens)),
         cached_tokens: None,
         reasoning_tokens: None,
+        cache_write_tokens: None,
         extra: Map::new(),
     }
 }
