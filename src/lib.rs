@@ -19,5 +19,6 @@ pub mod semantic;
 pub mod server;
 pub mod state;
 pub mod store;
+pub mod usage;
 
 pub mod app;

@@ -94,7 +94,10 @@ pub async fn start_with_clock(
         None => None,
     };
     let log = Arc::new(open_log(&snapshot, store.as_deref())?);
-    let retention = snapshot.store.as_ref().map(|s| s.retention);
+    let retention = snapshot
+        .store
+        .as_ref()
+        .map(|s| (s.retention, s.ledger_retention));
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|source| StartError::Bind { addr, source })?;
@@ -137,7 +140,7 @@ pub async fn start_with_clock(
     ));
     // Without a store the log is kept as it always was: whole.
     if let Some(keep) = retention {
-        background.push(log.keep_for(keep, crate::store::PRUNE_EVERY));
+        background.push(log.keep_for(keep.0, keep.1, crate::store::PRUNE_EVERY));
     }
     // Local embedding models load now, not on the first request that needs one.
     let (semantic, live) = (state.semantic.clone(), state.live.clone());

@@ -178,6 +178,9 @@ pub struct StoreSection {
     /// Request-log rows older than this are pruned.
     #[serde(default = "default_retention")]
     pub retention_days: NonZeroU32,
+    /// Ledger rows older than this are pruned; at least 31 (a month's budget period).
+    #[serde(default = "default_ledger_retention")]
+    pub ledger_retention_days: NonZeroU32,
     /// The master key sealing upstream keys at rest (32 bytes, base64); usually `${VAR}`.
     /// Without it, `SWITCHYARD_MASTER_KEY` is read.
     pub master_key: Option<String>,
@@ -188,6 +191,10 @@ pub struct StoreSection {
 
 fn default_poll() -> NonZeroU64 {
     nz64(500)
+}
+
+fn default_ledger_retention() -> NonZeroU32 {
+    nz32(400)
 }
 
 fn default_retention() -> NonZeroU32 {

@@ -58,6 +58,7 @@ pub struct AffinitySettings {
 pub struct StoreSettings {
     pub url: Secret,
     pub retention: Duration,
+    pub ledger_retention: Duration,
     /// As configured (`[store] master_key`), else none: the environment is read at start.
     pub master_key: Option<Secret>,
     /// How often replicas read the store's config version.

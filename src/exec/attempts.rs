@@ -138,6 +138,8 @@ impl<'s> Model<'_, 's, '_> {
             class: None,
             latency_ms: 0,
             skip: Some(reason),
+            upstream_model: None,
+            credential: None,
         });
     }
 
@@ -326,6 +328,10 @@ impl<'s> Model<'_, 's, '_> {
             class: None,
             latency_ms: latency.as_millis() as u64,
             skip: None,
+            upstream_model: Some(cand.upstream_model.clone()),
+            credential: reservation
+                .and_then(|r| ch.credentials.get(r.index))
+                .map(|(label, _)| label.clone()),
         };
         let failure = match res {
             Err(_) => {

@@ -290,6 +290,8 @@ fn context_skip(model: &Arc<str>) -> AttemptRecord {
         class: None,
         latency_ms: 0,
         skip: Some(Skip::ContextWindow),
+        upstream_model: None,
+        credential: None,
     }
 }
 

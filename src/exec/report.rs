@@ -22,6 +22,10 @@ pub struct AttemptRecord {
     pub latency_ms: u64,
     /// Set when the channel was not called: why.
     pub skip: Option<Skip>,
+    /// The model as the upstream knows it, and the credential's label (calls only; for the
+    /// ledger, never shown to clients).
+    pub upstream_model: Option<Arc<str>>,
+    pub credential: Option<Arc<str>>,
 }
 
 impl AttemptRecord {
@@ -153,6 +157,8 @@ mod tests {
             class: None,
             latency_ms: 1,
             skip: None,
+            upstream_model: None,
+            credential: None,
         };
         r.attempts.push(ok.clone());
         r.served = Some(Served {

@@ -335,14 +335,17 @@ impl ChatRequest {
     /// A rough token count for budgets before the upstream says (about 4 characters a token,
     /// plus the output limit when one is set). The real count settles it afterwards.
     pub fn estimated_tokens(&self) -> u64 {
+        self.prompt_estimate() + self.max_tokens.map_or(0, |(_, n)| n)
+    }
+
+    /// The prompt alone, counted roughly (about 4 characters a token).
+    pub fn prompt_estimate(&self) -> u64 {
         let chars: usize = self
             .messages
             .iter()
             .map(|m| m.content.as_ref().map_or(0, Content::text_len))
             .sum();
-        (chars as u64).div_ceil(4)
-            + 3 * self.messages.len() as u64
-            + self.max_tokens.map_or(0, |(_, n)| n)
+        (chars as u64).div_ceil(4) + 3 * self.messages.len() as u64
     }
 }
 

@@ -15,6 +15,7 @@ use super::{ApiError, AppState};
 use crate::config::{GatewayKey, Snapshot};
 use crate::exec::{self, Report};
 use crate::store::{LogRow, RequestLog};
+use crate::usage::Pending;
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
@@ -51,6 +52,8 @@ pub struct Ctx {
     /// A Responses request continuing a kept response: its channel, and whether only that
     /// channel may serve (the conversation lives there, not here).
     pub continuation: Option<(Arc<str>, bool)>,
+    /// The prompt as the gateway counts it, charged when an upstream reports no usage.
+    pub prompt_estimate: u64,
 }
 
 impl Ctx {
@@ -74,7 +77,20 @@ impl Ctx {
             logged: false,
             envelope,
             continuation: None,
+            prompt_estimate: 0,
         }
+    }
+
+    /// The request's charges so far, to be finished when its usage is known.
+    pub fn pending(&self) -> Pending {
+        Pending::of(&self.snap, &self.report, self.prompt_estimate)
+    }
+
+    /// The row of a request that ended without an answer: its calls charged 0.
+    fn unanswered_row(&mut self, status: u16, outcome: &str) -> LogRow {
+        let mut row = self.take_row(status, outcome);
+        self.pending().finish(None, None, &mut row);
+        row
     }
 
     /// The deadline for everything before commit, measured from the request's arrival.
@@ -148,7 +164,7 @@ impl Ctx {
             _ => err.code(),
         };
         if !self.logged {
-            let row = self.take_row(status, outcome);
+            let row = self.unanswered_row(status, outcome);
             self.log.record(row);
         }
         let mut resp = err.render(self.envelope);
@@ -164,7 +180,7 @@ impl Ctx {
 impl Drop for Ctx {
     fn drop(&mut self) {
         if !self.logged {
-            let row = self.take_row(499, "client_closed");
+            let row = self.unanswered_row(499, "client_closed");
             self.log.record(row);
         }
     }

@@ -23,6 +23,7 @@ pub mod hdr {
     pub const TRIM: HeaderName = HeaderName::from_static("x-switchyard-trim");
     pub const PROMPT_TOKENS: HeaderName = HeaderName::from_static("x-switchyard-prompt-tokens");
     pub const TRIMMED_TURNS: HeaderName = HeaderName::from_static("x-switchyard-trimmed-turns");
+    pub const COST: HeaderName = HeaderName::from_static("x-switchyard-cost-micros");
 }
 
 pub fn set_header(resp: &mut Response, name: HeaderName, value: &str) {

@@ -18,6 +18,7 @@ use crate::exec::{self, Committed, Report};
 use crate::protocol::chain::ChainSpec;
 use crate::protocol::{ChatRequest, ChatResponse};
 use crate::router::{self, Chain};
+use crate::usage;
 
 /// Serves a chat request in `codec`'s protocol. The run is awaited boxed: its future is
 /// ~11 KB, and inline in the handler's it was copied whole as axum moved it (measured ~8k
@@ -94,6 +95,7 @@ async fn pipeline<C: Codec>(
         only: only.map(|(c, _)| &**c),
     };
     req.hops = ctx.hops;
+    ctx.prompt_estimate = req.prompt_estimate();
     let job = exec::Job {
         snap: &snap,
         health: &state.health,
@@ -207,6 +209,7 @@ async fn answer<C: Codec>(
         .usage
         .as_ref()
         .map(|u| (u.input_tokens, u.output_tokens));
+    let used = usage::Used::of_answer(&resp, ctx.prompt_estimate);
     let rendered = codec.render(resp, &extra, &a);
     if let Some(keep) = rendered.keep {
         continuation::keep(state, ctx, keep).await;
@@ -219,8 +222,10 @@ async fn answer<C: Codec>(
         let secs = ctx.started.elapsed().as_secs_f64();
         row.tokens_per_s = output.filter(|_| secs > 0.0).map(|n| n as f64 / secs);
     }
+    let cost = ctx.pending().finish(Some(used), None, &mut row);
     let mut out = served(json_response(rendered.body), ctx);
     set_header(&mut out, hdr::TRANSLATION, &translated);
+    out.headers_mut().insert(hdr::COST, cost.into());
     row.translation = Some(translated);
     ctx.record(row);
     out
@@ -253,7 +258,8 @@ async fn stream<C: Codec>(
     }
     let mut row = ctx.take_row(200, "ok");
     row.translation = Some(translated.clone());
-    let log = sse::StreamLog::new(state.log.clone(), row, ctx.started, ttfb);
+    let pending = ctx.pending();
+    let log = sse::StreamLog::new(state.log.clone(), row, pending, ctx.started, ttfb);
     let resp = sse::response(committed, ctx.snap.server.stream_idle_timeout, enc, log);
     let mut resp = served(resp, ctx);
     set_header(&mut resp, hdr::TRANSLATION, &translated);

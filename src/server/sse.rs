@@ -15,8 +15,10 @@ use futures_util::{Stream, StreamExt};
 use super::continuation::Keeping;
 use super::ingress::Encode;
 use crate::exec::{Committed, OutcomeClass, Relay, RelayItem};
+use crate::pricing::Tokens;
 use crate::protocol::StreamChunk;
 use crate::store::{LogRow, RequestLog};
+use crate::usage::{Pending, Used};
 
 /// How the stream ended, for the log.
 enum End {
@@ -29,6 +31,10 @@ enum End {
 pub struct StreamLog {
     log: Arc<RequestLog>,
     row: LogRow,
+    /// The stream's charges, priced when it ends.
+    pending: Pending,
+    /// The tokens the upstream's usage reported, when it did.
+    tokens: Option<Tokens>,
     started: Instant,
     ttfb: Duration,
     input_tokens: Option<u64>,
@@ -38,10 +44,18 @@ pub struct StreamLog {
 }
 
 impl StreamLog {
-    pub fn new(log: Arc<RequestLog>, row: LogRow, started: Instant, ttfb: Duration) -> Self {
+    pub fn new(
+        log: Arc<RequestLog>,
+        row: LogRow,
+        pending: Pending,
+        started: Instant,
+        ttfb: Duration,
+    ) -> Self {
         StreamLog {
             log,
             row,
+            pending,
+            tokens: None,
             started,
             ttfb,
             input_tokens: None,
@@ -55,6 +69,15 @@ impl StreamLog {
         if let Some(u) = &c.usage {
             self.input_tokens = u.input_tokens.or(self.input_tokens);
             self.output_tokens = u.output_tokens.or(self.output_tokens);
+            let mut t = Tokens::of(u);
+            // A later usage event may leave out the prompt an earlier one counted.
+            if u.input_tokens.is_none()
+                && let Some(before) = self.tokens
+            {
+                (t.input, t.cached_input, t.cache_write) =
+                    (before.input, before.cached_input, before.cache_write);
+            }
+            self.tokens = Some(t);
         }
         if c.has_content() {
             self.content_chunks += 1;
@@ -85,6 +108,17 @@ impl Drop for StreamLog {
                 row.outcome = "client_closed".into();
             }
         }
+        // What was delivered is charged, counted by the gateway if the upstream never said.
+        let pending = std::mem::take(&mut self.pending);
+        let used = match self.tokens {
+            Some(tokens) => Used {
+                tokens,
+                estimated: false,
+            },
+            None => Used::estimated(pending.prompt_estimate, out),
+        };
+        let broke = (!matches!(self.end, End::Completed)).then(|| row.outcome.clone());
+        pending.finish(Some(used), broke.as_deref(), &mut row);
         self.log.record(row);
     }
 }
@@ -109,6 +143,13 @@ impl<E: Encode> SseBody<E> {
         match item {
             Some(RelayItem::Chunk(mut c)) => {
                 self.log.observe(&c);
+                if c.usage.is_some()
+                    && let Some(t) = &self.log.tokens
+                {
+                    // Headers are gone by now: the cost rides on the usage chunk.
+                    let cost = self.log.pending.cost_of(t);
+                    cost_extension(&mut c, cost);
+                }
                 self.enc.chunk(&mut c, out);
             }
             Some(RelayItem::Fault(class)) => {
@@ -151,6 +192,17 @@ impl<E: Encode> Stream for SseBody<E> {
             return Poll::Ready(None);
         }
         Poll::Ready(Some(Ok(Bytes::from(out))))
+    }
+}
+
+/// `switchyard.cost_micros` on a chunk, beside any report already there.
+fn cost_extension(c: &mut StreamChunk, cost: u64) {
+    let ext = c
+        .extra
+        .entry("switchyard")
+        .or_insert_with(|| serde_json::Value::Object(Default::default()));
+    if let Some(o) = ext.as_object_mut() {
+        o.insert("cost_micros".into(), cost.into());
     }
 }
 

@@ -13,7 +13,7 @@ mod rotate;
 pub mod seal;
 
 pub use db::{Db, DbError, MigrationState};
-pub use log::{LogRow, PRUNE_EVERY, RequestLog, StoreError};
+pub use log::{Charge, GroupBy, LogRow, PRUNE_EVERY, RequestLog, StoreError, Window, ledger};
 pub use open::{MasterEnv, OpenError, Store};
 pub use overlay::OverlayError;
 pub use rotate::{RotateError, Rotated};

@@ -322,6 +322,7 @@ async fn rotating_the_master_key_under_load_fails_no_request() {
         let s = switchyard::config::StoreSettings {
             url: switchyard::secret::Secret::new(url.as_str()),
             retention: std::time::Duration::from_secs(86_400),
+            ledger_retention: std::time::Duration::from_secs(400 * 86_400),
             master_key: None,
             poll_interval: std::time::Duration::from_millis(500),
         };

@@ -24,6 +24,7 @@ mod responses;
 mod schemas;
 mod semantic;
 mod semantic_data;
+mod spend;
 mod store;
 mod streaming;
 mod support;

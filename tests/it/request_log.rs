@@ -201,7 +201,9 @@ async fn pruning_deletes_rows_past_the_cutoff_in_batches_and_keeps_the_rest() {
         log.flush().await;
         assert_eq!(log.dropped(), 0);
         assert_eq!(
-            log.prune(now - 30 * DAY_MS).await.unwrap(),
+            log.prune(now - 30 * DAY_MS, now - 400 * DAY_MS)
+                .await
+                .unwrap(),
             2500,
             "{}",
             log.backend()
@@ -212,7 +214,12 @@ async fn pruning_deletes_rows_past_the_cutoff_in_batches_and_keeps_the_rest() {
             "{}",
             log.backend()
         );
-        assert_eq!(log.prune(now - 30 * DAY_MS).await.unwrap(), 0);
+        assert_eq!(
+            log.prune(now - 30 * DAY_MS, now - 400 * DAY_MS)
+                .await
+                .unwrap(),
+            0
+        );
     }
 }
 
@@ -325,7 +332,11 @@ async fn the_retention_task_prunes_at_start_and_then_every_interval() {
         let log = std::sync::Arc::new(log);
         log.record(row("before-start", now - 40 * DAY_MS));
         log.flush().await;
-        let task = log.keep_for(Duration::from_secs(30 * 86_400), Duration::from_millis(20));
+        let task = log.keep_for(
+            Duration::from_secs(30 * 86_400),
+            Duration::from_secs(400 * 86_400),
+            Duration::from_millis(20),
+        );
         until(
             "the row from before the start pruned",
             Duration::from_secs(10),
@@ -351,4 +362,110 @@ async fn the_retention_task_prunes_at_start_and_then_every_interval() {
         .await;
         task.abort();
     }
+}
+
+/// A row with one charge per `(channel, cost)`, the last one serving.
+fn charged(id: &str, key: &str, ts_ms: i64, calls: &[(&str, u64)]) -> LogRow {
+    let price = std::sync::Arc::new(switchyard::pricing::Price::new(
+        switchyard::pricing::Rates {
+            input: 1_000_000,
+            output: 2_000_000,
+            ..Default::default()
+        },
+        Vec::new(),
+    ));
+    let charges = calls
+        .iter()
+        .enumerate()
+        .map(|(i, (channel, cost))| switchyard::store::Charge {
+            attempt: i as u32 + 1,
+            channel: (*channel).into(),
+            credential: Some("k1".into()),
+            model: "m".into(),
+            upstream_model: "m-up".into(),
+            tokens: switchyard::pricing::Tokens {
+                input: *cost,
+                ..Default::default()
+            },
+            cost_micros: *cost,
+            price: Some(price.clone()),
+            outcome: if i + 1 == calls.len() {
+                "ok"
+            } else {
+                "server_error"
+            }
+            .into(),
+            estimated: false,
+            first_choice_micros: None,
+        })
+        .collect();
+    LogRow {
+        key_name: Some(key.into()),
+        cost_micros: Some(calls.iter().map(|c| c.1).sum()),
+        charges,
+        ..row(id, ts_ms)
+    }
+}
+
+#[tokio::test]
+async fn the_ledger_sums_explains_and_prunes_alike_on_both_backends() {
+    use switchyard::store::{GroupBy, Window};
+    let (_dir, _pg, logs) = logs_on_both("ledger").await;
+    let now = now_ms();
+    let mut answers = Vec::new();
+    for log in &logs {
+        log.record(charged(
+            "r1",
+            "alice",
+            now - DAY_MS,
+            &[("a", 0), ("b", 300)],
+        ));
+        log.record(charged("r2", "alice", now, &[("a", 40)]));
+        log.record(charged("r3", "bob", now, &[("b", 5)]));
+        log.record(charged("old", "bob", now - 500 * DAY_MS, &[("a", 7)]));
+        log.flush().await;
+        let w = Window {
+            from_ms: now - 2 * DAY_MS,
+            to_ms: now + 1,
+        };
+        let mut by_key = log.usage(GroupBy::Key, w).await.unwrap();
+        by_key.sort_by(|a, b| a.key.cmp(&b.key));
+        let alice = &by_key[0];
+        assert_eq!(
+            (alice.requests, alice.attempts, alice.cost_micros),
+            (2, 3, 340),
+            "{}",
+            log.backend()
+        );
+        let days = log.usage(GroupBy::Day, w).await.unwrap();
+        let mut day_names: Vec<String> = days.iter().filter_map(|s| s.group.clone()).collect();
+        day_names.sort();
+        day_names.dedup();
+        let explained = log.charges("r1").await.unwrap();
+        assert_eq!(explained.len(), 2, "{}", log.backend());
+        assert_eq!(explained[1]["price"]["output"], 2.0, "{}", log.backend());
+        let row = &log.recent(10).await.unwrap();
+        let r1 = row.iter().find(|r| r["id"] == "r1").unwrap();
+        assert_eq!(r1["cost_micros"], 300, "{}", log.backend());
+        answers.push((
+            by_key
+                .iter()
+                .map(|s| (s.key.clone(), s.cost_micros))
+                .collect::<Vec<_>>(),
+            day_names,
+            explained,
+        ));
+        // The ledger keeps its own retention: the request rows stay, its old row goes.
+        assert_eq!(
+            log.prune(now - 1000 * DAY_MS, now - 400 * DAY_MS)
+                .await
+                .unwrap(),
+            1,
+            "{}",
+            log.backend()
+        );
+        assert!(log.charges("old").await.unwrap().is_empty());
+        assert!(ids(log).await.contains(&"old".to_string()));
+    }
+    assert_eq!(answers[0], answers[1], "SQLite and PostgreSQL disagree");
 }

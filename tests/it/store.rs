@@ -196,6 +196,7 @@ fn settings(url: &str, master: Option<&str>) -> switchyard::config::StoreSetting
     switchyard::config::StoreSettings {
         url: switchyard::secret::Secret::new(url),
         retention: std::time::Duration::from_secs(30 * 86_400),
+        ledger_retention: std::time::Duration::from_secs(400 * 86_400),
         master_key: master.map(switchyard::secret::Secret::new),
         poll_interval: std::time::Duration::from_millis(500),
     }

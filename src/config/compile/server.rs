@@ -54,9 +54,17 @@ fn store(cfg: &FileConfig) -> Result<Option<StoreSettings>, FieldError> {
             "expected sqlite://<file> or postgres://user:pass@host/db",
         ));
     }
+    if s.ledger_retention_days.get() < 31 {
+        return Err(field(
+            "store.ledger_retention_days",
+            "must be at least 31: the ledger is kept for the longest budget period, a month",
+        ));
+    }
+    let days = |n: std::num::NonZeroU32| Duration::from_secs(u64::from(n.get()) * 86_400);
     Ok(Some(StoreSettings {
         url: Secret::new(s.url.as_str()),
-        retention: Duration::from_secs(u64::from(s.retention_days.get()) * 86_400),
+        retention: days(s.retention_days),
+        ledger_retention: days(s.ledger_retention_days),
         master_key: s.master_key.as_deref().map(Secret::new),
         poll_interval: Duration::from_millis(s.poll_interval_ms.get()),
     }))

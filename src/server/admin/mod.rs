@@ -11,6 +11,7 @@ mod error;
 pub mod mask;
 mod objects;
 mod ops;
+mod usage;
 
 pub use apply::{refresh, reload};
 pub use auth::Failures;
@@ -35,6 +36,8 @@ fn table() -> Vec<(&'static str, &'static str, MethodRouter<AppState>)> {
         ("get", "/admin/requests", get(ops::requests)),
         ("post", "/admin/reload", post(ops::reload)),
         ("get", "/admin/health", get(ops::health)),
+        ("get", "/admin/usage", get(usage::usage)),
+        ("get", "/admin/usage/requests/{id}", get(usage::request)),
         ("get", "/admin/config", get(docs::config)),
         ("get", "/admin/audit", get(docs::audit)),
         ("get", "/admin/openapi.json", get(docs::openapi)),
@@ -73,6 +76,20 @@ pub struct Admin {
     pub caller: auth::Caller,
     pub snap: Arc<Snapshot>,
     pub state: AppState,
+}
+
+impl Admin {
+    /// Whether the caller sees what the key named `key` did: every admin not limited to
+    /// groups does; one limited to groups, only for keys of its groups that still exist.
+    pub fn sees_key_named(&self, key: Option<&str>) -> bool {
+        if self.caller.groups.is_empty() {
+            return true;
+        }
+        key.and_then(|k| self.snap.key_named(k)).is_some_and(|k| {
+            let groups: Vec<&str> = k.groups.iter().map(|g| &**g).collect();
+            self.caller.sees_key(&groups)
+        })
+    }
 }
 
 impl FromRequestParts<AppState> for Admin {

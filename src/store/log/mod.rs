@@ -5,8 +5,11 @@
 //! store's database (`postgres.rs`, a tokio task). Rows older than the store's retention are
 //! pruned in batches by a background task ([`RequestLog::keep_for`]).
 
+pub mod ledger;
 mod postgres;
 mod sqlite;
+
+pub use ledger::{Charge, GroupBy, Sum, Window};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -68,6 +71,10 @@ pub struct LogRow {
     pub prompt_tokens: Option<u64>,
     /// Whole groups of history trimming removed.
     pub trimmed_turns: Option<u64>,
+    /// What the request cost, every attempt's charge summed (`None`: no upstream call).
+    pub cost_micros: Option<u64>,
+    /// The ledger's rows for this request, one per upstream attempt.
+    pub charges: Vec<Charge>,
 }
 
 enum LogMsg {
@@ -198,15 +205,43 @@ impl RequestLog {
         }
     }
 
-    /// Deletes every row older than `cutoff_ms` (ms since the epoch), [`PRUNE_BATCH`] rows a
-    /// statement; returns how many went.
-    pub async fn prune(&self, cutoff_ms: i64) -> Result<u64, StoreError> {
+    /// The ledger's sums by `(key, group)` over `w`.
+    pub async fn usage(&self, by: GroupBy, w: Window) -> Result<Vec<Sum>, StoreError> {
         match &self.backend {
             Backend::Sqlite(path) => {
                 let path = path.clone();
-                tokio::task::spawn_blocking(move || sqlite::prune(&path, cutoff_ms)).await?
+                tokio::task::spawn_blocking(move || sqlite::usage(&path, by, w)).await?
             }
-            Backend::Postgres(pool) => postgres::prune(pool, cutoff_ms).await,
+            Backend::Postgres(pool) => postgres::usage(pool, by, w).await,
+        }
+    }
+
+    /// One request's ledger rows, by attempt, each with the rates that priced it.
+    pub async fn charges(&self, request_id: &str) -> Result<Vec<Value>, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(path) => {
+                let (path, id) = (path.clone(), request_id.to_string());
+                tokio::task::spawn_blocking(move || sqlite::charges(&path, &id)).await?
+            }
+            Backend::Postgres(pool) => postgres::charges(pool, request_id).await,
+        }
+    }
+
+    /// Deletes every request row older than `cutoff_ms` (ms since the epoch), and every
+    /// ledger row older than `ledger_cutoff_ms`, [`PRUNE_BATCH`] rows a statement; returns how
+    /// many went.
+    pub async fn prune(&self, cutoff_ms: i64, ledger_cutoff_ms: i64) -> Result<u64, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(path) => {
+                let path = path.clone();
+                tokio::task::spawn_blocking(move || {
+                    Ok(sqlite::prune(&path, "requests", cutoff_ms)?
+                        + sqlite::prune(&path, "ledger", ledger_cutoff_ms)?)
+                })
+                .await?
+            }
+            Backend::Postgres(pool) => Ok(postgres::prune(pool, "requests", cutoff_ms).await?
+                + postgres::prune(pool, "ledger", ledger_cutoff_ms).await?),
         }
     }
 
@@ -215,6 +250,7 @@ impl RequestLog {
     pub fn keep_for(
         self: &Arc<Self>,
         retention: Duration,
+        ledger_retention: Duration,
         every: Duration,
     ) -> tokio::task::JoinHandle<()> {
         let log = self.clone();
@@ -223,8 +259,9 @@ impl RequestLog {
             every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 every.tick().await;
-                let cutoff = crate::clock::unix_ms().saturating_sub(retention.as_millis() as i64);
-                match log.prune(cutoff).await {
+                let now = crate::clock::unix_ms();
+                let cutoff = |d: Duration| now.saturating_sub(d.as_millis() as i64);
+                match log.prune(cutoff(retention), cutoff(ledger_retention)).await {
                     Ok(0) => {}
                     Ok(n) => tracing::info!(rows = n, "request log rows past retention pruned"),
                     Err(e) => tracing::error!(error = %e, "pruning the request log failed"),

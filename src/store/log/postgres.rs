@@ -9,7 +9,8 @@ use serde_json::{Value, json};
 use sqlx::Row;
 use sqlx::postgres::{PgPool, PgRow};
 
-use super::{LogMsg, LogRow, PRUNE_BATCH, StoreError, TICK, drain};
+use super::ledger::{COLUMNS, ChargeRow, charge_json, rates_json};
+use super::{GroupBy, LogMsg, LogRow, PRUNE_BATCH, StoreError, Sum, TICK, Window, drain};
 
 /// Drains the queue every tick and writes the tick's rows in one statement; exits when every
 /// sender is gone.
@@ -39,11 +40,11 @@ pub(super) async fn writer(pool: PgPool, rx: Receiver<LogMsg>) {
 const INSERT: &str = "
 INSERT INTO requests (id, ts_ms, key_name, endpoint, requested_model, served_model, channel,
     status, outcome, attempts, stream, total_ms, ttfb_ms, input_tokens, output_tokens,
-    tokens_per_s, translation, session, affinity, prompt_tokens, trimmed_turns)
+    tokens_per_s, translation, session, affinity, prompt_tokens, trimmed_turns, cost_micros)
 SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[],
     $7::text[], $8::int[], $9::text[], $10::text[], $11::bool[], $12::bigint[], $13::bigint[],
     $14::bigint[], $15::bigint[], $16::float8[], $17::text[], $18::text[], $19::text[],
-    $20::bigint[], $21::bigint[])
+    $20::bigint[], $21::bigint[], $22::bigint[])
 ON CONFLICT (id) DO UPDATE SET ts_ms = EXCLUDED.ts_ms, key_name = EXCLUDED.key_name,
     endpoint = EXCLUDED.endpoint, requested_model = EXCLUDED.requested_model,
     served_model = EXCLUDED.served_model, channel = EXCLUDED.channel, status = EXCLUDED.status,
@@ -52,15 +53,117 @@ ON CONFLICT (id) DO UPDATE SET ts_ms = EXCLUDED.ts_ms, key_name = EXCLUDED.key_n
     input_tokens = EXCLUDED.input_tokens, output_tokens = EXCLUDED.output_tokens,
     tokens_per_s = EXCLUDED.tokens_per_s, translation = EXCLUDED.translation,
     session = EXCLUDED.session, affinity = EXCLUDED.affinity,
-    prompt_tokens = EXCLUDED.prompt_tokens, trimmed_turns = EXCLUDED.trimmed_turns";
+    prompt_tokens = EXCLUDED.prompt_tokens, trimmed_turns = EXCLUDED.trimmed_turns,
+    cost_micros = EXCLUDED.cost_micros";
+
+const INSERT_CHARGES: &str = "
+INSERT INTO ledger (request_id, attempt, ts_ms, key_name, channel, credential, model,
+    upstream_model, input_tokens, cached_input_tokens, cache_write_tokens, output_tokens,
+    reasoning_tokens, cost_micros, price_version, outcome, estimated, first_choice_micros)
+SELECT * FROM UNNEST($1::text[], $2::int[], $3::bigint[], $4::text[], $5::text[], $6::text[],
+    $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[],
+    $13::bigint[], $14::bigint[], $15::text[], $16::text[], $17::bool[], $18::bigint[])
+ON CONFLICT DO NOTHING";
+
+const INSERT_PRICES: &str = "
+INSERT INTO prices (version, rates, first_seen_ms)
+SELECT * FROM UNNEST($1::text[], $2::text[], $3::bigint[])
+ON CONFLICT DO NOTHING";
 
 fn int(v: Option<u64>) -> Option<i64> {
     v.map(|v| v as i64)
 }
 
+/// One transaction for the whole batch: the requests, their ledger rows, new price versions.
+async fn write_batch(pool: &PgPool, rows: &[LogRow]) -> Result<(), sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    write_requests(&mut tx, rows).await?;
+    if rows.iter().any(|r| !r.charges.is_empty()) {
+        write_charges(&mut tx, rows).await?;
+    }
+    tx.commit().await
+}
+
+type Tx = sqlx::Transaction<'static, sqlx::Postgres>;
+
+/// The batch's ledger rows in one statement, and the price versions they name in another.
+async fn write_charges(tx: &mut Tx, rows: &[LogRow]) -> Result<(), sqlx::Error> {
+    let all: Vec<(&LogRow, &super::Charge)> = rows
+        .iter()
+        .flat_map(|r| r.charges.iter().map(move |c| (r, c)))
+        .collect();
+    let big =
+        |f: fn(&super::Charge) -> u64| all.iter().map(|(_, c)| f(c) as i64).collect::<Vec<_>>();
+    sqlx::query(INSERT_CHARGES)
+        .bind(all.iter().map(|(r, _)| r.id.as_str()).collect::<Vec<_>>())
+        .bind(
+            all.iter()
+                .map(|(_, c)| c.attempt as i32)
+                .collect::<Vec<_>>(),
+        )
+        .bind(all.iter().map(|(r, _)| r.ts_ms).collect::<Vec<_>>())
+        .bind(
+            all.iter()
+                .map(|(r, _)| r.key_name.as_deref())
+                .collect::<Vec<_>>(),
+        )
+        .bind(all.iter().map(|(_, c)| &*c.channel).collect::<Vec<_>>())
+        .bind(
+            all.iter()
+                .map(|(_, c)| c.credential.as_deref())
+                .collect::<Vec<_>>(),
+        )
+        .bind(all.iter().map(|(_, c)| &*c.model).collect::<Vec<_>>())
+        .bind(
+            all.iter()
+                .map(|(_, c)| &*c.upstream_model)
+                .collect::<Vec<_>>(),
+        )
+        .bind(big(|c| c.tokens.input))
+        .bind(big(|c| c.tokens.cached_input))
+        .bind(big(|c| c.tokens.cache_write))
+        .bind(big(|c| c.tokens.output))
+        .bind(big(|c| c.tokens.reasoning))
+        .bind(big(|c| c.cost_micros))
+        .bind(
+            all.iter()
+                .map(|(_, c)| c.price.as_ref().map(|p| p.version.as_str()))
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            all.iter()
+                .map(|(_, c)| c.outcome.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(all.iter().map(|(_, c)| c.estimated).collect::<Vec<_>>())
+        .bind(
+            all.iter()
+                .map(|(_, c)| c.first_choice_micros.map(|v| v as i64))
+                .collect::<Vec<_>>(),
+        )
+        .execute(&mut **tx)
+        .await?;
+    let mut seen = HashSet::new();
+    let prices: Vec<(&str, String, i64)> = all
+        .iter()
+        .filter_map(|(r, c)| Some((r, c.price.as_ref()?)))
+        .filter(|(_, p)| seen.insert(p.version.as_str()))
+        .map(|(r, p)| (p.version.as_str(), rates_json(p).to_string(), r.ts_ms))
+        .collect();
+    if !prices.is_empty() {
+        sqlx::query(INSERT_PRICES)
+            .bind(prices.iter().map(|p| p.0).collect::<Vec<_>>())
+            .bind(prices.iter().map(|p| p.1.as_str()).collect::<Vec<_>>())
+            .bind(prices.iter().map(|p| p.2).collect::<Vec<_>>())
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(())
+}
+
 /// One statement for the whole batch. A row id seen twice keeps its last row (as SQLite's
 /// `INSERT OR REPLACE` does; one statement cannot update a row twice).
-async fn write_batch(pool: &PgPool, rows: &[LogRow]) -> Result<(), sqlx::Error> {
+async fn write_requests(tx: &mut Tx, rows: &[LogRow]) -> Result<(), sqlx::Error> {
     let mut seen = HashSet::new();
     let mut last: Vec<&LogRow> = rows
         .iter()
@@ -92,7 +195,8 @@ async fn write_batch(pool: &PgPool, rows: &[LogRow]) -> Result<(), sqlx::Error> 
         .bind(col(|r| r.affinity.map(str::to_string)))
         .bind(num(|r| int(r.prompt_tokens)))
         .bind(num(|r| int(r.trimmed_turns)))
-        .execute(pool)
+        .bind(num(|r| int(r.cost_micros)))
+        .execute(&mut **tx)
         .await
         .map(|_| ())
 }
@@ -103,7 +207,8 @@ pub(super) async fn recent(pool: &PgPool, limit: u32) -> Result<Vec<Value>, Stor
     let rows = sqlx::query(
         "SELECT id, ts_ms, key_name, endpoint, requested_model, served_model, channel, status,
                 outcome, attempts, stream, total_ms, ttfb_ms, input_tokens, output_tokens,
-                tokens_per_s, translation, session, affinity, prompt_tokens, trimmed_turns
+                tokens_per_s, translation, session, affinity, prompt_tokens, trimmed_turns,
+                cost_micros
          FROM requests ORDER BY ts_ms DESC, seq DESC LIMIT $1",
     )
     .bind(i64::from(limit))
@@ -136,18 +241,105 @@ fn row_json(r: &PgRow) -> Result<Value, sqlx::Error> {
         "affinity": r.try_get::<Option<String>, _>("affinity")?,
         "prompt_tokens": r.try_get::<Option<i64>, _>("prompt_tokens")?,
         "trimmed_turns": r.try_get::<Option<i64>, _>("trimmed_turns")?,
+        "cost_micros": r.try_get::<Option<i64>, _>("cost_micros")?,
     }))
 }
 
-/// Deletes rows older than `cutoff_ms`, [`PRUNE_BATCH`] a statement. Replicas pruning at
-/// once skip the rows another is deleting rather than wait for it.
-pub(super) async fn prune(pool: &PgPool, cutoff_ms: i64) -> Result<u64, StoreError> {
+/// The ledger's sums by `(key, group)` over `w`.
+pub(super) async fn usage(pool: &PgPool, by: GroupBy, w: Window) -> Result<Vec<Sum>, StoreError> {
+    let group = match by {
+        GroupBy::Key => "key_name",
+        GroupBy::Model => "model",
+        GroupBy::Channel => "channel",
+        GroupBy::Day => "to_char(to_timestamp(ts_ms / 1000) AT TIME ZONE 'UTC', 'YYYY-MM-DD')",
+    };
+    let sql = format!(
+        "SELECT key_name, {group} AS grp, count(*) FILTER (WHERE attempt = 1) AS requests,
+                count(*) AS attempts, sum(input_tokens)::bigint AS input,
+                sum(cached_input_tokens)::bigint AS cached, sum(output_tokens)::bigint AS output,
+                sum(reasoning_tokens)::bigint AS reasoning, sum(cost_micros)::bigint AS cost
+         FROM ledger WHERE ts_ms >= $1 AND ts_ms < $2 GROUP BY 1, 2"
+    );
+    // Built only from the constant columns above: no input reaches the text.
+    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(w.from_ms)
+        .bind(w.to_ms)
+        .fetch_all(pool)
+        .await?;
+    let sum = |r: &PgRow| -> Result<Sum, sqlx::Error> {
+        Ok(Sum {
+            key: r.try_get("key_name")?,
+            group: r.try_get("grp")?,
+            requests: r.try_get("requests")?,
+            attempts: r.try_get("attempts")?,
+            input_tokens: r.try_get("input")?,
+            cached_input_tokens: r.try_get("cached")?,
+            output_tokens: r.try_get("output")?,
+            reasoning_tokens: r.try_get("reasoning")?,
+            cost_micros: r.try_get("cost")?,
+        })
+    };
+    Ok(rows.iter().map(sum).collect::<Result<Vec<_>, _>>()?)
+}
+
+/// One request's ledger rows by attempt, with the rates that priced each.
+pub(super) async fn charges(pool: &PgPool, request_id: &str) -> Result<Vec<Value>, StoreError> {
+    let sql = format!(
+        "SELECT {COLUMNS}, p.rates FROM ledger l LEFT JOIN prices p ON p.version = l.price_version
+         WHERE l.request_id = $1 ORDER BY l.attempt"
+    );
+    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(request_id)
+        .fetch_all(pool)
+        .await?;
+    let one = |r: &PgRow| -> Result<Value, sqlx::Error> {
+        let rates: Option<String> = r.try_get("rates")?;
+        let n = |c: &str| r.try_get::<i64, _>(c);
+        Ok(charge_json(ChargeRow {
+            attempt: i64::from(r.try_get::<i32, _>("attempt")?),
+            ts_ms: n("ts_ms")?,
+            key_name: r.try_get("key_name")?,
+            channel: r.try_get("channel")?,
+            credential: r.try_get("credential")?,
+            model: r.try_get("model")?,
+            upstream_model: r.try_get("upstream_model")?,
+            tokens: [
+                n("input_tokens")?,
+                n("cached_input_tokens")?,
+                n("cache_write_tokens")?,
+                n("output_tokens")?,
+                n("reasoning_tokens")?,
+            ],
+            cost_micros: n("cost_micros")?,
+            price_version: r.try_get("price_version")?,
+            outcome: r.try_get("outcome")?,
+            estimated: r.try_get("estimated")?,
+            first_choice_micros: r.try_get("first_choice_micros")?,
+            rates: rates.and_then(|t| serde_json::from_str(&t).ok()),
+        }))
+    };
+    Ok(rows.iter().map(one).collect::<Result<Vec<_>, _>>()?)
+}
+
+/// Deletes rows of `table` (`requests` or `ledger`, each keyed by its own columns) older than
+/// `cutoff_ms`, [`PRUNE_BATCH`] a statement. Replicas pruning at once skip the rows another is
+/// deleting rather than wait for it.
+pub(super) async fn prune(
+    pool: &PgPool,
+    table: &'static str,
+    cutoff_ms: i64,
+) -> Result<u64, StoreError> {
+    let (key, cols) = if table == "ledger" {
+        ("(request_id, attempt)", "request_id, attempt")
+    } else {
+        ("id", "id")
+    };
     let mut total = 0u64;
     loop {
-        let n = sqlx::query(
-            "DELETE FROM requests WHERE id IN
-                (SELECT id FROM requests WHERE ts_ms < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
-        )
+        let n = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DELETE FROM {table} WHERE {key} IN
+                (SELECT {cols} FROM {table} WHERE ts_ms < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)"
+        )))
         .bind(cutoff_ms)
         .bind(PRUNE_BATCH)
         .execute(pool)

@@ -8,7 +8,7 @@ use std::sync::mpsc::Receiver;
 use rusqlite::{Connection, OpenFlags, params};
 use serde_json::{Value, json};
 
-use super::{LogMsg, LogRow, PRUNE_BATCH, StoreError, TICK, drain};
+use super::{GroupBy, LogMsg, LogRow, PRUNE_BATCH, StoreError, Sum, TICK, Window, drain};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS requests (
@@ -32,8 +32,39 @@ CREATE TABLE IF NOT EXISTS requests (
 CREATE INDEX IF NOT EXISTS requests_ts ON requests (ts_ms);
 ";
 
+/// The ledger (one row per upstream attempt) and the price versions its rows name.
+const LEDGER: &str = "
+CREATE TABLE IF NOT EXISTS ledger (
+    request_id TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    ts_ms INTEGER NOT NULL,
+    key_name TEXT,
+    channel TEXT NOT NULL,
+    credential TEXT,
+    model TEXT NOT NULL,
+    upstream_model TEXT NOT NULL,
+    input_tokens INTEGER NOT NULL,
+    cached_input_tokens INTEGER NOT NULL,
+    cache_write_tokens INTEGER NOT NULL,
+    output_tokens INTEGER NOT NULL,
+    reasoning_tokens INTEGER NOT NULL,
+    cost_micros INTEGER NOT NULL,
+    price_version TEXT,
+    outcome TEXT NOT NULL,
+    estimated INTEGER NOT NULL,
+    first_choice_micros INTEGER,
+    PRIMARY KEY (request_id, attempt)
+);
+CREATE INDEX IF NOT EXISTS ledger_ts ON ledger (ts_ms);
+CREATE TABLE IF NOT EXISTS prices (
+    version TEXT PRIMARY KEY,
+    rates TEXT NOT NULL,
+    first_seen_ms INTEGER NOT NULL
+);
+";
+
 /// Columns added after the first schema, for databases created before them.
-const MIGRATIONS: [(&str, &str); 5] = [
+const MIGRATIONS: [(&str, &str); 6] = [
     (
         "translation",
         "ALTER TABLE requests ADD COLUMN translation TEXT",
@@ -47,6 +78,10 @@ const MIGRATIONS: [(&str, &str); 5] = [
     (
         "trimmed_turns",
         "ALTER TABLE requests ADD COLUMN trimmed_turns INTEGER",
+    ),
+    (
+        "cost_micros",
+        "ALTER TABLE requests ADD COLUMN cost_micros INTEGER",
     ),
 ];
 
@@ -66,6 +101,7 @@ pub(super) fn open(path: &Path) -> Result<Connection, StoreError> {
     conn.pragma_update(None, "synchronous", "NORMAL")
         .map_err(&sqlite)?;
     conn.execute_batch(SCHEMA).map_err(&sqlite)?;
+    conn.execute_batch(LEDGER).map_err(&sqlite)?;
     for (column, alter) in MIGRATIONS {
         let present: bool = conn
             .prepare("SELECT 1 FROM pragma_table_info('requests') WHERE name = ?1")
@@ -106,9 +142,9 @@ fn write_batch(conn: &mut Connection, rows: &[LogRow]) -> rusqlite::Result<()> {
         let mut stmt = tx.prepare_cached(
             "INSERT OR REPLACE INTO requests (id, ts_ms, key_name, endpoint, requested_model, served_model,
                 channel, status, outcome, attempts, stream, total_ms, ttfb_ms, input_tokens, output_tokens, tokens_per_s,
-                translation, session, affinity, prompt_tokens, trimmed_turns)
+                translation, session, affinity, prompt_tokens, trimmed_turns, cost_micros)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19,
-                ?20, ?21)",
+                ?20, ?21, ?22)",
         )?;
         for r in rows {
             stmt.execute(params![
@@ -133,10 +169,56 @@ fn write_batch(conn: &mut Connection, rows: &[LogRow]) -> rusqlite::Result<()> {
                 r.affinity,
                 r.prompt_tokens.map(|v| v as i64),
                 r.trimmed_turns.map(|v| v as i64),
+                r.cost_micros.map(|v| v as i64),
             ])?;
         }
+        write_charges(&tx, rows)?;
     }
     tx.commit()
+}
+
+/// The batch's ledger rows, and each price version the first time it is seen.
+fn write_charges(tx: &rusqlite::Transaction, rows: &[LogRow]) -> rusqlite::Result<()> {
+    let mut charge = tx.prepare_cached(
+        "INSERT OR IGNORE INTO ledger (request_id, attempt, ts_ms, key_name, channel, credential,
+            model, upstream_model, input_tokens, cached_input_tokens, cache_write_tokens,
+            output_tokens, reasoning_tokens, cost_micros, price_version, outcome, estimated,
+            first_choice_micros)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+    )?;
+    let mut price = tx.prepare_cached(
+        "INSERT OR IGNORE INTO prices (version, rates, first_seen_ms) VALUES (?1, ?2, ?3)",
+    )?;
+    for r in rows {
+        for c in &r.charges {
+            let t = &c.tokens;
+            charge.execute(params![
+                r.id,
+                c.attempt,
+                r.ts_ms,
+                r.key_name,
+                &*c.channel,
+                c.credential.as_deref(),
+                &*c.model,
+                &*c.upstream_model,
+                t.input as i64,
+                t.cached_input as i64,
+                t.cache_write as i64,
+                t.output as i64,
+                t.reasoning as i64,
+                c.cost_micros as i64,
+                c.price.as_ref().map(|p| p.version.as_str()),
+                c.outcome,
+                c.estimated,
+                c.first_choice_micros.map(|v| v as i64),
+            ])?;
+            if let Some(p) = &c.price {
+                let rates = super::ledger::rates_json(p).to_string();
+                price.execute(params![p.version, rates, r.ts_ms])?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The most recent rows, newest first. Blocking: the caller runs it on the blocking pool.
@@ -151,7 +233,7 @@ pub(super) fn recent(path: &Path, limit: u32) -> Result<Vec<Value>, StoreError> 
         .prepare(
             "SELECT id, ts_ms, key_name, endpoint, requested_model, served_model, channel, status,
                     outcome, attempts, stream, total_ms, ttfb_ms, input_tokens, output_tokens, tokens_per_s,
-                    translation, session, affinity, prompt_tokens, trimmed_turns
+                    translation, session, affinity, prompt_tokens, trimmed_turns, cost_micros
              FROM requests ORDER BY ts_ms DESC, rowid DESC LIMIT ?1",
         )
         .map_err(&sqlite)?;
@@ -180,22 +262,23 @@ pub(super) fn recent(path: &Path, limit: u32) -> Result<Vec<Value>, StoreError> 
                 "affinity": r.get::<_, Option<String>>(18)?,
                 "prompt_tokens": r.get::<_, Option<i64>>(19)?,
                 "trimmed_turns": r.get::<_, Option<i64>>(20)?,
+                "cost_micros": r.get::<_, Option<i64>>(21)?,
             }))
         })
         .map_err(&sqlite)?;
     rows.collect::<Result<Vec<_>, _>>().map_err(&sqlite)
 }
 
-/// Deletes rows older than `cutoff_ms`, [`PRUNE_BATCH`] a statement (each its own short
-/// transaction, so the writer thread never waits long). Blocking.
-pub(super) fn prune(path: &Path, cutoff_ms: i64) -> Result<u64, StoreError> {
+/// Deletes rows of `table` (`requests` or `ledger`) older than `cutoff_ms`, [`PRUNE_BATCH`] a
+/// statement (each its own short transaction, so the writer thread never waits long). Blocking.
+pub(super) fn prune(path: &Path, table: &'static str, cutoff_ms: i64) -> Result<u64, StoreError> {
     let sqlite = sqlite_err(path);
     let conn = Connection::open(path).map_err(&sqlite)?;
     let mut stmt = conn
-        .prepare(
-            "DELETE FROM requests WHERE rowid IN
-                (SELECT rowid FROM requests WHERE ts_ms < ?1 LIMIT ?2)",
-        )
+        .prepare(&format!(
+            "DELETE FROM {table} WHERE rowid IN
+                (SELECT rowid FROM {table} WHERE ts_ms < ?1 LIMIT ?2)"
+        ))
         .map_err(&sqlite)?;
     let mut total = 0u64;
     loop {
@@ -207,6 +290,83 @@ pub(super) fn prune(path: &Path, cutoff_ms: i64) -> Result<u64, StoreError> {
             return Ok(total);
         }
     }
+}
+
+fn read_only(path: &Path) -> Result<Connection, StoreError> {
+    Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(sqlite_err(path))
+}
+
+/// The ledger's sums by `(key, group)` over `w`. Blocking.
+pub(super) fn usage(path: &Path, by: GroupBy, w: Window) -> Result<Vec<Sum>, StoreError> {
+    let sqlite = sqlite_err(path);
+    let conn = read_only(path)?;
+    let group = match by {
+        GroupBy::Key => "key_name",
+        GroupBy::Model => "model",
+        GroupBy::Channel => "channel",
+        GroupBy::Day => "date(ts_ms / 1000, 'unixepoch')",
+    };
+    let sql = format!(
+        "SELECT key_name, {group}, sum(attempt = 1), count(*), sum(input_tokens),
+                sum(cached_input_tokens), sum(output_tokens), sum(reasoning_tokens), sum(cost_micros)
+         FROM ledger WHERE ts_ms >= ?1 AND ts_ms < ?2 GROUP BY 1, 2"
+    );
+    let mut stmt = conn.prepare(&sql).map_err(&sqlite)?;
+    let rows = stmt
+        .query_map(params![w.from_ms, w.to_ms], |r| {
+            Ok(Sum {
+                key: r.get(0)?,
+                group: r.get(1)?,
+                requests: r.get(2)?,
+                attempts: r.get(3)?,
+                input_tokens: r.get(4)?,
+                cached_input_tokens: r.get(5)?,
+                output_tokens: r.get(6)?,
+                reasoning_tokens: r.get(7)?,
+                cost_micros: r.get(8)?,
+            })
+        })
+        .map_err(&sqlite)?;
+    rows.collect::<Result<Vec<_>, _>>().map_err(&sqlite)
+}
+
+/// One request's ledger rows by attempt, with the rates that priced each. Blocking.
+pub(super) fn charges(path: &Path, request_id: &str) -> Result<Vec<Value>, StoreError> {
+    let sqlite = sqlite_err(path);
+    let conn = read_only(path)?;
+    let mut stmt = conn
+        .prepare(&format!(
+            "SELECT {}, p.rates FROM ledger l LEFT JOIN prices p ON p.version = l.price_version
+             WHERE l.request_id = ?1 ORDER BY l.attempt",
+            super::ledger::COLUMNS
+        ))
+        .map_err(&sqlite)?;
+    let rows = stmt
+        .query_map(params![request_id], |r| {
+            let rates: Option<String> = r.get(17)?;
+            Ok(super::ledger::charge_json(super::ledger::ChargeRow {
+                attempt: r.get(0)?,
+                ts_ms: r.get(1)?,
+                key_name: r.get(2)?,
+                channel: r.get(3)?,
+                credential: r.get(4)?,
+                model: r.get(5)?,
+                upstream_model: r.get(6)?,
+                tokens: [r.get(7)?, r.get(8)?, r.get(9)?, r.get(10)?, r.get(11)?],
+                cost_micros: r.get(12)?,
+                price_version: r.get(13)?,
+                outcome: r.get(14)?,
+                estimated: r.get(15)?,
+                first_choice_micros: r.get(16)?,
+                rates: rates.and_then(|t| serde_json::from_str(&t).ok()),
+            }))
+        })
+        .map_err(&sqlite)?;
+    rows.collect::<Result<Vec<_>, _>>().map_err(&sqlite)
 }
 
 #[cfg(test)]
