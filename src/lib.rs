@@ -17,6 +17,7 @@ pub mod router;
 pub mod secret;
 pub mod semantic;
 pub mod server;
+pub mod spend;
 pub mod state;
 pub mod store;
 pub mod usage;

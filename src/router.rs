@@ -532,6 +532,8 @@ mod tests {
             redirects: Vec::new(),
             defaults: None,
             trim: false,
+            quota: Default::default(),
+            scope: "key:k".into(),
         }
     }
 

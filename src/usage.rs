@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::config::Snapshot;
 use crate::exec::Report;
 use crate::pricing::{Price, Tokens};
+use crate::spend::Holds;
 use crate::store::{Charge, LogRow};
 
 /// A request's charges before its usage is known: every call's row (0 for a failed call), the
@@ -21,6 +22,8 @@ pub struct Pending {
     /// The request's prompt as the gateway counts it: the input charged when the upstream
     /// reports no usage.
     pub prompt_estimate: u64,
+    /// Its budget and limit holds, settled to its cost when it is finished.
+    pub holds: Option<Holds>,
 }
 
 /// The tokens a served answer used: as the upstream reported them, or counted by the gateway.
@@ -131,6 +134,10 @@ impl Pending {
             .fold(0u64, |a, c| a.saturating_add(c.cost_micros));
         row.cost_micros = self.called().then_some(total);
         row.charges = std::mem::take(&mut self.charges);
+        if let Some(h) = self.holds.take() {
+            let tokens = used.map_or(0, |u| u.tokens.input.saturating_add(u.tokens.output));
+            h.settle(total, tokens);
+        }
         total
     }
 }

@@ -64,6 +64,19 @@ pub async fn start(
     start_with_clock(snapshot, clients, listen, Arc::new(SystemClock)).await
 }
 
+/// Where budgets and limits are counted, fixed at start: Redis when `[state] url` is set,
+/// else a PostgreSQL store, else this process.
+fn meter(redis: Option<&Arc<Redis>>, store: Option<&Store>) -> crate::spend::Meter {
+    use crate::spend::{MemoryMeters, Meter, PostgresMeters, RedisMeters};
+    match (redis, store.map(|s| &s.db)) {
+        (Some(r), _) => Meter::Redis(RedisMeters::new(r.clone())),
+        (None, Some(crate::store::Db::Postgres(pool))) => {
+            Meter::Postgres(PostgresMeters::new(pool.clone()))
+        }
+        _ => Meter::Memory(MemoryMeters::default()),
+    }
+}
+
 /// [`start`] with the clock health reads (tests drive cooldowns with a manual one).
 pub async fn start_with_clock(
     snapshot: Snapshot,
@@ -94,6 +107,7 @@ pub async fn start_with_clock(
         None => None,
     };
     let log = Arc::new(open_log(&snapshot, store.as_deref())?);
+    let meter = Arc::new(meter(redis.as_ref(), store.as_deref()));
     let retention = snapshot
         .store
         .as_ref()
@@ -112,6 +126,7 @@ pub async fn start_with_clock(
         semantic: Arc::new(crate::semantic::Semantic::default()),
         store,
         admin_failures: Arc::default(),
+        meter,
     };
     let mut background = Vec::new();
     if let Some(store) = &state.store {

@@ -229,6 +229,11 @@ pub struct ServerSection {
     /// A request arriving with more `x-switchyard-hops` than this is a loop: 508.
     pub max_hops: u32,
     pub retry_budget: RetryBudgetConfig,
+    /// How long a budget or limit hold lasts when its request never settles it (a crashed
+    /// replica's holds expire by then).
+    pub hold_ttl_ms: NonZeroU64,
+    /// The reply tokens a budget reserves for a request that sets no `max_tokens`.
+    pub reserve_output_tokens: NonZeroU64,
 }
 
 /// `[server.retry_budget]`: attempts after a request's first (retries and failovers) stay
@@ -264,6 +269,8 @@ impl Default for ServerSection {
             admin_token: None,
             max_hops: 5,
             retry_budget: RetryBudgetConfig::default(),
+            hold_ttl_ms: nz64(600_000),
+            reserve_output_tokens: nz64(4_096),
         }
     }
 }
@@ -412,6 +419,14 @@ pub struct KeyConfig {
     /// Trim every request of this key to fit the serving model's window.
     #[serde(default)]
     pub trim: bool,
+    /// `{ usd, period, on_exhausted, soft, fail }`: what may be spent per period.
+    pub budget: Option<super::quota::BudgetConfig>,
+    /// Requests in any 60 s window, across every replica.
+    pub rpm: Option<NonZeroU32>,
+    pub tpm: Option<NonZeroU64>,
+    pub max_concurrency: Option<NonZeroU32>,
+    /// What `rpm`, `tpm` and `max_concurrency` do when the shared counter is unreachable.
+    pub limits_fail: Option<super::quota::Fail>,
 }
 
 /// `{ from = "gpt-4*", to = "gpt-4o" }`: `from` is an exact name, or a glob when it holds `*`
@@ -503,6 +518,14 @@ pub struct ChannelConfig {
     pub mock: Option<MockSpec>,
     /// The channel's own rates (a reseller's), over the model's price: USD per 1M tokens.
     pub price: Option<crate::pricing::PriceConfig>,
+    /// `{ usd, period, on_exhausted, soft, fail }`: what may be spent per period.
+    pub budget: Option<super::quota::BudgetConfig>,
+    /// Requests in any 60 s window to this channel, across every replica (all its keys).
+    pub rpm: Option<NonZeroU32>,
+    pub tpm: Option<NonZeroU64>,
+    pub max_concurrency: Option<NonZeroU32>,
+    /// What `rpm`, `tpm` and `max_concurrency` do when the shared counter is unreachable.
+    pub limits_fail: Option<super::quota::Fail>,
 }
 
 fn default_credential_cooldown() -> u64 {

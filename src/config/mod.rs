@@ -5,6 +5,7 @@
 mod compile;
 mod file;
 pub mod overlay;
+pub mod quota;
 mod read;
 #[cfg(test)]
 mod read_tests;

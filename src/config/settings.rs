@@ -21,6 +21,8 @@ pub struct ServerSettings {
     pub admin_listen: Option<SocketAddr>,
     pub max_hops: u32,
     pub retry_budget: BudgetSettings,
+    pub hold_ttl: Duration,
+    pub reserve_output_tokens: u64,
 }
 
 /// What an admin may do: `admin` everything, `viewer` read (never a secret).

@@ -27,6 +27,10 @@ pub struct GatewayKey {
     pub defaults: Option<FailoverDefaults>,
     /// Trim this key's requests to fit the serving model's window.
     pub trim: bool,
+    /// Its budget and rate limits.
+    pub quota: super::quota::Quota,
+    /// Its meters' scope: `key:<name>`.
+    pub scope: Arc<str>,
 }
 
 impl GatewayKey {
@@ -102,6 +106,10 @@ pub struct Channel {
     pub upstream: Upstream,
     /// The channel's own rates, over the model's.
     pub price: Option<Arc<crate::pricing::Price>>,
+    /// The channel's own budget and limits (across all its keys and every replica).
+    pub quota: super::quota::Quota,
+    /// Its meters' scope: `channel:<name>`.
+    pub scope: Arc<str>,
 }
 
 /// One way to serve a model: a channel and the name the upstream knows the model by.

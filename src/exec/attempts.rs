@@ -18,6 +18,7 @@ use crate::context::fit::Note;
 use crate::health::{CredVerdict, Health, Key, Reservation, Skip, Verdict};
 use crate::protocol::ChatRequest;
 use crate::router::{self, Candidate, Prefer, RouteError, Step};
+use crate::spend::{self, Ask, Holds, Limit};
 
 /// The request as fitted to the model being tried.
 #[derive(Default)]
@@ -167,6 +168,14 @@ impl<'s> Model<'_, 's, '_> {
         } else {
             None
         };
+        // The channel's own budget and limits, held for its whole turn.
+        let mut held = match self.channel_hold(ch, &cand).await {
+            Ok(h) => h,
+            Err(why) => {
+                self.skip(ch, why);
+                return Turn::Next;
+            }
+        };
         let mut retries = 0;
         // Credentials of this channel that failed this request (429/401/403): not tried again.
         let mut spent: Vec<usize> = Vec::new();
@@ -197,7 +206,17 @@ impl<'s> Model<'_, 's, '_> {
                 .attempt(ch, &cand, &key, reservation.as_ref(), call)
                 .await
             {
-                Ok(v) => return Turn::Served((v, reservation)),
+                Ok(v) => {
+                    if let Some(h) = held.take() {
+                        *self
+                            .job
+                            .spend
+                            .served
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner()) = Some(h);
+                    }
+                    return Turn::Served((v, reservation));
+                }
                 Err(Err(e)) => return Turn::Stop(e),
                 Err(Ok(f)) => f,
             };
@@ -239,6 +258,34 @@ impl<'s> Model<'_, 's, '_> {
                     });
                 }
             }
+        }
+    }
+
+    /// The channel's hold on its own budget and limits (`Ok(None)`: it has none); `Err`: why
+    /// the channel is skipped.
+    async fn channel_hold(&self, ch: &Channel, cand: &Candidate) -> Result<Option<Holds>, Skip> {
+        if ch.quota.is_empty() {
+            return Ok(None);
+        }
+        let sp = &self.job.spend;
+        let price = self
+            .job
+            .snap
+            .price(ch, &self.step.model, &cand.upstream_model);
+        let ask = Ask {
+            micros: price.map_or(0, |p| p.worst_case(sp.prompt, sp.reply)),
+            tokens: sp.prompt.saturating_add(sp.reply),
+        };
+        // Boxed: the shared counters' futures are large and would sit in every attempt's.
+        match Box::pin(sp.meter.admit(&ch.scope, &ch.quota, ask, sp.hold)).await {
+            spend::Verdict::Held(h) => {
+                let mut holds = Holds::new(sp.meter.clone());
+                holds.push(h);
+                Ok(Some(holds))
+            }
+            spend::Verdict::Refused(r) if r.limit == Limit::Budget => Err(Skip::ChannelBudget),
+            spend::Verdict::Refused(_) => Err(Skip::ChannelLimited),
+            spend::Verdict::Unavailable => Err(Skip::ChannelMeterDown),
         }
     }
 

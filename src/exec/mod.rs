@@ -31,6 +31,7 @@ use crate::context::fit::Fitter;
 use crate::health::Health;
 use crate::protocol::{ChatRequest, ChatResponse, EmbeddingsRequest, Usage};
 use crate::router::Chain;
+use crate::spend::{Holds, Meter};
 
 /// Who asks and what may serve it: the caller's gateway key and the resolved chain of models.
 #[derive(Clone, Copy)]
@@ -57,6 +58,36 @@ pub struct Job<'a> {
     pub estimate: u64,
     /// Everything before commit ends by then.
     pub deadline: Instant,
+    /// Channels' budgets and limits: where they are counted and what the request asks.
+    pub spend: ChannelSpend<'a>,
+}
+
+/// What a channel's budget and limits are asked before each channel's turn, and the serving
+/// channel's holds, handed back for the answer to settle.
+pub struct ChannelSpend<'a> {
+    pub meter: &'a Arc<Meter>,
+    /// The prompt's tokens as estimated, and the reply's reservation.
+    pub prompt: u64,
+    pub reply: u64,
+    pub hold: Duration,
+    pub served: std::sync::Mutex<Option<Holds>>,
+}
+
+impl<'a> ChannelSpend<'a> {
+    pub fn new(meter: &'a Arc<Meter>, prompt: u64, reply: u64, hold: Duration) -> Self {
+        ChannelSpend {
+            meter,
+            prompt,
+            reply,
+            hold,
+            served: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// The serving channel's holds (taken once).
+    pub fn take_served(&self) -> Option<Holds> {
+        self.served.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
 }
 
 /// The caller's attempt timeouts for the model being tried (none: the channel's own).

@@ -69,6 +69,13 @@ pub enum Skip {
     /// Not a health verdict: the request does not fit the model's context window; the route's
     /// context fallback serves it.
     ContextWindow,
+    /// Not a health verdict: the channel's own budget has no room for the request.
+    ChannelBudget,
+    /// Not a health verdict: the channel's own `rpm`, `tpm` or `max_concurrency` is reached.
+    ChannelLimited,
+    /// Not a health verdict: the shared counter for the channel's limits did not answer and
+    /// they fail closed.
+    ChannelMeterDown,
 }
 
 impl Skip {
@@ -81,6 +88,9 @@ impl Skip {
             Skip::CredentialsRefused => "credentials_refused",
             Skip::RetryBudget => "retry_budget_exhausted",
             Skip::ContextWindow => "context_window",
+            Skip::ChannelBudget => "channel_budget_exhausted",
+            Skip::ChannelLimited => "channel_rate_limited",
+            Skip::ChannelMeterDown => "channel_budget_unavailable",
         }
     }
 }

@@ -14,6 +14,7 @@ use super::ingress::Envelope;
 use super::{ApiError, AppState};
 use crate::config::{GatewayKey, Snapshot};
 use crate::exec::{self, Report};
+use crate::spend::Holds;
 use crate::store::{LogRow, RequestLog};
 use crate::usage::Pending;
 
@@ -54,6 +55,8 @@ pub struct Ctx {
     pub continuation: Option<(Arc<str>, bool)>,
     /// The prompt as the gateway counts it, charged when an upstream reports no usage.
     pub prompt_estimate: u64,
+    /// The request's holds on its key's and serving channel's budgets and limits.
+    pub holds: Option<Holds>,
 }
 
 impl Ctx {
@@ -78,12 +81,24 @@ impl Ctx {
             envelope,
             continuation: None,
             prompt_estimate: 0,
+            holds: None,
         }
     }
 
     /// The request's charges so far, to be finished when its usage is known.
-    pub fn pending(&self) -> Pending {
-        Pending::of(&self.snap, &self.report, self.prompt_estimate)
+    pub fn pending(&mut self) -> Pending {
+        let mut p = Pending::of(&self.snap, &self.report, self.prompt_estimate);
+        p.holds = self.holds.take();
+        p
+    }
+
+    /// Adds holds (the serving channel's) to the request's.
+    pub fn hold(&mut self, more: Option<Holds>) {
+        match (&mut self.holds, more) {
+            (Some(mine), Some(more)) => mine.absorb(more),
+            (mine @ None, more) => *mine = more,
+            (Some(_), None) => {}
+        }
     }
 
     /// The row of a request that ended without an answer: its calls charged 0.

@@ -52,6 +52,33 @@ pub enum ApiError {
     /// The admin API's refusals.
     #[error(transparent)]
     Control(#[from] super::admin::ControlError),
+    /// The key's budget or one of its limits has no room for the request.
+    #[error("{}", refusal_message(.0))]
+    Refused(Box<crate::spend::Refusal>),
+    #[error("the counter this key's budget is kept in cannot be reached; the budget fails closed")]
+    BudgetUnavailable,
+}
+
+fn refusal_message(r: &crate::spend::Refusal) -> String {
+    use crate::spend::Limit;
+    let who = r.scope.replacen(':', " ", 1);
+    let wait = r.retry_after.as_secs_f64().ceil().max(1.0) as u64;
+    match r.limit {
+        Limit::Budget => format!(
+            "the budget of {who} has no room for this request: {} of {} USD spent or held by requests in flight",
+            crate::store::ledger::usd(r.used as i64),
+            crate::store::ledger::usd(r.cap as i64),
+        ),
+        Limit::Rpm => format!(
+            "{who} may send {} requests a minute; retry in {wait} s",
+            r.cap
+        ),
+        Limit::Tpm => format!("{who} may use {} tokens a minute; retry in {wait} s", r.cap),
+        Limit::Concurrency => format!(
+            "{who} may have {} requests in flight at once; retry in {wait} s",
+            r.cap
+        ),
+    }
 }
 
 impl ApiError {
@@ -69,6 +96,8 @@ impl ApiError {
             ApiError::BadHeader { .. } => 400,
             ApiError::LoopDetected { .. } => 508,
             ApiError::Control(e) => e.status(),
+            ApiError::Refused(_) => 429,
+            ApiError::BudgetUnavailable => 503,
         };
         StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_GATEWAY)
     }
@@ -90,6 +119,9 @@ impl ApiError {
             ApiError::BadHeader { .. } => "invalid_header",
             ApiError::LoopDetected { .. } => "loop_detected",
             ApiError::Control(e) => e.code(),
+            ApiError::Refused(r) if r.limit == crate::spend::Limit::Budget => "budget_exceeded",
+            ApiError::Refused(_) => "rate_limit_exceeded",
+            ApiError::BudgetUnavailable => "budget_unavailable",
         }
     }
 
@@ -101,7 +133,12 @@ impl ApiError {
                 400..=499 => "invalid_request_error",
                 _ => "server_error",
             },
-            ApiError::LogUnavailable | ApiError::LoopDetected { .. } => "server_error",
+            ApiError::LogUnavailable
+            | ApiError::LoopDetected { .. }
+            | ApiError::BudgetUnavailable => "server_error",
+            // What OpenAI's SDKs and the agents built on them treat as final.
+            ApiError::Refused(r) if r.limit == crate::spend::Limit::Budget => "insufficient_quota",
+            ApiError::Refused(_) => "rate_limit_error",
             ApiError::Control(e) => match e.status() {
                 403 => "permission_error",
                 429 => "rate_limit_error",
@@ -178,11 +215,44 @@ impl ApiError {
         {
             h.insert(header::RETRY_AFTER, HeaderValue::from(s));
         }
+        if let ApiError::Refused(r) = self {
+            refusal_headers(r, h);
+        }
         if let ApiError::LoopDetected { .. } = self {
             h.insert("x-should-retry", HeaderValue::from_static("false"));
         }
         if let ApiError::Unauthorized = self {
             h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+    }
+}
+
+/// A budget's refusal is final; a rate limit's says when to come back, as OpenAI says it.
+fn refusal_headers(r: &crate::spend::Refusal, h: &mut axum::http::HeaderMap) {
+    use crate::spend::Limit;
+    let what = match r.limit {
+        Limit::Budget => {
+            h.insert("x-should-retry", HeaderValue::from_static("false"));
+            return;
+        }
+        Limit::Tpm => "tokens",
+        Limit::Rpm => "requests",
+        Limit::Concurrency => "concurrency",
+    };
+    let secs = r.retry_after.as_secs_f64().ceil().max(1.0) as u64;
+    h.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    let name = |k: &str| format!("x-ratelimit-{k}-{what}");
+    let pairs = [
+        (name("limit"), r.cap.to_string()),
+        (name("remaining"), r.cap.saturating_sub(r.used).to_string()),
+        (name("reset"), format!("{secs}s")),
+    ];
+    for (k, v) in pairs {
+        if let (Ok(k), Ok(v)) = (
+            axum::http::HeaderName::try_from(k),
+            HeaderValue::from_str(&v),
+        ) {
+            h.insert(k, v);
         }
     }
 }

@@ -6,6 +6,7 @@
 //! admin API (`admin.rs`). Handlers hold no lock across an await.
 
 mod admin;
+mod admission;
 mod affinity;
 mod body;
 mod continuation;
@@ -48,6 +49,8 @@ pub struct AppState {
     pub store: Option<Arc<crate::store::Store>>,
     /// Failed admin attempts by address (for the 429 after ten a minute).
     pub admin_failures: Arc<admin::Failures>,
+    /// Where budgets and limits are counted: Redis, the PostgreSQL store, or this process.
+    pub meter: Arc<crate::spend::Meter>,
 }
 
 /// A gateway serving on a bound listener, until shut down, dropped or aborted.

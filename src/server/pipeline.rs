@@ -12,7 +12,7 @@ use super::affinity::{self, Session};
 use super::ctx::Ctx;
 use super::headers::{hdr, json_response, served, set_header};
 use super::ingress::{Answer, Codec, Envelope, Parsed, StreamStart};
-use super::{ApiError, AppState, body, continuation, semantic, sse};
+use super::{ApiError, AppState, admission, body, continuation, semantic, sse};
 use crate::config::{GatewayKey, Snapshot};
 use crate::exec::{self, Committed, Report};
 use crate::protocol::chain::ChainSpec;
@@ -75,6 +75,10 @@ async fn pipeline<C: Codec>(
     let decisions = semantic::decide(state, ctx, &snap, &spec, &req, session.as_ref()).await;
     let (key, chain) = resolve(ctx, &snap, &spec, &req.model, true, &decisions)?;
     ctx.semantic = decisions.into_iter().next();
+    ctx.prompt_estimate = req.prompt_estimate();
+    let reply = admission::reply_reservation(&snap, req.max_tokens.map(|(_, n)| n));
+    let ask = admission::worst_case(&snap, &chain, ctx.prompt_estimate, reply);
+    admission::admit(&state.meter, &snap, key, ask, ctx).await?;
     // Boxed: the store's futures (Redis's are large) would otherwise sit inline in every
     // request's future, sessions or not, and be copied with it.
     let before = match &session {
@@ -95,21 +99,28 @@ async fn pipeline<C: Codec>(
         only: only.map(|(c, _)| &**c),
     };
     req.hops = ctx.hops;
-    ctx.prompt_estimate = req.prompt_estimate();
     let job = exec::Job {
         snap: &snap,
         health: &state.health,
         route,
         estimate: req.estimated_tokens(),
         deadline: ctx.deadline(),
+        spend: exec::ChannelSpend::new(
+            &state.meter,
+            ctx.prompt_estimate,
+            reply,
+            snap.server.hold_ttl,
+        ),
     };
     if req.stream {
         let committed = exec::chat_stream(&job, &req, &mut ctx.report).await;
+        ctx.hold(job.spend.take_served());
         settle(state, &snap, session.as_ref(), before.as_ref(), ctx).await;
         let committed = committed.map_err(|e| ctx.exec_error(e))?;
         return Ok(stream(state, codec, ctx, &req, extra, committed).await);
     }
     let resp = exec::chat(&job, &req, &mut ctx.report).await;
+    ctx.hold(job.spend.take_served());
     settle(state, &snap, session.as_ref(), before.as_ref(), ctx).await;
     let resp = resp.map_err(|e| ctx.exec_error(e))?;
     Ok(answer(state, codec, ctx, &req, extra, resp).await)

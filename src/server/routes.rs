@@ -67,6 +67,9 @@ async fn embed(
     let snap = ctx.snap.clone();
     let (key, chain) = resolve(ctx, &snap, &ChainSpec::default(), &req.model, false, &[])?;
     req.hops = ctx.hops;
+    let estimate = req.estimated_tokens();
+    let ask = super::admission::worst_case(&snap, &chain, estimate, 0);
+    super::admission::admit(&state.meter, &snap, key, ask, ctx).await?;
     let route = exec::Route {
         key,
         chain: &chain,
@@ -79,20 +82,33 @@ async fn embed(
         snap: &snap,
         health: &state.health,
         route,
-        estimate: req.estimated_tokens(),
+        estimate,
         deadline: ctx.deadline(),
+        spend: exec::ChannelSpend::new(&state.meter, estimate, 0, snap.server.hold_ttl),
     };
     let result = exec::embeddings(&job, &req, &mut ctx.report).await;
+    ctx.hold(job.spend.take_served());
     let mut v = result.map_err(|e| ctx.exec_error(e))?;
     let mut row = ctx.take_row(200, "ok");
     row.ttfb_ms = Some(row.total_ms);
     row.input_tokens = v.pointer("/usage/prompt_tokens").and_then(Value::as_u64);
+    let used = crate::usage::Used {
+        tokens: crate::pricing::Tokens {
+            input: row.input_tokens.unwrap_or(estimate),
+            ..Default::default()
+        },
+        estimated: row.input_tokens.is_none(),
+    };
+    let cost = ctx.pending().finish(Some(used), None, &mut row);
     ctx.record(row);
     if let (Some(ext), Some(obj)) = (ctx.report.body_extension(), v.as_object_mut()) {
         obj.insert("switchyard".into(), ext);
     }
     let body = serde_json::to_vec(&v).unwrap_or_default();
-    Ok(served(json_response(body), ctx))
+    let mut out = served(json_response(body), ctx);
+    out.headers_mut()
+        .insert(super::headers::hdr::COST, cost.into());
+    Ok(out)
 }
 
 async fn models(State(state): State<AppState>, headers: HeaderMap) -> Response {

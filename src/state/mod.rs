@@ -3,7 +3,7 @@
 //! with `[state] url`, a Redis one that several replicas share.
 
 mod memory;
-mod redis;
+pub mod redis;
 
 pub use memory::Memory;
 pub use redis::{Redis, RedisConfigError};

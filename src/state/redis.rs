@@ -346,6 +346,32 @@ return {taken, wait}
 "#;
 
 impl Redis {
+    /// Runs `script` with `keys` and `args` (`None`: Redis could not say). Budgets' scripts
+    /// run here, on the same connection and timeout as every other operation.
+    pub async fn script<T: redis::FromRedisValue + Send>(
+        &self,
+        script: &redis::Script,
+        keys: &[String],
+        args: &[String],
+    ) -> Option<T> {
+        self.run(|mut c| async move {
+            let mut inv = script.prepare_invoke();
+            for k in keys {
+                inv.key(k);
+            }
+            for a in args {
+                inv.arg(a);
+            }
+            inv.invoke_async(&mut c).await
+        })
+        .await
+    }
+
+    /// Keys of this gateway's, under its prefix: `{prefix}:{rest}`.
+    pub fn prefixed(&self, rest: &str) -> String {
+        format!("{}:{rest}", self.prefix)
+    }
+
     /// Takes one request from a credential's shared `rpm` bucket. `None`: Redis could not say
     /// (the replica's own bucket, already passed, decides).
     pub async fn take_rate(

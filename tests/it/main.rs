@@ -4,6 +4,7 @@
 mod admin;
 mod affinity;
 mod anthropic;
+mod budgets;
 mod chains;
 mod cli;
 mod context;

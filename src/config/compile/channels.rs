@@ -51,6 +51,15 @@ pub fn compile(
             Some(p) => Some(Arc::new(p.compile("price.").map_err(|(f, m)| at((&f, m)))?)),
             None => None,
         };
+        let quota = crate::config::quota::compile(crate::config::quota::QuotaFields {
+            budget: c.budget.as_ref(),
+            rpm: c.rpm,
+            tpm: c.tpm,
+            max_concurrency: c.max_concurrency,
+            limits_fail: c.limits_fail,
+            channel: true,
+        })
+        .map_err(|(f, m)| at((f, m)))?;
         channels.push(Channel {
             name: c.name.as_str().into(),
             kind: c.provider,
@@ -73,6 +82,8 @@ pub fn compile(
             responses: c.responses,
             upstream,
             price,
+            quota,
+            scope: format!("channel:{}", c.name).into(),
         });
     }
     Ok((channels, models))

@@ -50,6 +50,15 @@ pub fn compile(list: &[KeyConfig], source: &Source) -> Result<Vec<GatewayKey>, F
             })?),
             None => None,
         };
+        let quota = crate::config::quota::compile(crate::config::quota::QuotaFields {
+            budget: k.budget.as_ref(),
+            rpm: k.rpm,
+            tpm: k.tpm,
+            max_concurrency: k.max_concurrency,
+            limits_fail: k.limits_fail,
+            channel: false,
+        })
+        .map_err(|(f, m)| (format!("keys[{i}].{f}"), m))?;
         keys.push(GatewayKey {
             name: k.name.as_str().into(),
             key,
@@ -58,6 +67,8 @@ pub fn compile(list: &[KeyConfig], source: &Source) -> Result<Vec<GatewayKey>, F
             redirects: Vec::new(),
             defaults: None,
             trim: k.trim,
+            quota,
+            scope: format!("key:{}", k.name).into(),
         });
     }
     Ok(keys)

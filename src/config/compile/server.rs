@@ -144,6 +144,8 @@ fn server(cfg: &FileConfig) -> Result<ServerSettings, FieldError> {
         admins,
         admin_listen,
         max_hops: s.max_hops,
+        hold_ttl: Duration::from_millis(s.hold_ttl_ms.get()),
+        reserve_output_tokens: s.reserve_output_tokens.get(),
         retry_budget: BudgetSettings {
             ratio: rb.ratio,
             min_per_second: rb.min_per_second,

@@ -1,0 +1,338 @@
+//! Meters in this process: the rule every backend follows, on one mutex. Used alone (one
+//! replica), and by the shared backends as the fallback for limits that fail open.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::{Ask, Hold, Limit, Refusal, Standing, Verdict};
+use crate::config::quota::Quota;
+
+/// The rpm and tpm window.
+pub const WINDOW_MS: i64 = 60_000;
+
+/// One scope's counters.
+#[derive(Debug, Default)]
+pub struct Scope {
+    /// The current budget period and what was spent in it.
+    period: String,
+    spent: u64,
+    /// Micro-dollars held by requests in flight, and each hold: id → (micros, expires).
+    reserved: u64,
+    holds: HashMap<u64, (u64, i64)>,
+    expiry: BTreeSet<(i64, u64)>,
+    /// Admissions of the last minute, oldest first: (ts, id); and each one's tokens.
+    window: VecDeque<(i64, u64)>,
+    tokens: HashMap<u64, u64>,
+    window_tokens: u64,
+}
+
+impl Scope {
+    /// Holds past their deadline and admissions older than the window leave.
+    fn sweep(&mut self, now: i64) {
+        while let Some(&(at, id)) = self.expiry.first() {
+            if at >= now {
+                break;
+            }
+            self.expiry.pop_first();
+            if let Some((micros, _)) = self.holds.remove(&id) {
+                self.reserved = self.reserved.saturating_sub(micros);
+            }
+        }
+        while let Some(&(ts, id)) = self.window.front() {
+            if ts > now - WINDOW_MS {
+                break;
+            }
+            self.window.pop_front();
+            let t = self.tokens.remove(&id).unwrap_or(0);
+            self.window_tokens = self.window_tokens.saturating_sub(t);
+        }
+    }
+
+    fn roll(&mut self, period: &str) {
+        if self.period != period {
+            self.period = period.to_string();
+            self.spent = 0;
+        }
+    }
+
+    /// The rule: every limit has room for `ask`, or the first that does not refuses; then
+    /// all of it is taken.
+    fn admit(
+        &mut self,
+        q: &Quota,
+        ask: Ask,
+        id: u64,
+        expires: i64,
+        now: i64,
+    ) -> Result<Option<String>, (Limit, u64, u64, i64)> {
+        self.sweep(now);
+        let mut period = None;
+        if let Some(b) = q.budget {
+            let (p, end) = b.period.at(now);
+            self.roll(&p);
+            let used = self.spent.saturating_add(self.reserved);
+            // Even a free request is refused once nothing is left.
+            if used.saturating_add(ask.micros.max(1)) > b.micros {
+                return Err((Limit::Budget, b.micros, used, end - now));
+            }
+            period = Some(p);
+        }
+        if let Some(max) = q.max_concurrency
+            && self.holds.len() as u64 >= u64::from(max)
+        {
+            return Err((
+                Limit::Concurrency,
+                u64::from(max),
+                self.holds.len() as u64,
+                1000,
+            ));
+        }
+        let next_slot = || {
+            self.window
+                .front()
+                .map_or(1000, |(ts, _)| ts + WINDOW_MS - now)
+        };
+        if let Some(rpm) = q.rpm
+            && self.window.len() as u64 >= u64::from(rpm)
+        {
+            return Err((
+                Limit::Rpm,
+                u64::from(rpm),
+                self.window.len() as u64,
+                next_slot(),
+            ));
+        }
+        if let Some(tpm) = q.tpm
+            && self.window_tokens.saturating_add(ask.tokens) > tpm
+            && !self.window.is_empty()
+        {
+            return Err((Limit::Tpm, tpm, self.window_tokens, next_slot()));
+        }
+        self.reserved = self.reserved.saturating_add(ask.micros);
+        self.holds.insert(id, (ask.micros, expires));
+        self.expiry.insert((expires, id));
+        if q.rpm.is_some() || q.tpm.is_some() {
+            self.window.push_back((now, id));
+            self.tokens.insert(id, ask.tokens);
+            self.window_tokens = self.window_tokens.saturating_add(ask.tokens);
+        }
+        Ok(period)
+    }
+
+    fn settle(&mut self, h: &Hold, cost: u64, tokens: u64) {
+        if let Some((micros, expires)) = self.holds.remove(&h.id) {
+            self.reserved = self.reserved.saturating_sub(micros);
+            self.expiry.remove(&(expires, h.id));
+        }
+        if let Some(p) = &h.period
+            && *p == self.period
+        {
+            self.spent = self.spent.saturating_add(cost);
+        }
+        if let Some(t) = self.tokens.get_mut(&h.id) {
+            self.window_tokens = self.window_tokens.saturating_sub(*t).saturating_add(tokens);
+            *t = tokens;
+        }
+    }
+}
+
+/// Every scope's counters, on one mutex (never held across an await).
+#[derive(Default)]
+pub struct Meters {
+    scopes: Mutex<HashMap<Arc<str>, Scope>>,
+}
+
+impl Meters {
+    pub fn admit(&self, scope: &Arc<str>, q: &Quota, ask: Ask, ttl: Duration, now: i64) -> Verdict {
+        let id = fastrand::u64(..);
+        let expires = now + ttl.as_millis() as i64;
+        let mut scopes = self.scopes.lock().unwrap_or_else(|p| p.into_inner());
+        let s = scopes.entry(scope.clone()).or_default();
+        match s.admit(q, ask, id, expires, now) {
+            Ok(period) => Verdict::Held(Hold {
+                scope: scope.clone(),
+                id,
+                period,
+                ask,
+                local: false,
+            }),
+            Err((limit, cap, used, wait)) => Verdict::Refused(Refusal {
+                scope: scope.clone(),
+                limit,
+                cap,
+                used,
+                retry_after: Duration::from_millis(wait.max(1) as u64),
+            }),
+        }
+    }
+
+    pub fn settle(&self, h: &Hold, cost: u64, tokens: u64) {
+        let mut scopes = self.scopes.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = scopes.get_mut(&h.scope) {
+            s.settle(h, cost, tokens);
+        }
+    }
+
+    pub fn standing(&self, scope: &str, period: &str, now: i64) -> Standing {
+        let mut scopes = self.scopes.lock().unwrap_or_else(|p| p.into_inner());
+        match scopes.get_mut(scope) {
+            Some(s) => {
+                s.sweep(now);
+                let spent = if s.period == period { s.spent } else { 0 };
+                Standing {
+                    spent,
+                    reserved: s.reserved,
+                }
+            }
+            None => Standing::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::quota::{Budget, Fail, Period};
+
+    fn held(v: Verdict) -> Hold {
+        match v {
+            Verdict::Held(h) => h,
+            other => panic!("refused: {other:?}"),
+        }
+    }
+
+    fn refused(v: Verdict) -> Refusal {
+        match v {
+            Verdict::Refused(r) => r,
+            other => panic!("admitted: {other:?}"),
+        }
+    }
+
+    fn budget(micros: u64) -> Quota {
+        Quota {
+            budget: Some(Budget {
+                micros,
+                period: Period::Total,
+                soft: None,
+                fail: Fail::Closed,
+            }),
+            ..Quota::default()
+        }
+    }
+
+    const TTL: Duration = Duration::from_secs(10);
+
+    #[test]
+    fn holds_in_flight_refuse_like_spend_and_settling_releases_the_difference() {
+        let m = Meters::default();
+        let s: Arc<str> = "key:a".into();
+        let q = budget(100);
+        let ask = Ask {
+            micros: 60,
+            tokens: 0,
+        };
+        let h1 = held(m.admit(&s, &q, ask, TTL, 0));
+        // 60 held: another 60 does not fit, though nothing is spent yet.
+        let r = refused(m.admit(&s, &q, ask, TTL, 1));
+        assert_eq!((r.limit, r.cap, r.used), (Limit::Budget, 100, 60));
+        m.settle(&h1, 10, 0);
+        let h2 = held(m.admit(&s, &q, ask, TTL, 2));
+        // An overdraw is charged: 10 + 95 spent, nothing is left, even for a free request.
+        m.settle(&h2, 95, 0);
+        let r = refused(m.admit(&s, &q, Ask::default(), TTL, 3));
+        assert_eq!(r.used, 105);
+        assert_eq!(m.standing(&s, "total", 3).spent, 105);
+    }
+
+    #[test]
+    fn an_unsettled_hold_expires_by_its_deadline() {
+        let m = Meters::default();
+        let s: Arc<str> = "key:a".into();
+        let q = Quota {
+            max_concurrency: Some(1),
+            ..budget(100)
+        };
+        let ask = Ask {
+            micros: 100,
+            tokens: 0,
+        };
+        let _lost = held(m.admit(&s, &q, ask, TTL, 0));
+        assert_eq!(
+            refused(m.admit(&s, &q, ask, TTL, 9_999)).limit,
+            Limit::Budget
+        );
+        held(m.admit(&s, &q, ask, TTL, 10_001));
+    }
+
+    #[test]
+    fn rpm_counts_admissions_in_any_minute_and_tpm_their_settled_tokens() {
+        let m = Meters::default();
+        let s: Arc<str> = "key:a".into();
+        let q = Quota {
+            rpm: Some(2),
+            tpm: Some(1000),
+            ..Quota::default()
+        };
+        let ask = Ask {
+            micros: 0,
+            tokens: 400,
+        };
+        let a = held(m.admit(&s, &q, ask, TTL, 0));
+        held(m.admit(&s, &q, ask, TTL, 30_000));
+        let r = refused(m.admit(&s, &q, ask, TTL, 59_000));
+        assert_eq!(r.limit, Limit::Rpm);
+        assert_eq!(r.retry_after, Duration::from_secs(1));
+        // The first left the window at 60 s.
+        let c = held(m.admit(&s, &q, ask, TTL, 60_000));
+        m.settle(&a, 0, 0);
+        // Tokens count as settled: 400 estimated became 900 real.
+        let t: Arc<str> = "key:t".into();
+        let q = Quota {
+            tpm: Some(1000),
+            ..Quota::default()
+        };
+        let d = held(m.admit(&t, &q, ask, TTL, 0));
+        m.settle(&d, 0, 900);
+        let r = refused(m.admit(&t, &q, ask, TTL, 1_000));
+        assert_eq!((r.limit, r.used), (Limit::Tpm, 900));
+        held(m.admit(&t, &q, ask, TTL, 60_001));
+        m.settle(&c, 0, 0);
+    }
+
+    #[test]
+    fn concurrency_counts_holds_until_they_settle() {
+        let m = Meters::default();
+        let s: Arc<str> = "channel:c".into();
+        let q = Quota {
+            max_concurrency: Some(2),
+            ..Quota::default()
+        };
+        let a = held(m.admit(&s, &q, Ask::default(), TTL, 0));
+        held(m.admit(&s, &q, Ask::default(), TTL, 0));
+        assert_eq!(
+            refused(m.admit(&s, &q, Ask::default(), TTL, 0)).limit,
+            Limit::Concurrency
+        );
+        m.settle(&a, 0, 0);
+        held(m.admit(&s, &q, Ask::default(), TTL, 0));
+    }
+
+    #[test]
+    fn a_new_period_starts_from_nothing() {
+        let m = Meters::default();
+        let s: Arc<str> = "key:a".into();
+        let mut q = budget(100);
+        if let Some(b) = q.budget.as_mut() {
+            b.period = Period::Day;
+        }
+        let ask = Ask {
+            micros: 100,
+            tokens: 0,
+        };
+        let h = held(m.admit(&s, &q, ask, TTL, 0));
+        m.settle(&h, 100, 0);
+        refused(m.admit(&s, &q, ask, TTL, 1_000));
+        held(m.admit(&s, &q, ask, TTL, 86_400_000));
+    }
+}

@@ -1,0 +1,264 @@
+//! Budgets and rate limits that hold across replicas: reserve, then settle. Before a request's
+//! first attempt its worst case is held against the key's [`Quota`]; before each attempt, the
+//! channel's; when the answer ends, each hold is settled to the real cost (the difference
+//! released, an overdraw charged). A hold carries a deadline, so a crashed replica's holds
+//! expire by themselves.
+//!
+//! One scope's limits are checked and taken atomically where every replica sees them: by a Lua
+//! script on one Redis Cluster slot (`redis.rs`), by a row lock in PostgreSQL (`postgres.rs`),
+//! or in this process (`memory.rs`). Every backend runs the same rule ([`memory::Scope`] is
+//! the reference).
+
+mod memory;
+mod postgres;
+mod redis;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+pub use memory::Meters as MemoryMeters;
+pub use postgres::Meters as PostgresMeters;
+pub use redis::Meters as RedisMeters;
+
+use crate::config::quota::{Fail, Quota};
+
+/// What one request asks of a scope: its worst-case cost and its estimated tokens.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Ask {
+    pub micros: u64,
+    pub tokens: u64,
+}
+
+/// Which limit refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    Budget,
+    Rpm,
+    Tpm,
+    Concurrency,
+}
+
+impl Limit {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Limit::Budget => "budget",
+            Limit::Rpm => "rpm",
+            Limit::Tpm => "tpm",
+            Limit::Concurrency => "max_concurrency",
+        }
+    }
+}
+
+/// Why a scope refused: the limit, its value, what is used of it (spent and held), and when
+/// it has room again.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refusal {
+    pub scope: Arc<str>,
+    pub limit: Limit,
+    pub cap: u64,
+    pub used: u64,
+    pub retry_after: Duration,
+}
+
+/// A scope's verdict on one ask.
+#[derive(Debug)]
+pub enum Verdict {
+    Held(Hold),
+    Refused(Refusal),
+    /// The shared counter did not answer and a limit of the scope fails closed.
+    Unavailable,
+}
+
+/// One request's hold on one scope. Settling it (or dropping the [`Holds`] it is in) gives
+/// back what was reserved and charges what was spent.
+#[derive(Debug, Clone)]
+pub struct Hold {
+    pub scope: Arc<str>,
+    pub id: u64,
+    /// The budget period the hold's spend belongs to (`None`: the scope has no budget).
+    pub period: Option<String>,
+    pub ask: Ask,
+    /// Taken from this replica's own meters (the shared counter was down, the limit fails
+    /// open): settled there, and the spend added to the shared counter when it can be.
+    pub local: bool,
+}
+
+/// The budget state of a scope, for a channel's soft limit and explain.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Standing {
+    pub spent: u64,
+    pub reserved: u64,
+}
+
+/// The meters every replica shares, or this process's own.
+pub enum Meter {
+    Memory(MemoryMeters),
+    Redis(RedisMeters),
+    Postgres(PostgresMeters),
+}
+
+/// How long a hold lasts when its request never settles it (a crashed replica).
+pub const DEFAULT_HOLD: Duration = Duration::from_secs(600);
+
+impl Meter {
+    /// Checks `ask` against every limit of `quota` for `scope` and, if all have room, takes it.
+    pub async fn admit(&self, scope: &Arc<str>, quota: &Quota, ask: Ask, ttl: Duration) -> Verdict {
+        let now = crate::clock::unix_ms();
+        match self {
+            Meter::Memory(m) => m.admit(scope, quota, ask, ttl, now),
+            Meter::Redis(r) => match r.admit(scope, quota, ask, ttl).await {
+                Some(v) => v,
+                None => fallback(r.local(), scope, quota, ask, ttl, now),
+            },
+            Meter::Postgres(p) => match p.admit(scope, quota, ask, ttl, now).await {
+                Some(v) => v,
+                None => fallback(p.local(), scope, quota, ask, ttl, now),
+            },
+        }
+    }
+
+    /// Releases `hold` and charges `cost` micro-dollars and `tokens` to its scope.
+    pub async fn settle(&self, hold: &Hold, cost: u64, tokens: u64) {
+        match self {
+            Meter::Memory(m) => m.settle(hold, cost, tokens),
+            Meter::Redis(r) => {
+                if hold.local {
+                    r.local().settle(hold, cost, tokens);
+                }
+                r.settle(hold, cost, tokens).await;
+            }
+            Meter::Postgres(p) => {
+                if hold.local {
+                    p.local().settle(hold, cost, tokens);
+                }
+                p.settle(hold, cost, tokens, crate::clock::unix_ms()).await;
+            }
+        }
+    }
+
+    /// What a scope's budget stands at, without taking anything (`None`: unknown).
+    pub async fn standing(&self, scope: &str, quota: &Quota) -> Option<Standing> {
+        let budget = quota.budget?;
+        let now = crate::clock::unix_ms();
+        let period = budget.period.at(now).0;
+        match self {
+            Meter::Memory(m) => Some(m.standing(scope, &period, now)),
+            Meter::Redis(r) => r.standing(scope, &period).await,
+            Meter::Postgres(p) => p.standing(scope, &period, now).await,
+        }
+    }
+
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Meter::Memory(_) => "memory",
+            Meter::Redis(_) => "redis",
+            Meter::Postgres(_) => "postgres",
+        }
+    }
+
+    /// Whether the shared counter answers (always, in memory).
+    pub fn connected(&self) -> bool {
+        match self {
+            Meter::Memory(_) => true,
+            Meter::Redis(r) => r.connected(),
+            Meter::Postgres(p) => p.connected(),
+        }
+    }
+
+    /// For `/readyz` and `/admin/health`.
+    pub fn describe(&self) -> Value {
+        json!({"backend": self.kind(), "connected": self.connected()})
+    }
+}
+
+/// The shared counter did not answer: a scope with a limit that fails closed refuses; one
+/// whose limits all fail open is admitted on this replica's own count.
+fn fallback(
+    local: &MemoryMeters,
+    scope: &Arc<str>,
+    quota: &Quota,
+    ask: Ask,
+    ttl: Duration,
+    now: i64,
+) -> Verdict {
+    let rates = quota.rpm.is_some() || quota.tpm.is_some() || quota.max_concurrency.is_some();
+    let closed = quota.budget.is_some_and(|b| b.fail == Fail::Closed)
+        || (rates && quota.rate_fail == Fail::Closed);
+    if closed {
+        return Verdict::Unavailable;
+    }
+    match local.admit(scope, quota, ask, ttl, now) {
+        Verdict::Held(mut h) => {
+            h.local = true;
+            Verdict::Held(h)
+        }
+        other => other,
+    }
+}
+
+/// The holds one request has, settled together: explicitly with what it cost, or, if the
+/// request ends any other way, on drop with nothing spent (so no hold outlives its request).
+pub struct Holds {
+    meter: Arc<Meter>,
+    holds: Vec<Hold>,
+}
+
+impl std::fmt::Debug for Holds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(&self.holds).finish()
+    }
+}
+
+impl Holds {
+    pub fn new(meter: Arc<Meter>) -> Holds {
+        Holds {
+            meter,
+            holds: Vec::new(),
+        }
+    }
+
+    pub fn push(&mut self, h: Hold) {
+        self.holds.push(h);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.holds.is_empty()
+    }
+
+    /// Takes `other`'s holds into these (settled together).
+    pub fn absorb(&mut self, mut other: Holds) {
+        self.holds.append(&mut other.holds);
+    }
+
+    /// Settles every hold to `cost` and `tokens`, off the request path.
+    pub fn settle(mut self, cost: u64, tokens: u64) {
+        self.spawn(cost, tokens);
+    }
+
+    fn spawn(&mut self, cost: u64, tokens: u64) {
+        let holds = std::mem::take(&mut self.holds);
+        if holds.is_empty() {
+            return;
+        }
+        let meter = self.meter.clone();
+        let settle = async move {
+            for h in &holds {
+                meter.settle(h, cost, tokens).await;
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn(settle);
+            }
+            Err(_) => tracing::warn!("holds dropped outside a runtime: they expire by deadline"),
+        }
+    }
+}
+
+impl Drop for Holds {
+    fn drop(&mut self) {
+        self.spawn(0, 0);
+    }
+}

@@ -1,0 +1,488 @@
+//! Budgets and limits that hold across replicas: two gateways sharing Redis (and again sharing
+//! only a PostgreSQL store) admit exactly what a key's budget, `rpm` and `max_concurrency`
+//! allow; a killed replica's holds expire by their deadline; a refusal is in the client's
+//! envelope and never fails over; a channel over its own budget is skipped.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use switchyard::provider::mock::MockSpec;
+
+use crate::support::*;
+
+/// $1 per 1M tokens each way: a token costs one micro-dollar.
+const PRICED: &str = "price = { input = 1, output = 1 }";
+/// A key without limits, to learn what a request costs without spending the test key's budget.
+const CALIB: &str = "sk-calibration-key-0001";
+
+/// Where the replicas' counters are shared.
+enum Shared {
+    Redis(String),
+    Postgres(Postgres),
+}
+
+impl Shared {
+    async fn each(test: &str) -> [Shared; 2] {
+        [
+            Shared::Redis(redis_prefix(test)),
+            Shared::Postgres(Postgres::fresh(test).await),
+        ]
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Shared::Redis(_) => "redis",
+            Shared::Postgres(_) => "postgres",
+        }
+    }
+
+    /// The config table that shares them (after the keys' tables).
+    fn section(&self) -> String {
+        match self {
+            Shared::Redis(prefix) => {
+                format!("\n[state]\nurl = \"{REDIS_URL}\"\nprefix = \"{prefix}\"\n")
+            }
+            Shared::Postgres(pg) => store_section(&pg.url, Some(&master_key(7))),
+        }
+    }
+
+    /// Whether both replicas write one request log (a PostgreSQL store holds it).
+    fn one_log(&self) -> bool {
+        matches!(self, Shared::Postgres(_))
+    }
+}
+
+/// Two replicas of one gateway: the test key with `limits`, the calibration key, `channels`.
+async fn replicas(shared: &Shared, server: &str, limits: &str, channels: &str) -> [Gateway; 2] {
+    let keys = format!(
+        "{limits}\n\n[[keys]]\nname = \"calib\"\nkey = \"{CALIB}\"\n{}",
+        shared.section()
+    );
+    let a = gateway_full(server, &keys, channels).await;
+    let b = gateway_full(server, &keys, channels).await;
+    if let Shared::Redis(_) = shared {
+        wait_connected(&a, true).await;
+        wait_connected(&b, true).await;
+    }
+    [a, b]
+}
+
+fn body(max_tokens: u64) -> Value {
+    json!({"model": "m", "max_tokens": max_tokens,
+           "messages": [{"role": "user", "content": "Say something short."}]})
+}
+
+/// What one request of `body(_)` counts: (prompt tokens, completion tokens).
+async fn calibrate(gw: &Gateway) -> (u64, u64) {
+    let resp = gw
+        .post_as("/v1/chat/completions", CALIB, &[], body(1000))
+        .await;
+    assert_eq!(resp.status(), 200);
+    let v: Value = resp.json().await.unwrap();
+    let n = |p: &str| v.pointer(p).and_then(Value::as_u64).unwrap();
+    (n("/usage/prompt_tokens"), n("/usage/completion_tokens"))
+}
+
+/// One request's fate, as the client saw it.
+#[derive(Debug, Clone)]
+struct Sent {
+    started: Instant,
+    ended: Instant,
+    status: u16,
+    code: String,
+    cost: u64,
+}
+
+async fn send(gw: &Gateway, body: &Value) -> Sent {
+    let started = Instant::now();
+    let resp = gw.chat(body.clone()).await;
+    let status = resp.status().as_u16();
+    let cost = header(&resp, "x-switchyard-cost-micros")
+        .parse()
+        .unwrap_or(0);
+    let v: Value = resp.json().await.unwrap_or(Value::Null);
+    Sent {
+        started,
+        ended: Instant::now(),
+        status,
+        code: v["error"]["code"].as_str().unwrap_or("").to_string(),
+        cost,
+    }
+}
+
+/// `workers` loops through both replicas in turn, each stopping `after` requests past its
+/// first refusal (and at 200 requests at most).
+async fn race(gws: &[Gateway; 2], body: &Value, workers: usize, after: usize) -> Vec<Sent> {
+    let mut tasks = Vec::new();
+    for w in 0..workers {
+        let (urls, body) = ([gws[0].url.clone(), gws[1].url.clone()], body.clone());
+        tasks.push(tokio::spawn(async move {
+            let http = client();
+            let mut out = Vec::new();
+            let mut refused = 0;
+            for i in 0..200 {
+                let started = Instant::now();
+                let resp = http
+                    .post(format!("{}/v1/chat/completions", urls[(w + i) % 2]))
+                    .bearer_auth(KEY)
+                    .json(&body)
+                    .send()
+                    .await
+                    .unwrap();
+                let status = resp.status().as_u16();
+                let cost = header(&resp, "x-switchyard-cost-micros")
+                    .parse()
+                    .unwrap_or(0);
+                let v: Value = resp.json().await.unwrap_or(Value::Null);
+                out.push(Sent {
+                    started,
+                    ended: Instant::now(),
+                    status,
+                    code: v["error"]["code"].as_str().unwrap_or("").to_string(),
+                    cost,
+                });
+                if status != 200 {
+                    refused += 1;
+                    if refused > after {
+                        break;
+                    }
+                }
+            }
+            out
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    all
+}
+
+async fn ledger_total(gws: &[Gateway; 2], one_log: bool) -> u64 {
+    let mut total = 0;
+    for gw in gws.iter().take(if one_log { 1 } else { 2 }) {
+        gw.flush_log().await;
+        let v = get_json(&format!("{}/admin/usage?group_by=key", gw.url), Some(ADMIN)).await;
+        let rows = v["rows"].as_array().unwrap();
+        let mine = rows.iter().find(|r| r["key"] == "team-a");
+        total += mine.map_or(0, |r| r["cost_micros"].as_u64().unwrap());
+    }
+    total
+}
+
+#[tokio::test]
+async fn a_keys_budget_holds_exactly_across_two_replicas() {
+    for shared in Shared::each("budget_race").await {
+        let up = mock(text_spec("a few words back")).await;
+        let budget = 300;
+        let gws = replicas(
+            &shared,
+            "",
+            "budget = { usd = 0.0003, period = \"day\" }",
+            &openai_channel("a", &up.base_url(), 1, PRICED),
+        )
+        .await;
+        let (prompt, completion) = calibrate(&gws[0]).await;
+        // The reply's reservation is what the reply costs: a request's hold is its cost.
+        let sent = race(&gws, &body(completion), 8, 3).await;
+        let which = shared.name();
+        let served: Vec<&Sent> = sent.iter().filter(|s| s.status == 200).collect();
+        let refused: Vec<&Sent> = sent.iter().filter(|s| s.status != 200).collect();
+        for r in &refused {
+            assert_eq!(
+                (r.status, r.code.as_str()),
+                (429, "budget_exceeded"),
+                "{which}"
+            );
+        }
+        let spent: u64 = served.iter().map(|s| s.cost).sum();
+        let ask = prompt + completion;
+        let overdraw = served
+            .iter()
+            .map(|s| s.cost.saturating_sub(ask))
+            .max()
+            .unwrap_or(0);
+        assert!(
+            !served.is_empty() && !refused.is_empty(),
+            "{which}: {sent:?}"
+        );
+        assert!(
+            spent <= budget + overdraw,
+            "{which}: spent {spent} of {budget} (largest overdraw {overdraw})"
+        );
+        // Every request has room until the budget is spent: it is spent to the last request.
+        assert!(
+            spent + ask > budget,
+            "{which}: only {spent} of {budget} spent"
+        );
+        assert_eq!(ledger_total(&gws, shared.one_log()).await, spent, "{which}");
+        // Once refused, refused: every request sent after the first refusal is refused.
+        let exhausted = refused.iter().map(|r| r.ended).min().unwrap();
+        let after: Vec<&&Sent> = served.iter().filter(|s| s.started > exhausted).collect();
+        assert!(
+            after.is_empty(),
+            "{which}: served after exhaustion: {after:?}"
+        );
+        assert_eq!(
+            sent.iter().filter(|s| s.started > exhausted).count(),
+            refused.iter().filter(|s| s.started > exhausted).count(),
+            "{which}"
+        );
+        // The upstream saw exactly the requests served (and the calibration).
+        assert_eq!(up.requests(), served.len() as u64 + 1, "{which}");
+    }
+}
+
+#[tokio::test]
+async fn rpm_and_max_concurrency_hold_across_two_replicas() {
+    for shared in Shared::each("rate_race").await {
+        let which = shared.name();
+        let up = mock(text_spec("ok")).await;
+        let gws = replicas(
+            &shared,
+            "",
+            "rpm = 5",
+            &openai_channel("a", &up.base_url(), 1, ""),
+        )
+        .await;
+        let mut statuses = Vec::new();
+        for i in 0..12 {
+            let resp = gws[i % 2].chat(chat_body(false)).await;
+            let status = resp.status().as_u16();
+            if status == 429 {
+                let secs: u64 = header(&resp, "retry-after").parse().unwrap();
+                assert!((1..=60).contains(&secs), "{which}: {secs}");
+                assert_eq!(header(&resp, "x-ratelimit-limit-requests"), "5");
+                assert_eq!(header(&resp, "x-ratelimit-remaining-requests"), "0");
+                let v: Value = resp.json().await.unwrap();
+                assert_eq!(v["error"]["code"], "rate_limit_exceeded", "{which}");
+            }
+            statuses.push(status);
+        }
+        let served = statuses.iter().filter(|s| **s == 200).count();
+        assert_eq!(served, 5, "{which}: {statuses:?}");
+        assert!(
+            statuses[5..].iter().all(|s| *s == 429),
+            "{which}: {statuses:?}"
+        );
+
+        // At most two in flight, whichever replica they reach.
+        let slow = mock(MockSpec {
+            ttft_ms: 500,
+            ..text_spec("slow")
+        })
+        .await;
+        let gws = replicas(
+            &shared,
+            "",
+            "max_concurrency = 2",
+            &openai_channel("a", &slow.base_url(), 1, ""),
+        )
+        .await;
+        let mut tasks = Vec::new();
+        for i in 0..6 {
+            let url = gws[i % 2].chat_url();
+            tasks.push(tokio::spawn(async move {
+                let resp = client()
+                    .post(url)
+                    .bearer_auth(KEY)
+                    .json(&chat_body(false))
+                    .send()
+                    .await
+                    .unwrap();
+                (
+                    resp.status().as_u16(),
+                    header(&resp, "x-ratelimit-limit-concurrency").to_string(),
+                )
+            }));
+        }
+        let mut got = Vec::new();
+        for t in tasks {
+            got.push(t.await.unwrap());
+        }
+        let served = got.iter().filter(|g| g.0 == 200).count();
+        assert_eq!(served, 2, "{which}: {got:?}");
+        assert!(
+            got.iter().all(|g| g.0 == 200 || g.1 == "2"),
+            "{which}: {got:?}"
+        );
+        // Settled: the slots are free again.
+        assert_eq!(gws[1].chat(chat_body(false)).await.status(), 200, "{which}");
+    }
+}
+
+#[tokio::test]
+async fn a_killed_replicas_holds_expire_by_their_deadline() {
+    for shared in Shared::each("budget_kill").await {
+        let which = shared.name();
+        let dir = tempfile::tempdir().unwrap();
+        let hung = mock(MockSpec {
+            ttft_ms: 60_000,
+            ..text_spec("never")
+        })
+        .await;
+        let fast = mock(text_spec("served")).await;
+        // One hold of a 100-token reply fills the budget.
+        let server = "hold_ttl_ms = 2000";
+        let limits = "budget = { usd = 0.00015 }";
+        let keys = format!(
+            "{limits}\n\n[[keys]]\nname = \"calib\"\nkey = \"{CALIB}\"\n{}",
+            shared.section()
+        );
+        let path = dir.path().join("a.toml");
+        std::fs::write(
+            &path,
+            format!(
+                "[server]\n{server}\n[log]\nsqlite_path = \"{}\"\n[[keys]]\nname = \"team-a\"\nkey = \"{KEY}\"\n{keys}\n{}",
+                dir.path().join("a.db").display(),
+                openai_channel("a", &hung.base_url(), 1, PRICED)
+            ),
+        )
+        .unwrap();
+        let (proc, url_a) = spawn_listening(
+            &[
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--config",
+                path.to_str().unwrap(),
+            ],
+            dir.path(),
+            "switchyard listening on ",
+        )
+        .await;
+        let b = gateway_full(
+            server,
+            &keys,
+            &openai_channel("b", &fast.base_url(), 1, PRICED),
+        )
+        .await;
+        if let Shared::Redis(_) = &shared {
+            wait_connected(&b, true).await;
+        }
+        // A request on replica A holds the budget and never ends.
+        let held = tokio::spawn(async move {
+            let _ = client()
+                .post(format!("{url_a}/v1/chat/completions"))
+                .bearer_auth(KEY)
+                .json(&body(100))
+                .timeout(Duration::from_secs(30))
+                .send()
+                .await;
+        });
+        eventually(&hung, "the held request reached the upstream", |m| {
+            m.requests() >= 1
+        })
+        .await;
+        let refused = send(&b, &body(100)).await;
+        assert_eq!(
+            (refused.status, refused.code.as_str()),
+            (429, "budget_exceeded"),
+            "{which}"
+        );
+        drop(proc);
+        held.abort();
+        let killed = Instant::now();
+        let ok = until(
+            "the dead replica's hold expired",
+            Duration::from_secs(15),
+            async || {
+                let s = send(&b, &body(100)).await;
+                if s.status == 200 {
+                    Ok(s)
+                } else {
+                    Err(format!("{s:?}"))
+                }
+            },
+        )
+        .await;
+        assert!(ok.cost > 0, "{which}");
+        // Not before the deadline (2 s from when the hold was taken, before the kill).
+        assert!(
+            killed.elapsed() <= Duration::from_secs(6),
+            "{which}: {:?}",
+            killed.elapsed()
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_keys_refusal_is_final_in_the_clients_envelope_and_never_fails_over() {
+    let (first, second) = (mock(text_spec("a")).await, mock(text_spec("b")).await);
+    let gw = gateway_full(
+        "",
+        "budget = { usd = 0 }",
+        &format!(
+            "{}{}",
+            openai_channel("first", &first.base_url(), 1, PRICED),
+            openai_channel("second", &second.base_url(), 2, PRICED)
+        ),
+    )
+    .await;
+    let resp = gw.chat(chat_body(false)).await;
+    assert_eq!(resp.status(), 429);
+    assert_eq!(header(&resp, "x-should-retry"), "false");
+    assert!(resp.headers().get("retry-after").is_none());
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["error"]["type"], "insufficient_quota");
+    assert_eq!(v["error"]["code"], "budget_exceeded");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("key team-a"),
+        "{v}"
+    );
+    let resp = gw
+        .post_as(
+            "/v1/messages",
+            KEY,
+            &[],
+            json!({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .await;
+    assert_eq!(resp.status(), 429);
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["type"], "error", "Anthropic's envelope: {v}");
+    assert_eq!((first.requests(), second.requests()), (0, 0));
+    let rows = gw.admin_requests().await;
+    assert!(
+        rows.iter().all(|r| r["outcome"] == "budget_exceeded"),
+        "{rows:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_channel_over_its_budget_is_skipped_for_the_next_tier() {
+    let (first, second) = (mock(text_spec("a")).await, mock(text_spec("b")).await);
+    let gw = gateway(&format!(
+        "{}{}",
+        openai_channel(
+            "first",
+            &first.base_url(),
+            1,
+            &format!("{PRICED}\nbudget = {{ usd = 0.00003, period = \"total\" }}")
+        ),
+        openai_channel("second", &second.base_url(), 2, PRICED)
+    ))
+    .await;
+    let mut channels = Vec::new();
+    for _ in 0..6 {
+        let resp = gw.chat(body(5)).await;
+        assert_eq!(resp.status(), 200);
+        channels.push(header(&resp, "x-switchyard-channel").to_string());
+    }
+    // The last request skipped the spent channel, saying why.
+    let rows = gw.admin_requests().await;
+    assert_eq!(
+        reasons(&rows[0]["attempts"]),
+        ["channel_budget_exhausted", "ok"]
+    );
+    assert_eq!(channels[0], "first");
+    assert_eq!(channels.last().unwrap(), "second", "{channels:?}");
+    let moved = channels.iter().position(|c| c == "second").unwrap();
+    assert!(
+        channels[moved..].iter().all(|c| c == "second"),
+        "{channels:?}"
+    );
+}
