@@ -19,6 +19,18 @@ pub struct Candidate {
     pub half_open: bool,
 }
 
+/// Moves the candidates `late` says are near their budget after the others, keeping each
+/// group's order (budget-aware routing: a channel past its soft share is tried last, not
+/// refused).
+pub fn demote(candidates: &mut Vec<Candidate>, late: impl Fn(&Candidate) -> bool) {
+    if !candidates.iter().any(&late) {
+        return;
+    }
+    let (mut front, back): (Vec<_>, Vec<_>) = candidates.drain(..).partition(|c| !late(c));
+    front.extend(back);
+    *candidates = front;
+}
+
 /// A channel left out of the plan by its health, and why.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Skipped {

@@ -67,14 +67,14 @@ pub async fn start(
 /// Where budgets and limits are counted, fixed at start: Redis when `[state] url` is set,
 /// else a PostgreSQL store, else this process.
 fn meter(redis: Option<&Arc<Redis>>, store: Option<&Store>) -> crate::spend::Meter {
-    use crate::spend::{MemoryMeters, Meter, PostgresMeters, RedisMeters};
-    match (redis, store.map(|s| &s.db)) {
-        (Some(r), _) => Meter::Redis(RedisMeters::new(r.clone())),
+    use crate::spend::{Backend, MemoryMeters, Meter, PostgresMeters, RedisMeters};
+    Meter::new(match (redis, store.map(|s| &s.db)) {
+        (Some(r), _) => Backend::Redis(RedisMeters::new(r.clone())),
         (None, Some(crate::store::Db::Postgres(pool))) => {
-            Meter::Postgres(PostgresMeters::new(pool.clone()))
+            Backend::Postgres(PostgresMeters::new(pool.clone()))
         }
-        _ => Meter::Memory(MemoryMeters::default()),
-    }
+        _ => Backend::Memory(MemoryMeters::default()),
+    })
 }
 
 /// [`start`] with the clock health reads (tests drive cooldowns with a manual one).

@@ -115,7 +115,19 @@ impl<'s> Model<'_, 's, '_> {
             bound: self.job.route.bound,
             only: self.job.route.only,
         };
-        let plan = router::plan(snap, self.job.route.key, model, &standing, pick, prefer)?;
+        let mut plan = router::plan(snap, self.job.route.key, model, &standing, pick, prefer)?;
+        let meter = self.job.spend.meter;
+        let bound = self.job.route.bound;
+        router::demote(&mut plan.candidates, |c| {
+            snap.channels.get(c.channel).is_some_and(|ch| {
+                bound != Some(&*ch.name)
+                    && ch
+                        .quota
+                        .budget
+                        .and_then(|b| b.soft)
+                        .is_some_and(|share| meter.past(&ch.scope, share))
+            })
+        });
         for s in &plan.skipped {
             if let Some(ch) = snap.channels.get(s.channel) {
                 self.skip(ch, s.reason);

@@ -200,6 +200,68 @@ async fn preview(
     let trim = super::body::trim_choice(headers)?;
     if let Some(req) = &parsed {
         explain_context_into(&mut plan, &snap, key, &chain, req, trim);
+        let prompt = req.prompt_estimate();
+        let reply = super::admission::reply_reservation(&snap, req.max_tokens.map(|(_, n)| n));
+        let basis = (prompt, reply);
+        explain_spend_into(&mut plan, &snap, &state.meter, key, &chain, basis).await;
     }
     Ok(plan)
+}
+
+/// Whether a budget would admit `ask` as it stands (spent and held), read without taking.
+async fn budget_view(
+    meter: &crate::spend::Meter,
+    scope: &str,
+    quota: &crate::config::quota::Quota,
+    ask: u64,
+) -> Value {
+    let Some(b) = quota.budget else {
+        return Value::Null;
+    };
+    let at = meter.standing(scope, quota).await;
+    json!({
+        "micros": b.micros,
+        "period": b.period.as_str(),
+        "spent_micros": at.map(|s| s.spent),
+        "reserved_micros": at.map(|s| s.reserved),
+        "would_admit": at.map(|s| s.spent + s.reserved + ask.max(1) <= b.micros),
+    })
+}
+
+/// The request's estimated cost on each candidate (its worst case at that channel's price) and
+/// whether the key's and each channel's budget would admit it; nothing is spent or held.
+async fn explain_spend_into(
+    plan: &mut Value,
+    snap: &Snapshot,
+    meter: &crate::spend::Meter,
+    key: &GatewayKey,
+    chain: &Chain,
+    (prompt, reply): (u64, u64),
+) {
+    let ask = super::admission::worst_case(snap, chain, prompt, reply);
+    plan["spend"] = json!({
+        "prompt_tokens_estimate": prompt,
+        "reply_tokens_reserved": reply,
+        "worst_case_micros": ask.micros,
+        "key_budget": budget_view(meter, &key.scope, &key.quota, ask.micros).await,
+    });
+    let Some(steps) = plan["chain"].as_array_mut() else {
+        return;
+    };
+    for (step, s) in steps.iter_mut().zip(&chain.steps) {
+        let Some(cands) = step["candidates"].as_array_mut() else {
+            continue;
+        };
+        for c in cands {
+            let Some(ch) = snap.channels.iter().find(|ch| c["channel"] == *ch.name) else {
+                continue;
+            };
+            let up = c["upstream_model"].as_str().unwrap_or(&s.model).to_string();
+            let price = snap.price(ch, &s.model, &up);
+            let cost = price.map_or(0, |p| p.worst_case(prompt, reply));
+            c["estimated_cost_micros"] = json!(cost);
+            c["price_version"] = json!(price.map(|p| p.version.as_str()));
+            c["channel_budget"] = budget_view(meter, &ch.scope, &ch.quota, cost).await;
+        }
+    }
 }

@@ -150,6 +150,8 @@ async fn readyz(State(state): State<AppState>) -> Response {
         // Redis being down does not make the gateway unready: it serves on local state.
         "state": state.state.describe(),
         "store": state.store.as_ref().map(|s| s.describe()),
+        // Reported, not a reason to be taken out: each budget says what happens without it.
+        "budgets": state.meter.describe(),
     });
     let status = if alive {
         StatusCode::OK

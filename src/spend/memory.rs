@@ -65,7 +65,7 @@ impl Scope {
         id: u64,
         expires: i64,
         now: i64,
-    ) -> Result<Option<String>, (Limit, u64, u64, i64)> {
+    ) -> Result<(Option<String>, u64), (Limit, u64, u64, i64)> {
         self.sweep(now);
         let mut period = None;
         if let Some(b) = q.budget {
@@ -117,7 +117,10 @@ impl Scope {
             self.tokens.insert(id, ask.tokens);
             self.window_tokens = self.window_tokens.saturating_add(ask.tokens);
         }
-        Ok(period)
+        let used = period
+            .as_ref()
+            .map_or(0, |_| self.spent.saturating_add(self.reserved));
+        Ok((period, used))
     }
 
     fn settle(&mut self, h: &Hold, cost: u64, tokens: u64) {
@@ -150,11 +153,12 @@ impl Meters {
         let mut scopes = self.scopes.lock().unwrap_or_else(|p| p.into_inner());
         let s = scopes.entry(scope.clone()).or_default();
         match s.admit(q, ask, id, expires, now) {
-            Ok(period) => Verdict::Held(Hold {
+            Ok((period, used)) => Verdict::Held(Hold {
                 scope: scope.clone(),
                 id,
                 period,
                 ask,
+                used,
                 local: false,
             }),
             Err((limit, cap, used, wait)) => Verdict::Refused(Refusal {

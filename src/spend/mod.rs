@@ -80,6 +80,8 @@ pub struct Hold {
     /// The budget period the hold's spend belongs to (`None`: the scope has no budget).
     pub period: Option<String>,
     pub ask: Ask,
+    /// The scope's budget used (spent and held) with this hold taken; 0 without a budget.
+    pub used: u64,
     /// Taken from this replica's own meters (the shared counter was down, the limit fails
     /// open): settled there, and the spend added to the shared counter when it can be.
     pub local: bool,
@@ -92,44 +94,106 @@ pub struct Standing {
     pub reserved: u64,
 }
 
-/// The meters every replica shares, or this process's own.
-pub enum Meter {
+/// Where the counters are: shared by every replica, or this process's own.
+pub enum Backend {
     Memory(MemoryMeters),
     Redis(RedisMeters),
     Postgres(PostgresMeters),
+}
+
+/// The meters, and what this replica last saw of each budget (for soft limits, which rank a
+/// channel without a round trip).
+pub struct Meter {
+    backend: Backend,
+    seen: std::sync::Mutex<std::collections::HashMap<Arc<str>, Seen>>,
+}
+
+/// A budget as this replica last saw it: used (spent and held), its limit, and when its period
+/// ends (a new period starts from nothing).
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    used: u64,
+    cap: u64,
+    ends: i64,
 }
 
 /// How long a hold lasts when its request never settles it (a crashed replica).
 pub const DEFAULT_HOLD: Duration = Duration::from_secs(600);
 
 impl Meter {
+    pub fn new(backend: Backend) -> Meter {
+        Meter {
+            backend,
+            seen: Default::default(),
+        }
+    }
+
     /// Checks `ask` against every limit of `quota` for `scope` and, if all have room, takes it.
     pub async fn admit(&self, scope: &Arc<str>, quota: &Quota, ask: Ask, ttl: Duration) -> Verdict {
         let now = crate::clock::unix_ms();
-        match self {
-            Meter::Memory(m) => m.admit(scope, quota, ask, ttl, now),
-            Meter::Redis(r) => match r.admit(scope, quota, ask, ttl).await {
+        let v = match &self.backend {
+            Backend::Memory(m) => m.admit(scope, quota, ask, ttl, now),
+            Backend::Redis(r) => match r.admit(scope, quota, ask, ttl).await {
                 Some(v) => v,
                 None => fallback(r.local(), scope, quota, ask, ttl, now),
             },
-            Meter::Postgres(p) => match p.admit(scope, quota, ask, ttl, now).await {
+            Backend::Postgres(p) => match p.admit(scope, quota, ask, ttl, now).await {
                 Some(v) => v,
                 None => fallback(p.local(), scope, quota, ask, ttl, now),
             },
+        };
+        if let Some(b) = quota.budget {
+            let used = match &v {
+                Verdict::Held(h) => Some(h.used),
+                Verdict::Refused(r) if r.limit == Limit::Budget => Some(r.used),
+                _ => None,
+            };
+            if let Some(used) = used {
+                let ends = b.period.at(now).1;
+                let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+                seen.insert(
+                    scope.clone(),
+                    Seen {
+                        used,
+                        cap: b.micros,
+                        ends,
+                    },
+                );
+            }
+        }
+        v
+    }
+
+    /// Whether the budget of `scope` was last seen past `share` of its limit.
+    pub fn past(&self, scope: &str, share: f64) -> bool {
+        let now = crate::clock::unix_ms();
+        let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        seen.get(scope)
+            .is_some_and(|s| now < s.ends && s.used as f64 >= share * s.cap as f64)
+    }
+
+    /// A settled hold's reservation became its cost in what this replica saw.
+    fn seen_settled(&self, hold: &Hold, cost: u64) {
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = seen.get_mut(&hold.scope) {
+            s.used = s.used.saturating_sub(hold.ask.micros).saturating_add(cost);
         }
     }
 
     /// Releases `hold` and charges `cost` micro-dollars and `tokens` to its scope.
     pub async fn settle(&self, hold: &Hold, cost: u64, tokens: u64) {
-        match self {
-            Meter::Memory(m) => m.settle(hold, cost, tokens),
-            Meter::Redis(r) => {
+        if hold.period.is_some() {
+            self.seen_settled(hold, cost);
+        }
+        match &self.backend {
+            Backend::Memory(m) => m.settle(hold, cost, tokens),
+            Backend::Redis(r) => {
                 if hold.local {
                     r.local().settle(hold, cost, tokens);
                 }
                 r.settle(hold, cost, tokens).await;
             }
-            Meter::Postgres(p) => {
+            Backend::Postgres(p) => {
                 if hold.local {
                     p.local().settle(hold, cost, tokens);
                 }
@@ -143,27 +207,27 @@ impl Meter {
         let budget = quota.budget?;
         let now = crate::clock::unix_ms();
         let period = budget.period.at(now).0;
-        match self {
-            Meter::Memory(m) => Some(m.standing(scope, &period, now)),
-            Meter::Redis(r) => r.standing(scope, &period).await,
-            Meter::Postgres(p) => p.standing(scope, &period, now).await,
+        match &self.backend {
+            Backend::Memory(m) => Some(m.standing(scope, &period, now)),
+            Backend::Redis(r) => r.standing(scope, &period).await,
+            Backend::Postgres(p) => p.standing(scope, &period, now).await,
         }
     }
 
     pub fn kind(&self) -> &'static str {
-        match self {
-            Meter::Memory(_) => "memory",
-            Meter::Redis(_) => "redis",
-            Meter::Postgres(_) => "postgres",
+        match &self.backend {
+            Backend::Memory(_) => "memory",
+            Backend::Redis(_) => "redis",
+            Backend::Postgres(_) => "postgres",
         }
     }
 
     /// Whether the shared counter answers (always, in memory).
     pub fn connected(&self) -> bool {
-        match self {
-            Meter::Memory(_) => true,
-            Meter::Redis(r) => r.connected(),
-            Meter::Postgres(p) => p.connected(),
+        match &self.backend {
+            Backend::Memory(_) => true,
+            Backend::Redis(r) => r.connected(),
+            Backend::Postgres(p) => p.connected(),
         }
     }
 

@@ -140,6 +140,7 @@ impl Meters {
                 spent: row.try_get("spent")?,
             };
             let refused = judge(q, ask, &read, now, period.as_ref().map(|p| p.1));
+            let used = (read.spent.max(0) + read.reserved.max(0)) as u64 + ask.micros;
             if refused.is_none() {
                 let rates = q.rpm.is_some() || q.tpm.is_some();
                 sqlx::query(TAKE)
@@ -154,17 +155,18 @@ impl Meters {
                     .await?;
             }
             tx.commit().await?;
-            Ok(refused)
+            Ok((refused, used))
         });
         Some(match verdict.await? {
-            None => Verdict::Held(Hold {
+            (None, used) => Verdict::Held(Hold {
                 scope: scope.clone(),
                 id,
                 period: period.map(|p| p.0),
                 ask,
+                used: if q.budget.is_some() { used } else { 0 },
                 local: false,
             }),
-            Some((limit, cap, used, wait)) => Verdict::Refused(Refusal {
+            (Some((limit, cap, used, wait)), _) => Verdict::Refused(Refusal {
                 scope: scope.clone(),
                 limit,
                 cap,

@@ -72,7 +72,9 @@ end
 for _, k in ipairs({KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6]}) do
   redis.call('PEXPIRE', k, hold + 120000)
 end
-return {1, 0, 0, 0, 0}
+local used = 0
+if budget >= 0 then used = tonumber(redis.call('GET', KEYS[5]) or '0') + reserved + ask end
+return {1, 0, budget, used, 0}
 "#;
 
 /// KEYS as [`ADMIT`]'s. ARGV: id, cost, real tokens, when the period's spend may be forgotten
@@ -185,6 +187,7 @@ impl Meters {
                 id,
                 period: period.map(|p| p.0),
                 ask,
+                used: used.max(0) as u64,
                 local: false,
             }));
         }

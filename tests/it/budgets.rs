@@ -486,3 +486,132 @@ async fn a_channel_over_its_budget_is_skipped_for_the_next_tier() {
         "{channels:?}"
     );
 }
+
+#[tokio::test]
+async fn without_the_shared_counter_money_fails_closed_and_rates_fail_open() {
+    let up = mock(text_spec("ok")).await;
+    let keys = "budget = { usd = 1 }\n\n\
+        [[keys]]\nname = \"rated\"\nkey = \"sk-rated-key-000001\"\nrpm = 100\n\n\
+        [[keys]]\nname = \"open\"\nkey = \"sk-open-budget-0001\"\nbudget = { usd = 1, fail = \"open\" }\n\n\
+        [[keys]]\nname = \"strict\"\nkey = \"sk-strict-rate-0001\"\nrpm = 100\nlimits_fail = \"closed\"\n\n\
+        [state]\nurl = \"redis://127.0.0.1:1\"\n";
+    let gw = gateway_full("", keys, &openai_channel("a", &up.base_url(), 1, PRICED)).await;
+    let ready = get_json(&format!("{}/readyz", gw.url), None).await;
+    assert_eq!(
+        ready["budgets"],
+        json!({"backend": "redis", "connected": false})
+    );
+    let cases = [
+        (KEY, 503, "budget_unavailable"),
+        ("sk-rated-key-000001", 200, ""),
+        ("sk-open-budget-0001", 200, ""),
+        ("sk-strict-rate-0001", 503, "budget_unavailable"),
+    ];
+    for (key, status, code) in cases {
+        let resp = gw.post_as("/v1/chat/completions", key, &[], body(5)).await;
+        assert_eq!(resp.status(), status, "{key}");
+        let v: Value = resp.json().await.unwrap();
+        assert_eq!(
+            v["error"]["code"].as_str().unwrap_or(""),
+            code,
+            "{key}: {v}"
+        );
+    }
+    let health = get_json(&format!("{}/admin/health", gw.url), Some(ADMIN)).await;
+    assert_eq!(health["budgets"]["connected"], false);
+}
+
+#[tokio::test]
+async fn a_channel_past_its_soft_share_ranks_after_its_peers_before_its_hard_stop() {
+    let (first, second) = (mock(text_spec("a")).await, mock(text_spec("b")).await);
+    let gw = gateway(&format!(
+        "{}{}",
+        openai_channel(
+            "first",
+            &first.base_url(),
+            1,
+            &format!("{PRICED}\nbudget = {{ usd = 0.001, period = \"total\", soft = 0.05 }}")
+        ),
+        openai_channel("second", &second.base_url(), 2, PRICED)
+    ))
+    .await;
+    let mut served = Vec::new();
+    for _ in 0..8 {
+        let resp = gw.chat(body(5)).await;
+        assert_eq!(resp.status(), 200);
+        served.push(header(&resp, "x-switchyard-channel").to_string());
+    }
+    let moved = served.iter().position(|c| c == "second").expect("moved");
+    assert!(
+        moved >= 1 && served[moved..].iter().all(|c| c == "second"),
+        "{served:?}"
+    );
+    // Moved on by its soft share, with most of its budget left: no refusal skipped it.
+    let health = get_json(&format!("{}/admin/health", gw.url), Some(ADMIN)).await;
+    let row = health["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["channel"] == "first")
+        .unwrap()
+        .clone();
+    let spent = row["budget"]["spent_micros"].as_u64().unwrap();
+    assert!(spent > 0 && spent < 500, "{row}");
+    let rows = gw.admin_requests().await;
+    assert_eq!(
+        reasons(&rows[0]["attempts"]),
+        ["ok"],
+        "demoted, not skipped"
+    );
+}
+
+#[tokio::test]
+async fn route_explain_shows_each_candidates_cost_and_whether_each_budget_admits_it() {
+    let (first, second) = (mock(text_spec("a")).await, mock(text_spec("b")).await);
+    let gw = gateway_full(
+        "",
+        "budget = { usd = 0.00005 }",
+        &format!(
+            "{}{}",
+            openai_channel(
+                "cheap",
+                &first.base_url(),
+                1,
+                &format!("{PRICED}\nbudget = {{ usd = 0.00001 }}")
+            ),
+            openai_channel(
+                "dear",
+                &second.base_url(),
+                2,
+                "price = { input = 2, output = 2 }"
+            )
+        ),
+    )
+    .await;
+    let explain = async || {
+        let resp = gw.post_as("/v1/route/explain", KEY, &[], body(5)).await;
+        assert_eq!(resp.status(), 200);
+        resp.json::<Value>().await.unwrap()
+    };
+    let v = explain().await;
+    let prompt = v["spend"]["prompt_tokens_estimate"].as_u64().unwrap();
+    let cands = &v["chain"][0]["candidates"];
+    let cost = |i: usize| cands[i]["estimated_cost_micros"].as_u64().unwrap();
+    assert_eq!(cost(0), prompt + 5);
+    assert_eq!(cost(1), 2 * (prompt + 5));
+    // The key's hold is the dearest candidate's worst case.
+    assert_eq!(v["spend"]["worst_case_micros"].as_u64(), Some(cost(1)));
+    assert_eq!(v["spend"]["key_budget"]["would_admit"], true, "{v}");
+    // The cheap channel's $0.00001 cannot take a request of more than 10 tokens.
+    assert_eq!(
+        cands[0]["channel_budget"]["would_admit"],
+        prompt + 5 <= 10,
+        "{v}"
+    );
+    assert!(cands[1]["channel_budget"].is_null());
+    // A preview spends nothing: the same answer again, and the upstreams never called.
+    let again = explain().await;
+    assert_eq!(again["spend"]["key_budget"], v["spend"]["key_budget"]);
+    assert_eq!(again["spend"]["key_budget"]["spent_micros"], 0);
+    assert_eq!((first.requests(), second.requests()), (0, 0));
+}

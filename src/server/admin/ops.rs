@@ -102,6 +102,17 @@ pub async fn health(admin: Admin) -> Response {
             }
         }
         r["credentials"] = creds;
+        if let Some(ch) = snap.channels.iter().find(|c| *c.name == *name)
+            && let Some(b) = ch.quota.budget
+        {
+            let at = state.meter.standing(&ch.scope, &ch.quota).await;
+            r["budget"] = json!({
+                "micros": b.micros,
+                "period": b.period.as_str(),
+                "spent_micros": at.map(|s| s.spent),
+                "reserved_micros": at.map(|s| s.reserved),
+            });
+        }
     }
     if !admin.caller.groups.is_empty() {
         // An admin limited to groups sees its groups' channels only.
@@ -114,6 +125,11 @@ pub async fn health(admin: Admin) -> Response {
             })
         });
     }
-    axum::Json(json!({"object": "list", "data": rows, "state": state.state.describe()}))
-        .into_response()
+    axum::Json(json!({
+        "object": "list",
+        "data": rows,
+        "state": state.state.describe(),
+        "budgets": state.meter.describe(),
+    }))
+    .into_response()
 }
