@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::{Ask, Hold, Limit, Refusal, Standing, Verdict};
+use super::{Ask, Denial, Hold, Limit, Refusal, Standing, Verdict};
 use crate::config::quota::Quota;
 
 /// The rpm and tpm window.
@@ -65,7 +65,7 @@ impl Scope {
         id: u64,
         expires: i64,
         now: i64,
-    ) -> Result<(Option<String>, u64), (Limit, u64, u64, i64)> {
+    ) -> Result<(Option<String>, u64), Denial> {
         self.sweep(now);
         let mut period = None;
         if let Some(b) = q.budget {

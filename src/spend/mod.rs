@@ -62,6 +62,10 @@ pub struct Refusal {
     pub retry_after: Duration,
 }
 
+/// A refusal as the rule gives it: the limit, its value, what is used of it, and the ms until
+/// it has room.
+type Denial = (Limit, u64, u64, i64);
+
 /// A scope's verdict on one ask.
 #[derive(Debug)]
 pub enum Verdict {

@@ -11,7 +11,7 @@ use sqlx::Row;
 use sqlx::postgres::PgPool;
 
 use super::memory::WINDOW_MS;
-use super::{Ask, Hold, Limit, MemoryMeters, Refusal, Standing, Verdict};
+use super::{Ask, Denial, Hold, Limit, MemoryMeters, Refusal, Standing, Verdict};
 use crate::config::quota::Quota;
 
 /// The longest an admission waits on PostgreSQL before the scope's `fail` decides.
@@ -214,13 +214,7 @@ impl Meters {
 }
 
 /// The rule of `memory::Scope::admit`, over what was read under the scope's lock.
-fn judge(
-    q: &Quota,
-    ask: Ask,
-    r: &Read,
-    now: i64,
-    period_end: Option<i64>,
-) -> Option<(Limit, u64, u64, i64)> {
+fn judge(q: &Quota, ask: Ask, r: &Read, now: i64, period_end: Option<i64>) -> Option<Denial> {
     let u = |v: i64| v.max(0) as u64;
     if let Some(b) = q.budget {
         let used = u(r.spent).saturating_add(u(r.reserved));
