@@ -615,3 +615,102 @@ async fn route_explain_shows_each_candidates_cost_and_whether_each_budget_admits
     assert_eq!(again["spend"]["key_budget"]["spent_micros"], 0);
     assert_eq!((first.requests(), second.requests()), (0, 0));
 }
+
+/// A one-node Redis Cluster owning every slot: it refuses any script whose keys are in more
+/// than one slot (CROSSSLOT), as a real cluster does.
+struct ClusterNode {
+    child: std::process::Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for ClusterNode {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn cluster_node() -> ClusterNode {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let child = std::process::Command::new("redis-server")
+        .args(["--port", &port, "--cluster-enabled", "yes", "--save", ""])
+        .args(["--appendonly", "no", "--bind", "127.0.0.1"])
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("redis-server runs");
+    let cli = |args: &[&str]| {
+        std::process::Command::new("redis-cli")
+            .args(["-p", &port])
+            .args(args)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+            .unwrap_or_default()
+    };
+    until("the cluster node answers", Duration::from_secs(10), async || {
+        cli(&["ping"]).contains("PONG")
+    })
+    .await;
+    cli(&["cluster", "addslotsrange", "0", "16383"]);
+    until("the cluster is ok", Duration::from_secs(10), async || {
+        cli(&["cluster", "info"]).contains("cluster_state:ok")
+    })
+    .await;
+    let bad = cli(&["eval", "return redis.call('GET', KEYS[2])", "2", "{a}x", "{b}y"]);
+    assert!(bad.contains("CROSSSLOT"), "a cluster refuses keys of two slots: {bad}");
+    ClusterNode {
+        child,
+        url: format!("redis://127.0.0.1:{port}"),
+        _dir: dir,
+    }
+}
+
+#[tokio::test]
+async fn each_scopes_script_touches_one_redis_cluster_slot() {
+    let node = cluster_node().await;
+    let up = mock(text_spec("ok")).await;
+    let gw = gateway_full(
+        "",
+        &format!(
+            "budget = {{ usd = 0.00005 }}\nrpm = 100\ntpm = 100000\nmax_concurrency = 4\n\n\
+             [state]\nurl = \"{}\"\nprefix = \"sy\"\n",
+            node.url
+        ),
+        &openai_channel(
+            "a",
+            &up.base_url(),
+            1,
+            &format!("{PRICED}\nbudget = {{ usd = 1 }}\nrpm = 100\nmax_concurrency = 4"),
+        ),
+    )
+    .await;
+    until("the gateway reached the cluster node", Duration::from_secs(10), async || {
+        let v = get_json(&format!("{}/readyz", gw.url), None).await;
+        v["budgets"]["connected"] == true
+    })
+    .await;
+    // Served until the key's budget is spent, then refused by it: every script ran (a
+    // CROSSSLOT error would have been a lost Redis and a 503 budget_unavailable).
+    let mut codes = Vec::new();
+    for _ in 0..8 {
+        let resp = gw.chat(body(5)).await;
+        let status = resp.status().as_u16();
+        let v: Value = resp.json().await.unwrap();
+        codes.push((status, v["error"]["code"].as_str().unwrap_or("").to_string()));
+    }
+    assert_eq!(codes[0].0, 200, "{codes:?}");
+    assert!(
+        codes.iter().all(|c| c.0 == 200 || c.1 == "budget_exceeded"),
+        "{codes:?}"
+    );
+    assert!(codes.iter().any(|c| c.1 == "budget_exceeded"), "{codes:?}");
+    let v = get_json(&format!("{}/readyz", gw.url), None).await;
+    assert_eq!(v["budgets"]["connected"], true, "{v}");
+}
