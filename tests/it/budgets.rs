@@ -654,17 +654,28 @@ async fn cluster_node() -> ClusterNode {
             .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
             .unwrap_or_default()
     };
-    until("the cluster node answers", Duration::from_secs(10), async || {
-        cli(&["ping"]).contains("PONG")
-    })
+    until(
+        "the cluster node answers",
+        Duration::from_secs(10),
+        async || cli(&["ping"]).contains("PONG"),
+    )
     .await;
     cli(&["cluster", "addslotsrange", "0", "16383"]);
     until("the cluster is ok", Duration::from_secs(10), async || {
         cli(&["cluster", "info"]).contains("cluster_state:ok")
     })
     .await;
-    let bad = cli(&["eval", "return redis.call('GET', KEYS[2])", "2", "{a}x", "{b}y"]);
-    assert!(bad.contains("CROSSSLOT"), "a cluster refuses keys of two slots: {bad}");
+    let bad = cli(&[
+        "eval",
+        "return redis.call('GET', KEYS[2])",
+        "2",
+        "{a}x",
+        "{b}y",
+    ]);
+    assert!(
+        bad.contains("CROSSSLOT"),
+        "a cluster refuses keys of two slots: {bad}"
+    );
     ClusterNode {
         child,
         url: format!("redis://127.0.0.1:{port}"),
@@ -691,10 +702,14 @@ async fn each_scopes_script_touches_one_redis_cluster_slot() {
         ),
     )
     .await;
-    until("the gateway reached the cluster node", Duration::from_secs(10), async || {
-        let v = get_json(&format!("{}/readyz", gw.url), None).await;
-        v["budgets"]["connected"] == true
-    })
+    until(
+        "the gateway reached the cluster node",
+        Duration::from_secs(10),
+        async || {
+            let v = get_json(&format!("{}/readyz", gw.url), None).await;
+            v["budgets"]["connected"] == true
+        },
+    )
     .await;
     // Served until the key's budget is spent, then refused by it: every script ran (a
     // CROSSSLOT error would have been a lost Redis and a 503 budget_unavailable).
@@ -703,7 +718,10 @@ async fn each_scopes_script_touches_one_redis_cluster_slot() {
         let resp = gw.chat(body(5)).await;
         let status = resp.status().as_u16();
         let v: Value = resp.json().await.unwrap();
-        codes.push((status, v["error"]["code"].as_str().unwrap_or("").to_string()));
+        codes.push((
+            status,
+            v["error"]["code"].as_str().unwrap_or("").to_string(),
+        ));
     }
     assert_eq!(codes[0].0, 200, "{codes:?}");
     assert!(
@@ -713,4 +731,59 @@ async fn each_scopes_script_touches_one_redis_cluster_slot() {
     assert!(codes.iter().any(|c| c.1 == "budget_exceeded"), "{codes:?}");
     let v = get_json(&format!("{}/readyz", gw.url), None).await;
     assert_eq!(v["budgets"]["connected"], true, "{v}");
+}
+
+#[tokio::test]
+async fn limits_set_through_the_admin_api_hold_on_every_replica() {
+    let pg = Postgres::fresh("budget_admin").await;
+    let m = master_key(3);
+    let up = mock(text_spec("ok")).await;
+    let file = openai_channel("a", &up.base_url(), 1, PRICED);
+    let one = on_store(&pg.url, Some(&m), &file).await;
+    let two = on_store(&pg.url, Some(&m), &file).await;
+    let (s, made) = as_admin(
+        &one,
+        "POST",
+        "/admin/keys",
+        Some(json!({"name": "svc", "rpm": 3, "budget": {"usd": 1, "period": "day"}})),
+    )
+    .await;
+    assert_eq!(s, 201, "{made}");
+    assert_eq!(made["rpm"], 3);
+    let key = made["key"].as_str().unwrap().to_string();
+    until(
+        "the second replica takes the key",
+        Duration::from_secs(10),
+        async || {
+            two.post_as("/v1/chat/completions", &key, &[], body(5))
+                .await
+                .status()
+                != 401
+        },
+    )
+    .await;
+    // One request already went to the second replica; the rest alternate.
+    let mut statuses = vec![200];
+    for i in 0..4 {
+        let gw = if i % 2 == 0 { &one } else { &two };
+        let resp = gw.post_as("/v1/chat/completions", &key, &[], body(5)).await;
+        statuses.push(resp.status().as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 200, 429, 429]);
+    // A bad value is refused by name, as the file's would be.
+    let (s, bad) = as_admin(
+        &one,
+        "POST",
+        "/admin/keys",
+        Some(json!({"name": "bad", "budget": {"usd": -1}})),
+    )
+    .await;
+    assert_eq!(s, 400, "{bad}");
+    assert!(
+        bad["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("budget.usd"),
+        "{bad}"
+    );
 }
