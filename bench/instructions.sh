@@ -10,6 +10,8 @@
 #   STREAM=1 N1=100 N2=400 bench/instructions.sh
 #   SESSION=1 bench/instructions.sh     # every request in one session (affinity, in memory)
 #   TRIM=1 bench/instructions.sh        # the key trims: every request is counted (and fits)
+#   LIMITS=priced bench/instructions.sh; LIMITS=memory bench/instructions.sh   # what a key's
+#                                        # budget, rpm and max_concurrency add (in memory)
 #   MOCK_BIN=/tmp/base/switchyard bench/instructions.sh A B   # one mock for every build, so
 #                                        # each gateway gets the very same upstream answers
 #
@@ -22,6 +24,7 @@ N2=${N2:-600}
 STREAM=${STREAM:-0}
 SESSION=${SESSION:-0}
 TRIM=${TRIM:-0}
+LIMITS=${LIMITS:-none}
 GW_PORT=${GW_PORT:-18090}
 MOCK_PORT=${MOCK_PORT:-18091}
 command -v valgrind >/dev/null || { echo "valgrind not found: apt-get install valgrind" >&2; exit 1; }
@@ -65,6 +68,14 @@ base_url = "http://127.0.0.1:$MOCK_PORT/v1"
 api_keys = ["sk-upstream-bench"]
 models = ["bench"]
 TOML
+if [ "$LIMITS" != none ]; then
+  # A key budget, rpm and max_concurrency, and a priced channel, counted in memory (LIMITS=memory;
+  # LIMITS=priced prices the channel only, the baseline for what admission and settle add).
+  echo 'price = { input = 1, output = 1 }' >>"$work/gw.toml"
+  if [ "$LIMITS" = memory ]; then
+    sed -i 's/^key = "sk-bench-key-000000"$/&\nbudget = { usd = 1000000 }\nrpm = 100000000\nmax_concurrency = 100000/' "$work/gw.toml"
+  fi
+fi
 if [ "$TRIM" = 1 ]; then
   sed -i 's/^key = "sk-bench-key-000000"$/&\ntrim = true/' "$work/gw.toml"
   printf '[[models]]\nname = "bench"\ncontext_window = 128000\nmax_output_tokens = 4096\n' >>"$work/gw.toml"

@@ -9,7 +9,7 @@ use super::{Ask, Denial, Hold, Limit, Refusal, Standing, Verdict};
 use crate::config::quota::Quota;
 
 /// The rpm and tpm window.
-pub const WINDOW_MS: i64 = 60_000;
+const WINDOW_MS: i64 = 60_000;
 
 /// One scope's counters.
 #[derive(Debug, Default)]
@@ -21,10 +21,12 @@ pub struct Scope {
     reserved: u64,
     holds: HashMap<u64, (u64, i64)>,
     expiry: BTreeSet<(i64, u64)>,
-    /// Admissions of the last minute, oldest first: (ts, id); and each one's tokens.
-    window: VecDeque<(i64, u64)>,
-    tokens: HashMap<u64, u64>,
+    /// Admissions of the last minute, oldest first: (ts, id, tokens). With `rpm` alone, only
+    /// the last `rpm` are kept: whether the rpm-th last is inside the window is the whole rule.
+    window: VecDeque<(i64, u64, u64)>,
     window_tokens: u64,
+    /// The scope has a `tpm`: settles correct their admission's tokens.
+    counts_tokens: bool,
 }
 
 impl Scope {
@@ -39,12 +41,11 @@ impl Scope {
                 self.reserved = self.reserved.saturating_sub(micros);
             }
         }
-        while let Some(&(ts, id)) = self.window.front() {
+        while let Some(&(ts, _, t)) = self.window.front() {
             if ts > now - WINDOW_MS {
                 break;
             }
             self.window.pop_front();
-            let t = self.tokens.remove(&id).unwrap_or(0);
             self.window_tokens = self.window_tokens.saturating_sub(t);
         }
     }
@@ -91,7 +92,7 @@ impl Scope {
         let next_slot = || {
             self.window
                 .front()
-                .map_or(1000, |(ts, _)| ts + WINDOW_MS - now)
+                .map_or(1000, |(ts, ..)| ts + WINDOW_MS - now)
         };
         if let Some(rpm) = q.rpm
             && self.window.len() as u64 >= u64::from(rpm)
@@ -112,10 +113,16 @@ impl Scope {
         self.reserved = self.reserved.saturating_add(ask.micros);
         self.holds.insert(id, (ask.micros, expires));
         self.expiry.insert((expires, id));
+        self.counts_tokens = q.tpm.is_some();
         if q.rpm.is_some() || q.tpm.is_some() {
-            self.window.push_back((now, id));
-            self.tokens.insert(id, ask.tokens);
+            self.window.push_back((now, id, ask.tokens));
             self.window_tokens = self.window_tokens.saturating_add(ask.tokens);
+            if let (Some(rpm), None) = (q.rpm, q.tpm)
+                && self.window.len() > rpm as usize
+                && let Some((.., t)) = self.window.pop_front()
+            {
+                self.window_tokens = self.window_tokens.saturating_sub(t);
+            }
         }
         let used = period
             .as_ref()
@@ -133,9 +140,12 @@ impl Scope {
         {
             self.spent = self.spent.saturating_add(cost);
         }
-        if let Some(t) = self.tokens.get_mut(&h.id) {
-            self.window_tokens = self.window_tokens.saturating_sub(*t).saturating_add(tokens);
-            *t = tokens;
+        // A settling request was admitted recently: it is near the back.
+        if self.counts_tokens
+            && let Some(entry) = self.window.iter_mut().rev().find(|e| e.1 == h.id)
+        {
+            self.window_tokens = self.window_tokens.saturating_sub(entry.2).saturating_add(tokens);
+            entry.2 = tokens;
         }
     }
 }

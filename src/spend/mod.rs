@@ -135,13 +135,15 @@ impl Meter {
     /// Checks `ask` against every limit of `quota` for `scope` and, if all have room, takes it.
     pub async fn admit(&self, scope: &Arc<str>, quota: &Quota, ask: Ask, ttl: Duration) -> Verdict {
         let now = crate::clock::unix_ms();
+        // The shared backends' futures are boxed: inline they would make this future (and the
+        // memory path's) tens of kilobytes, copied on every admission.
         let v = match &self.backend {
             Backend::Memory(m) => m.admit(scope, quota, ask, ttl, now),
-            Backend::Redis(r) => match r.admit(scope, quota, ask, ttl).await {
+            Backend::Redis(r) => match Box::pin(r.admit(scope, quota, ask, ttl)).await {
                 Some(v) => v,
                 None => fallback(r.local(), scope, quota, ask, ttl, now),
             },
-            Backend::Postgres(p) => match p.admit(scope, quota, ask, ttl, now).await {
+            Backend::Postgres(p) => match Box::pin(p.admit(scope, quota, ask, ttl, now)).await {
                 Some(v) => v,
                 None => fallback(p.local(), scope, quota, ask, ttl, now),
             },
@@ -195,13 +197,13 @@ impl Meter {
                 if hold.local {
                     r.local().settle(hold, cost, tokens);
                 }
-                r.settle(hold, cost, tokens).await;
+                Box::pin(r.settle(hold, cost, tokens)).await;
             }
             Backend::Postgres(p) => {
                 if hold.local {
                     p.local().settle(hold, cost, tokens);
                 }
-                p.settle(hold, cost, tokens, crate::clock::unix_ms()).await;
+                Box::pin(p.settle(hold, cost, tokens, crate::clock::unix_ms())).await;
             }
         }
     }
@@ -213,8 +215,8 @@ impl Meter {
         let period = budget.period.at(now).0;
         match &self.backend {
             Backend::Memory(m) => Some(m.standing(scope, &period, now)),
-            Backend::Redis(r) => r.standing(scope, &period).await,
-            Backend::Postgres(p) => p.standing(scope, &period, now).await,
+            Backend::Redis(r) => Box::pin(r.standing(scope, &period)).await,
+            Backend::Postgres(p) => Box::pin(p.standing(scope, &period, now)).await,
         }
     }
 
@@ -308,6 +310,16 @@ impl Holds {
     fn spawn(&mut self, cost: u64, tokens: u64) {
         let holds = std::mem::take(&mut self.holds);
         if holds.is_empty() {
+            return;
+        }
+        // In process there is nothing to wait for: settled here, no task.
+        if let Backend::Memory(m) = &self.meter.backend {
+            for h in &holds {
+                if h.period.is_some() {
+                    self.meter.seen_settled(h, cost);
+                }
+                m.settle(h, cost, tokens);
+            }
             return;
         }
         let meter = self.meter.clone();
