@@ -310,6 +310,13 @@ async fn explain(
         switchyard::server::explain::explain_context_into(
             &mut plan, &snap, gkey, &chain, req, None,
         );
+        // Offline: the costs are the request's, the budgets as a fresh process sees them.
+        let meter =
+            switchyard::spend::Meter::new(switchyard::spend::Backend::Memory(Default::default()));
+        switchyard::server::explain::explain_spend_into(
+            &mut plan, &snap, &meter, gkey, &chain, req,
+        )
+        .await;
     }
     println!("{}", serde_json::to_string_pretty(&plan)?);
     Ok(())

@@ -17,6 +17,8 @@ pub struct Candidate {
     pub upstream_model: Arc<str>,
     /// This attempt would be the channel's half-open trial.
     pub half_open: bool,
+    /// What an attempt here costs.
+    pub price: Option<Arc<crate::pricing::Price>>,
 }
 
 /// Moves the candidates `late` says are near their budget after the others, keeping each
@@ -167,6 +169,7 @@ fn ordered(
                 channel: r.channel,
                 upstream_model: r.upstream_model.clone(),
                 half_open: st.half_open,
+                price: r.price.clone(),
             },
         ));
     }

@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use crate::config::Snapshot;
 use crate::exec::Report;
 use crate::pricing::{Price, Tokens};
 use crate::spend::Holds;
@@ -70,11 +69,7 @@ impl Pending {
     }
 
     /// The charges of `report`'s upstream calls (channels skipped are not calls).
-    pub fn of(snap: &Snapshot, report: &Report, prompt_estimate: u64) -> Pending {
-        let price = |channel: &str, model: &str, upstream: &str| {
-            let ch = snap.channels.iter().find(|c| &*c.name == channel)?;
-            snap.price(ch, model, upstream).cloned()
-        };
+    pub fn of(report: &Report, prompt_estimate: u64) -> Pending {
         let mut p = Pending {
             prompt_estimate,
             ..Pending::default()
@@ -82,7 +77,7 @@ impl Pending {
         let calls = report.attempts.iter().filter(|a| a.skip.is_none());
         for (i, a) in calls.enumerate() {
             let upstream = a.upstream_model.clone().unwrap_or_else(|| a.model.clone());
-            let priced = price(&a.channel, &a.model, &upstream);
+            let priced = a.price.clone();
             if i == 0 {
                 p.first = priced.clone();
             }
@@ -145,6 +140,7 @@ impl Pending {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Snapshot;
     use crate::exec::{AttemptRecord, OutcomeClass, Served};
     use crate::provider::HttpClients;
 
@@ -165,8 +161,11 @@ mod tests {
         crate::config::load_str(text, "t.toml", &|_| None, &HttpClients::default()).unwrap()
     }
 
-    fn call(channel: &str, class: Option<OutcomeClass>) -> AttemptRecord {
+    fn call(snap: &Snapshot, channel: &str, class: Option<OutcomeClass>) -> AttemptRecord {
+        let ch = snap.channels.iter().position(|c| &*c.name == channel);
+        let route = snap.models["m"].iter().find(|r| Some(r.channel) == ch);
         AttemptRecord {
+            price: route.and_then(|r| r.price.clone()),
             channel: channel.into(),
             model: "m".into(),
             status: Some(if class.is_some() { 500 } else { 200 }),
@@ -183,12 +182,12 @@ mod tests {
         let snap = snap();
         let mut report = Report::new("m");
         report.attempts = vec![
-            call("cheap", Some(OutcomeClass::ServerError)),
+            call(&snap, "cheap", Some(OutcomeClass::ServerError)),
             AttemptRecord {
                 skip: Some(crate::health::Skip::CircuitOpen),
-                ..call("other", None)
+                ..call(&snap, "other", None)
             },
-            call("dear", None),
+            call(&snap, "dear", None),
         ];
         report.served = Some(Served {
             channel: "dear".into(),
@@ -204,7 +203,7 @@ mod tests {
             },
             estimated: false,
         };
-        let total = Pending::of(&snap, &report, 0).finish(Some(used), None, &mut row);
+        let total = Pending::of(&report, 0).finish(Some(used), None, &mut row);
         // 1000 × $10 + 100 × $20 per 1M = 10_000 + 2_000 µ$.
         assert_eq!(total, 12_000);
         assert_eq!(row.cost_micros, Some(12_000));
@@ -230,15 +229,12 @@ mod tests {
     fn nothing_served_costs_nothing_and_no_call_leaves_no_cost() {
         let snap = snap();
         let mut report = Report::new("m");
-        report.attempts = vec![call("cheap", Some(OutcomeClass::Timeout))];
+        report.attempts = vec![call(&snap, "cheap", Some(OutcomeClass::Timeout))];
         let mut row = LogRow::default();
-        assert_eq!(
-            Pending::of(&snap, &report, 5).finish(None, None, &mut row),
-            0
-        );
+        assert_eq!(Pending::of(&report, 5).finish(None, None, &mut row), 0);
         assert_eq!((row.cost_micros, row.charges.len()), (Some(0), 1));
         let mut row = LogRow::default();
-        Pending::of(&snap, &Report::new("m"), 5).finish(None, None, &mut row);
+        Pending::of(&Report::new("m"), 5).finish(None, None, &mut row);
         assert_eq!((row.cost_micros, row.charges.len()), (None, 0));
     }
 }

@@ -117,6 +117,8 @@ pub struct Channel {
 pub struct ModelRoute {
     pub channel: usize,
     pub upstream_model: Arc<str>,
+    /// What an attempt on this route costs (`Snapshot::price`, looked up once at load).
+    pub price: Option<Arc<crate::pricing::Price>>,
 }
 
 #[derive(Debug)]

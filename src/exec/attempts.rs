@@ -153,6 +153,7 @@ impl<'s> Model<'_, 's, '_> {
             skip: Some(reason),
             upstream_model: None,
             credential: None,
+            price: None,
         });
     }
 
@@ -280,10 +281,7 @@ impl<'s> Model<'_, 's, '_> {
             return Ok(None);
         }
         let sp = &self.job.spend;
-        let price = self
-            .job
-            .snap
-            .price(ch, &self.step.model, &cand.upstream_model);
+        let price = cand.price.as_ref();
         let ask = Ask {
             micros: price.map_or(0, |p| p.worst_case(sp.prompt, sp.reply)),
             tokens: sp.prompt.saturating_add(sp.reply),
@@ -391,6 +389,7 @@ impl<'s> Model<'_, 's, '_> {
             credential: reservation
                 .and_then(|r| ch.credentials.get(r.index))
                 .map(|(label, _)| label.clone()),
+            price: cand.price.clone(),
         };
         let failure = match res {
             Err(_) => {

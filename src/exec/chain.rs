@@ -292,6 +292,7 @@ fn context_skip(model: &Arc<str>) -> AttemptRecord {
         skip: Some(Skip::ContextWindow),
         upstream_model: None,
         credential: None,
+        price: None,
     }
 }
 

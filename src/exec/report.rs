@@ -26,6 +26,8 @@ pub struct AttemptRecord {
     /// ledger, never shown to clients).
     pub upstream_model: Option<Arc<str>>,
     pub credential: Option<Arc<str>>,
+    /// What the call is priced at.
+    pub price: Option<Arc<crate::pricing::Price>>,
 }
 
 impl AttemptRecord {
@@ -159,6 +161,7 @@ mod tests {
             skip: None,
             upstream_model: None,
             credential: None,
+            price: None,
         };
         r.attempts.push(ok.clone());
         r.served = Some(Served {

@@ -87,7 +87,7 @@ impl Ctx {
 
     /// The request's charges so far, to be finished when its usage is known.
     pub fn pending(&mut self) -> Pending {
-        let mut p = Pending::of(&self.snap, &self.report, self.prompt_estimate);
+        let mut p = Pending::of(&self.report, self.prompt_estimate);
         p.holds = self.holds.take();
         p
     }

@@ -200,10 +200,7 @@ async fn preview(
     let trim = super::body::trim_choice(headers)?;
     if let Some(req) = &parsed {
         explain_context_into(&mut plan, &snap, key, &chain, req, trim);
-        let prompt = req.prompt_estimate();
-        let reply = super::admission::reply_reservation(&snap, req.max_tokens.map(|(_, n)| n));
-        let basis = (prompt, reply);
-        explain_spend_into(&mut plan, &snap, &state.meter, key, &chain, basis).await;
+        explain_spend_into(&mut plan, &snap, &state.meter, key, &chain, req).await;
     }
     Ok(plan)
 }
@@ -230,14 +227,16 @@ async fn budget_view(
 
 /// The request's estimated cost on each candidate (its worst case at that channel's price) and
 /// whether the key's and each channel's budget would admit it; nothing is spent or held.
-async fn explain_spend_into(
+pub async fn explain_spend_into(
     plan: &mut Value,
     snap: &Snapshot,
     meter: &crate::spend::Meter,
     key: &GatewayKey,
     chain: &Chain,
-    (prompt, reply): (u64, u64),
+    req: &ChatRequest,
 ) {
+    let prompt = req.prompt_estimate();
+    let reply = super::admission::reply_reservation(snap, req.max_tokens.map(|(_, n)| n));
     let ask = super::admission::worst_case(snap, chain, prompt, reply);
     plan["spend"] = json!({
         "prompt_tokens_estimate": prompt,

@@ -144,7 +144,10 @@ impl Scope {
         if self.counts_tokens
             && let Some(entry) = self.window.iter_mut().rev().find(|e| e.1 == h.id)
         {
-            self.window_tokens = self.window_tokens.saturating_sub(entry.2).saturating_add(tokens);
+            self.window_tokens = self
+                .window_tokens
+                .saturating_sub(entry.2)
+                .saturating_add(tokens);
             entry.2 = tokens;
         }
     }

@@ -247,6 +247,7 @@ fn index_models(
         models.entry(m.name().into()).or_default().push(ModelRoute {
             channel: i,
             upstream_model: m.upstream().into(),
+            price: None,
         });
     }
     Ok(())

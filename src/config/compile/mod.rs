@@ -43,12 +43,21 @@ pub(crate) fn compile(
     let mut keys = keys::compile(&cfg.keys, &source).map_err(err)?;
     let hashed = keys::hashed(&cfg.keys);
     let request_timeout_ms = cfg.server.request_timeout_ms.get();
-    let (channels, models) =
+    let (channels, mut models) =
         channels::compile(&cfg.channels, request_timeout_ms, clients).map_err(err)?;
     let redirects = redirects::compile(&cfg.redirects, "redirects", &models).map_err(err)?;
     keys::link(&cfg.keys, &mut keys, &channels, &models).map_err(err)?;
     let routers = routers::compile(&cfg.routers, &models, &channels).map_err(err)?;
     let catalog = catalog::compile(&cfg.models, &models).map_err(err)?;
+    // Each route's price, once: attempts read it instead of looking it up.
+    for (model, routes) in &mut models {
+        for r in routes {
+            let channel = channels.get(r.channel).and_then(|c| c.price.clone());
+            r.price = channel
+                .or_else(|| catalog.price(model).cloned())
+                .or_else(|| catalog.price(&r.upstream_model).cloned());
+        }
+    }
     Ok(Snapshot {
         server: sections.server,
         log: sections.log,

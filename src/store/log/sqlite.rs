@@ -2,6 +2,7 @@
 //! migrated on open), the writer thread, and the blocking reads and prunes the log runs on the
 //! blocking pool.
 
+use std::collections::HashSet;
 use std::path::Path;
 use std::sync::mpsc::Receiver;
 
@@ -118,11 +119,13 @@ pub(super) fn open(path: &Path) -> Result<Connection, StoreError> {
 pub(super) fn writer(mut conn: Connection, rx: Receiver<LogMsg>, path: &Path) {
     let mut batch = Vec::new();
     let mut acks = Vec::new();
+    // Price versions already in the file (written once each).
+    let mut prices = HashSet::new();
     loop {
         std::thread::sleep(TICK);
         let closed = drain(&rx, &mut batch, &mut acks);
         if !batch.is_empty()
-            && let Err(e) = write_batch(&mut conn, &batch)
+            && let Err(e) = write_batch(&mut conn, &batch, &mut prices)
         {
             tracing::error!(path = %path.display(), error = %e, rows = batch.len(), "request log write failed");
         }
@@ -136,7 +139,11 @@ pub(super) fn writer(mut conn: Connection, rx: Receiver<LogMsg>, path: &Path) {
     }
 }
 
-fn write_batch(conn: &mut Connection, rows: &[LogRow]) -> rusqlite::Result<()> {
+fn write_batch(
+    conn: &mut Connection,
+    rows: &[LogRow],
+    prices: &mut HashSet<String>,
+) -> rusqlite::Result<()> {
     let tx = conn.transaction()?;
     {
         let mut stmt = tx.prepare_cached(
@@ -172,13 +179,17 @@ fn write_batch(conn: &mut Connection, rows: &[LogRow]) -> rusqlite::Result<()> {
                 r.cost_micros.map(|v| v as i64),
             ])?;
         }
-        write_charges(&tx, rows)?;
+        write_charges(&tx, rows, prices)?;
     }
     tx.commit()
 }
 
-/// The batch's ledger rows, and each price version the first time it is seen.
-fn write_charges(tx: &rusqlite::Transaction, rows: &[LogRow]) -> rusqlite::Result<()> {
+/// The batch's ledger rows, and each price version the first time this writer sees it.
+fn write_charges(
+    tx: &rusqlite::Transaction,
+    rows: &[LogRow],
+    prices: &mut HashSet<String>,
+) -> rusqlite::Result<()> {
     let mut charge = tx.prepare_cached(
         "INSERT OR IGNORE INTO ledger (request_id, attempt, ts_ms, key_name, channel, credential,
             model, upstream_model, input_tokens, cached_input_tokens, cache_write_tokens,
@@ -212,9 +223,12 @@ fn write_charges(tx: &rusqlite::Transaction, rows: &[LogRow]) -> rusqlite::Resul
                 c.estimated,
                 c.first_choice_micros.map(|v| v as i64),
             ])?;
-            if let Some(p) = &c.price {
+            if let Some(p) = &c.price
+                && !prices.contains(&p.version)
+            {
                 let rates = super::ledger::rates_json(p).to_string();
                 price.execute(params![p.version, rates, r.ts_ms])?;
+                prices.insert(p.version.clone());
             }
         }
     }
