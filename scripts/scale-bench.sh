@@ -29,7 +29,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-rps() { awk '/requests per second/ {print $(NF-3)} /^[A-Z_]+: [0-9.]+ requests per second/ {print $2}' | tail -1; }
+# The final figure of redis-benchmark -q ("...: 79051.38 requests per second, p50=...").
+rps() { tr '\r' '\n' | sed -n 's/.*: \([0-9.]*\) requests per second.*/\1/p' | tail -1; }
 
 echo "# Redis ($(redis-server --version | awk '{print $3}')), $N operations, $CONNS connections"
 printf '%-44s %12s\n' operation ops/s
