@@ -787,3 +787,33 @@ async fn limits_set_through_the_admin_api_hold_on_every_replica() {
         "{bad}"
     );
 }
+
+#[tokio::test]
+async fn the_keys_hold_is_released_when_no_channel_admits_the_request() {
+    let up = mock(text_spec("a")).await;
+    let gw = gateway_full(
+        "",
+        "budget = { usd = 1 }",
+        &openai_channel(
+            "only",
+            &up.base_url(),
+            1,
+            &format!("{PRICED}\nbudget = {{ usd = 0 }}"),
+        ),
+    )
+    .await;
+    let resp = gw.chat(body(5)).await;
+    assert_eq!(resp.status(), 503);
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "no_available_channel", "{v}");
+    assert_eq!(
+        reasons(&v["error"]["attempts"]),
+        ["channel_budget_exhausted"]
+    );
+    assert_eq!(up.requests(), 0);
+    // Nothing is left held against the key (settled with no cost).
+    let explained = gw.post_as("/v1/route/explain", KEY, &[], body(5)).await;
+    let e: Value = explained.json().await.unwrap();
+    assert_eq!(e["spend"]["key_budget"]["reserved_micros"], 0, "{e}");
+    assert_eq!(e["spend"]["key_budget"]["spent_micros"], 0, "{e}");
+}

@@ -178,3 +178,48 @@ async fn usage_queries_refuse_what_they_cannot_read() {
     gw.flush_log().await;
     assert_eq!(by_day["group_by"], "day");
 }
+
+#[tokio::test]
+async fn answers_without_usage_and_embeddings_are_charged_too() {
+    // An upstream that answers without usage: the gateway counts, and says so.
+    let bare = answering(
+        200,
+        serde_json::json!({"id": "x", "object": "chat.completion", "created": 1, "model": "m",
+            "choices": [{"index": 0, "finish_reason": "stop",
+                "message": {"role": "assistant", "content": "twelve chars"}}]}),
+    )
+    .await;
+    let gw = gateway(&openai_channel(
+        "bare",
+        &format!("http://{bare}/v1"),
+        1,
+        DEAR,
+    ))
+    .await;
+    let resp = gw.chat(chat_body(false)).await;
+    assert_eq!(resp.status(), 200);
+    let id = header(&resp, "x-request-id").to_string();
+    let cost: u64 = header(&resp, "x-switchyard-cost-micros").parse().unwrap();
+    let u = usage_of(&gw, &id).await;
+    let a = &u["attempts"][0];
+    assert_eq!(a["estimated"], true, "{u}");
+    // "twelve chars" is 12 characters: 3 tokens at about 4 a token.
+    assert_eq!(n(a, "/tokens/output"), 3);
+    assert_eq!(cost, 10 * n(a, "/tokens/input") + 20 * 3);
+
+    // Embeddings are priced by their model's price, input only.
+    let up = mock(text_spec("v")).await;
+    let gw = gateway(&openai_channel("e", &up.base_url(), 1, DEAR)).await;
+    let resp = gw
+        .post_as(
+            "/v1/embeddings",
+            KEY,
+            &[],
+            serde_json::json!({"model": "e", "input": "some text to embed"}),
+        )
+        .await;
+    assert_eq!(resp.status(), 200);
+    let cost: u64 = header(&resp, "x-switchyard-cost-micros").parse().unwrap();
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(cost, 10 * n(&v, "/usage/prompt_tokens"));
+}
