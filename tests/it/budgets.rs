@@ -268,7 +268,7 @@ async fn rpm_and_max_concurrency_hold_across_two_replicas() {
 
         // At most two in flight, whichever replica they reach.
         let slow = mock(MockSpec {
-            ttft_ms: 500,
+            ttft_ms: 1500,
             ..text_spec("slow")
         })
         .await;
@@ -633,11 +633,12 @@ impl Drop for ClusterNode {
 
 async fn cluster_node() -> ClusterNode {
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    // Its cluster bus listens 10000 ports up: both must be free, and the bus under 65536.
+    let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
+    let port = (0..1000)
+        .map(|_| fastrand::u16(20_000..50_000))
+        .find(|p| free(*p) && free(p + 10_000))
+        .expect("a free port pair")
         .to_string();
     let child = std::process::Command::new("redis-server")
         .args(["--port", &port, "--cluster-enabled", "yes", "--save", ""])
