@@ -90,7 +90,7 @@ impl Pending {
                 tokens: Tokens::default(),
                 cost_micros: 0,
                 price: priced,
-                outcome: a.class.map_or("ok", |c| c.as_str()).to_string(),
+                outcome: a.class.map_or("ok", |c| c.as_str()).into(),
                 estimated: false,
                 first_choice_micros: None,
             });
@@ -120,7 +120,7 @@ impl Pending {
                 last.first_choice_micros = self.first.as_ref().map(|p| p.cost(&u.tokens));
             }
             if let Some(b) = broke {
-                last.outcome = b.to_string();
+                last.outcome = b.to_string().into();
             }
         }
         let total = self

@@ -64,7 +64,7 @@ fn civil(days: i64) -> (i64, u32, u32) {
     (y, m, d)
 }
 
-pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };
     let era = y.div_euclid(400);
     let yoe = y.rem_euclid(400);
@@ -127,6 +127,14 @@ pub struct Budget {
     pub period: Period,
     pub soft: Option<f64>,
     pub fail: Fail,
+}
+
+impl Budget {
+    /// Whether `ask` fits beside `used` (spent and held): even a free request needs room left.
+    /// The Redis script and `switchyard_admit` say the same in their languages.
+    pub fn admits(&self, used: u64, ask: u64) -> bool {
+        used.saturating_add(ask.max(1)) <= self.micros
+    }
 }
 
 impl Quota {

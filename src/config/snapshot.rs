@@ -199,6 +199,20 @@ impl Snapshot {
     }
 }
 
+/// [`Snapshot::price`] before there is a snapshot (each route's price is set from it at load).
+pub fn price_of<'a>(
+    channel: &'a Channel,
+    catalog: &'a crate::context::catalog::Catalog,
+    model: &str,
+    upstream: &str,
+) -> Option<&'a Arc<crate::pricing::Price>> {
+    channel
+        .price
+        .as_ref()
+        .or_else(|| catalog.price(model))
+        .or_else(|| catalog.price(upstream))
+}
+
 pub(crate) static VERSION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl Snapshot {
@@ -211,11 +225,7 @@ impl Snapshot {
         model: &str,
         upstream: &str,
     ) -> Option<&'s Arc<crate::pricing::Price>> {
-        channel
-            .price
-            .as_ref()
-            .or_else(|| self.catalog.price(model))
-            .or_else(|| self.catalog.price(upstream))
+        price_of(channel, &self.catalog, model, upstream)
     }
 
     pub fn is_demo(&self) -> bool {

@@ -221,7 +221,7 @@ async fn budget_view(
         "period": b.period.as_str(),
         "spent_micros": at.map(|s| s.spent),
         "reserved_micros": at.map(|s| s.reserved),
-        "would_admit": at.map(|s| s.spent + s.reserved + ask.max(1) <= b.micros),
+        "would_admit": at.map(|s| b.admits(s.spent + s.reserved, ask)),
     })
 }
 

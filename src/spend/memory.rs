@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::{Ask, Denial, Hold, Limit, Refusal, Standing, Verdict};
+use super::{Ask, Denial, Hold, Limit, PeriodAt, Refusal, Standing, Verdict};
 use crate::config::quota::Quota;
 
 /// The rpm and tpm window.
@@ -66,16 +66,15 @@ impl Scope {
         id: u64,
         expires: i64,
         now: i64,
-    ) -> Result<(Option<String>, u64), Denial> {
+    ) -> Result<(Option<PeriodAt>, u64), Denial> {
         self.sweep(now);
         let mut period = None;
         if let Some(b) = q.budget {
-            let (p, end) = b.period.at(now);
-            self.roll(&p);
+            let p = PeriodAt::of(&b, now);
+            self.roll(&p.id);
             let used = self.spent.saturating_add(self.reserved);
-            // Even a free request is refused once nothing is left.
-            if used.saturating_add(ask.micros.max(1)) > b.micros {
-                return Err((Limit::Budget, b.micros, used, end - now));
+            if !b.admits(used, ask.micros) {
+                return Err((Limit::Budget, b.micros, used, p.ends - now));
             }
             period = Some(p);
         }
@@ -136,7 +135,7 @@ impl Scope {
             self.expiry.remove(&(expires, h.id));
         }
         if let Some(p) = &h.period
-            && *p == self.period
+            && p.id == self.period
         {
             self.spent = self.spent.saturating_add(cost);
         }

@@ -75,6 +75,71 @@ pub enum Verdict {
     Unavailable,
 }
 
+/// The budget period a hold's spend belongs to: its id (`m202612`) and when it ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeriodAt {
+    pub id: String,
+    pub ends: i64,
+}
+
+impl PeriodAt {
+    pub(super) fn of(budget: &crate::config::quota::Budget, now: i64) -> PeriodAt {
+        let (id, ends) = budget.period.at(now);
+        PeriodAt { id, ends }
+    }
+}
+
+/// A shared backend's answer to an admission, as its script or function gives it: the refusing
+/// limit's code (0: admitted; 1 budget, 2 rpm, 3 tpm, 4 concurrency), the limit's value, what
+/// is used of it, and the ms until it has room.
+struct Answer {
+    refused: i64,
+    cap: i64,
+    used: i64,
+    wait_ms: i64,
+}
+
+impl Answer {
+    fn verdict(
+        self,
+        scope: &Arc<str>,
+        id: u64,
+        period: Option<PeriodAt>,
+        ask: Ask,
+        now: i64,
+    ) -> Verdict {
+        let u = |v: i64| v.max(0) as u64;
+        let limit = match self.refused {
+            0 => {
+                return Verdict::Held(Hold {
+                    scope: scope.clone(),
+                    id,
+                    used: if period.is_some() { u(self.used) } else { 0 },
+                    period,
+                    ask,
+                    local: false,
+                });
+            }
+            1 => Limit::Budget,
+            2 => Limit::Rpm,
+            3 => Limit::Tpm,
+            _ => Limit::Concurrency,
+        };
+        // A budget has room again when its period ends.
+        let wait = match (limit, &period) {
+            (Limit::Budget, Some(p)) => p.ends.saturating_sub(now),
+            _ => self.wait_ms,
+        };
+        Verdict::Refused(Refusal {
+            scope: scope.clone(),
+            limit,
+            cap: u(self.cap),
+            used: u(self.used),
+            retry_after: Duration::from_millis(wait.max(1) as u64),
+        })
+    }
+}
+
 /// One request's hold on one scope. Settling it (or dropping the [`Holds`] it is in) gives
 /// back what was reserved and charges what was spent.
 #[derive(Debug, Clone)]
@@ -82,7 +147,7 @@ pub struct Hold {
     pub scope: Arc<str>,
     pub id: u64,
     /// The budget period the hold's spend belongs to (`None`: the scope has no budget).
-    pub period: Option<String>,
+    pub period: Option<PeriodAt>,
     pub ask: Ask,
     /// The scope's budget used (spent and held) with this hold taken; 0 without a budget.
     pub used: u64,
@@ -121,9 +186,6 @@ struct Seen {
     ends: i64,
 }
 
-/// How long a hold lasts when its request never settles it (a crashed replica).
-pub const DEFAULT_HOLD: Duration = Duration::from_secs(600);
-
 impl Meter {
     pub fn new(backend: Backend) -> Meter {
         Meter {
@@ -148,14 +210,15 @@ impl Meter {
                 None => fallback(p.local(), scope, quota, ask, ttl, now),
             },
         };
-        if let Some(b) = quota.budget {
+        // Only a soft budget is read back (to rank its channel): no other pays for the record.
+        if let Some(b) = quota.budget.filter(|b| b.soft.is_some()) {
             let used = match &v {
                 Verdict::Held(h) => Some(h.used),
                 Verdict::Refused(r) if r.limit == Limit::Budget => Some(r.used),
                 _ => None,
             };
             if let Some(used) = used {
-                let ends = b.period.at(now).1;
+                let ends = PeriodAt::of(&b, now).ends;
                 let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
                 seen.insert(
                     scope.clone(),
@@ -180,19 +243,34 @@ impl Meter {
 
     /// A settled hold's reservation became its cost in what this replica saw.
     fn seen_settled(&self, hold: &Hold, cost: u64) {
+        if hold.period.is_none() {
+            return;
+        }
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(s) = seen.get_mut(&hold.scope) {
             s.used = s.used.saturating_sub(hold.ask.micros).saturating_add(cost);
         }
     }
 
+    /// Settles `hold` at once when the counters are this process's (`true`); the shared
+    /// backends' settles are [`Meter::settle`]'s, awaited.
+    fn settle_here(&self, hold: &Hold, cost: u64, tokens: u64) -> bool {
+        let Backend::Memory(m) = &self.backend else {
+            return false;
+        };
+        self.seen_settled(hold, cost);
+        m.settle(hold, cost, tokens);
+        true
+    }
+
     /// Releases `hold` and charges `cost` micro-dollars and `tokens` to its scope.
     pub async fn settle(&self, hold: &Hold, cost: u64, tokens: u64) {
-        if hold.period.is_some() {
-            self.seen_settled(hold, cost);
+        if self.settle_here(hold, cost, tokens) {
+            return;
         }
+        self.seen_settled(hold, cost);
         match &self.backend {
-            Backend::Memory(m) => m.settle(hold, cost, tokens),
+            Backend::Memory(_) => {}
             Backend::Redis(r) => {
                 if hold.local {
                     r.local().settle(hold, cost, tokens);
@@ -203,7 +281,7 @@ impl Meter {
                 if hold.local {
                     p.local().settle(hold, cost, tokens);
                 }
-                Box::pin(p.settle(hold, cost, tokens, crate::clock::unix_ms())).await;
+                Box::pin(p.settle(hold, cost, tokens)).await;
             }
         }
     }
@@ -212,7 +290,7 @@ impl Meter {
     pub async fn standing(&self, scope: &str, quota: &Quota) -> Option<Standing> {
         let budget = quota.budget?;
         let now = crate::clock::unix_ms();
-        let period = budget.period.at(now).0;
+        let period = PeriodAt::of(&budget, now).id;
         match &self.backend {
             Backend::Memory(m) => Some(m.standing(scope, &period, now)),
             Backend::Redis(r) => Box::pin(r.standing(scope, &period)).await,
@@ -293,10 +371,6 @@ impl Holds {
         self.holds.push(h);
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.holds.is_empty()
-    }
-
     /// Takes `other`'s holds into these (settled together).
     pub fn absorb(&mut self, mut other: Holds) {
         self.holds.append(&mut other.holds);
@@ -308,18 +382,10 @@ impl Holds {
     }
 
     fn spawn(&mut self, cost: u64, tokens: u64) {
-        let holds = std::mem::take(&mut self.holds);
-        if holds.is_empty() {
-            return;
-        }
+        let mut holds = std::mem::take(&mut self.holds);
         // In process there is nothing to wait for: settled here, no task.
-        if let Backend::Memory(m) = &self.meter.backend {
-            for h in &holds {
-                if h.period.is_some() {
-                    self.meter.seen_settled(h, cost);
-                }
-                m.settle(h, cost, tokens);
-            }
+        holds.retain(|h| !self.meter.settle_here(h, cost, tokens));
+        if holds.is_empty() {
             return;
         }
         let meter = self.meter.clone();

@@ -11,7 +11,7 @@ use std::time::Duration;
 use sqlx::Row;
 use sqlx::postgres::PgPool;
 
-use super::{Ask, Hold, Limit, MemoryMeters, Refusal, Standing, Verdict};
+use super::{Answer, Ask, Hold, MemoryMeters, PeriodAt, Standing, Verdict};
 use crate::config::quota::Quota;
 
 /// The longest an admission waits on PostgreSQL before the scope's `fail` decides.
@@ -90,7 +90,7 @@ impl Meters {
         now: i64,
     ) -> Option<Verdict> {
         let id = fastrand::u64(..);
-        let period = q.budget.map(|b| b.period.at(now));
+        let period = q.budget.map(|b| PeriodAt::of(&b, now));
         let limit = |v: Option<u64>| v.map_or(-1, |v| v.min(i64::MAX as u64) as i64);
         let row = self
             .run(
@@ -98,7 +98,7 @@ impl Meters {
                     .bind(&**scope)
                     .bind(id as i64)
                     .bind(now)
-                    .bind(period.as_ref().map_or("", |p| p.0.as_str()))
+                    .bind(period.as_ref().map_or("", |p| p.id.as_str()))
                     .bind(ask.micros.min(i64::MAX as u64) as i64)
                     .bind(ask.tokens.min(i64::MAX as u64) as i64)
                     .bind(now + ttl.as_millis() as i64)
@@ -110,45 +110,21 @@ impl Meters {
             )
             .await?;
         let n = |c: &str| row.try_get::<i64, _>(c).ok();
-        let refused: i32 = row.try_get("refused").ok()?;
-        let (cap, used, wait) = (n("cap")?, n("used")?, n("wait_ms")?);
-        let u = |v: i64| v.max(0) as u64;
-        if refused == 0 {
-            return Some(Verdict::Held(Hold {
-                scope: scope.clone(),
-                id,
-                period: period.map(|p| p.0),
-                ask,
-                used: if q.budget.is_some() { u(used) } else { 0 },
-                local: false,
-            }));
-        }
-        let limit = match refused {
-            1 => Limit::Budget,
-            2 => Limit::Rpm,
-            3 => Limit::Tpm,
-            _ => Limit::Concurrency,
+        let answer = Answer {
+            refused: i64::from(row.try_get::<i32, _>("refused").ok()?),
+            cap: n("cap")?,
+            used: n("used")?,
+            wait_ms: n("wait_ms")?,
         };
-        // A budget has room again when its period ends.
-        let wait = match (limit, &period) {
-            (Limit::Budget, Some((_, end))) => end.saturating_sub(now),
-            _ => wait,
-        };
-        Some(Verdict::Refused(Refusal {
-            scope: scope.clone(),
-            limit,
-            cap: u(cap),
-            used: u(used),
-            retry_after: Duration::from_millis(wait.max(1) as u64),
-        }))
+        Some(answer.verdict(scope, id, period, ask, now))
     }
 
-    pub async fn settle(&self, h: &Hold, cost: u64, tokens: u64, _now: i64) {
+    pub async fn settle(&self, h: &Hold, cost: u64, tokens: u64) {
         let done = self.run(
             sqlx::query(SETTLE)
                 .bind(&*h.scope)
                 .bind(h.id as i64)
-                .bind(h.period.as_deref().unwrap_or(""))
+                .bind(h.period.as_ref().map_or("", |p| p.id.as_str()))
                 .bind(cost as i64)
                 .bind(tokens as i64)
                 .execute(&self.pool),

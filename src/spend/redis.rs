@@ -6,15 +6,15 @@
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use super::{Ask, Hold, Limit, MemoryMeters, Refusal, Standing, Verdict};
+use super::{Answer, Ask, Hold, MemoryMeters, PeriodAt, Standing, Verdict};
 use crate::config::quota::Quota;
 use crate::state::redis::Redis;
 
 /// KEYS: 1 meta (reserved, wtok), 2 holds (id → micros), 3 expiry (id by deadline), 4 window
 /// (id by admission time), 5 spent (this period's), 6 window tokens (id → tokens).
-/// ARGV: id, ask micros, ask tokens, hold ms, budget, max concurrency, rpm, tpm (-1: none),
-/// ms left in the period. Returns {admitted, limit (1 budget, 2 rpm, 3 tpm, 4 concurrency),
-/// cap, used, retry ms}.
+/// ARGV: id, ask micros, ask tokens, hold ms, budget, max concurrency, rpm, tpm (-1: none).
+/// Returns {refused (0: admitted; 1 budget, 2 rpm, 3 tpm, 4 concurrency), cap, used, retry ms},
+/// as `switchyard_admit` does.
 const ADMIT: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -47,19 +47,19 @@ if budget >= 0 then
   local need = ask
   if need < 1 then need = 1 end
   if spent + reserved + need > budget then
-    return {0, 1, budget, spent + reserved, tonumber(ARGV[9])}
+    return {1, budget, spent + reserved, 0}
   end
 end
 local inflight = redis.call('HLEN', KEYS[2])
-if conc >= 0 and inflight >= conc then return {0, 4, conc, inflight, 1000} end
+if conc >= 0 and inflight >= conc then return {4, conc, inflight, 1000} end
 local count = redis.call('ZCARD', KEYS[4])
 local function next_slot()
   local first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
   if first[2] then return tonumber(first[2]) + 60000 - now end
   return 1000
 end
-if rpm >= 0 and count >= rpm then return {0, 2, rpm, count, next_slot()} end
-if tpm >= 0 and count > 0 and wtok + tokens > tpm then return {0, 3, tpm, wtok, next_slot()} end
+if rpm >= 0 and count >= rpm then return {2, rpm, count, next_slot()} end
+if tpm >= 0 and count > 0 and wtok + tokens > tpm then return {3, tpm, wtok, next_slot()} end
 local id, hold = ARGV[1], tonumber(ARGV[4])
 redis.call('HSET', KEYS[2], id, ask)
 redis.call('ZADD', KEYS[3], now + hold, id)
@@ -74,7 +74,7 @@ for _, k in ipairs({KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6]}) do
 end
 local used = 0
 if budget >= 0 then used = tonumber(redis.call('GET', KEYS[5]) or '0') + reserved + ask end
-return {1, 0, budget, used, 0}
+return {0, budget, used, 0}
 "#;
 
 /// KEYS as [`ADMIT`]'s. ARGV: id, cost, real tokens, when the period's spend may be forgotten
@@ -160,9 +160,9 @@ impl Meters {
         ttl: Duration,
     ) -> Option<Verdict> {
         let now = crate::clock::unix_ms();
-        let period = q.budget.map(|b| b.period.at(now));
+        let period = q.budget.map(|b| PeriodAt::of(&b, now));
         let id = fastrand::u64(..);
-        let keys = keys(&self.redis, scope, period.as_ref().map(|p| p.0.as_str()));
+        let keys = keys(&self.redis, scope, period.as_ref().map(|p| p.id.as_str()));
         let args = [
             id.to_string(),
             ask.micros.to_string(),
@@ -172,44 +172,29 @@ impl Meters {
             opt(q.max_concurrency),
             opt(q.rpm),
             opt(q.tpm),
-            period
-                .as_ref()
-                .map_or(0, |p| p.1.saturating_sub(now))
-                .to_string(),
         ];
         let r: Vec<i64> = self.redis.script(&ADMIT_SCRIPT, &keys, &args).await?;
-        let &[admitted, limit, cap, used, wait] = r.as_slice() else {
+        let &[refused, cap, used, wait_ms] = r.as_slice() else {
             return None;
         };
-        if admitted == 1 {
-            return Some(Verdict::Held(Hold {
-                scope: scope.clone(),
-                id,
-                period: period.map(|p| p.0),
-                ask,
-                used: used.max(0) as u64,
-                local: false,
-            }));
-        }
-        let limit = match limit {
-            1 => Limit::Budget,
-            2 => Limit::Rpm,
-            3 => Limit::Tpm,
-            _ => Limit::Concurrency,
+        let answer = Answer {
+            refused,
+            cap,
+            used,
+            wait_ms,
         };
-        Some(Verdict::Refused(Refusal {
-            scope: scope.clone(),
-            limit,
-            cap: cap.max(0) as u64,
-            used: used.max(0) as u64,
-            retry_after: Duration::from_millis(wait.max(1) as u64),
-        }))
+        Some(answer.verdict(scope, id, period, ask, now))
     }
 
     pub async fn settle(&self, h: &Hold, cost: u64, tokens: u64) {
-        let keys = keys(&self.redis, &h.scope, h.period.as_deref());
+        let keys = keys(
+            &self.redis,
+            &h.scope,
+            h.period.as_ref().map(|p| p.id.as_str()),
+        );
+        // A `total` period never ends, and its spend is never forgotten.
         let forget = match &h.period {
-            Some(p) if p != "total" => period_end(p).map_or(0, |end| end + SPENT_KEPT_MS),
+            Some(p) if p.ends < i64::MAX => p.ends.saturating_add(SPENT_KEPT_MS),
             _ => 0,
         };
         let cost = if h.period.is_some() { cost } else { 0 };
@@ -243,35 +228,5 @@ impl Meters {
             spent: spent.max(0) as u64,
             reserved: reserved.max(0) as u64,
         })
-    }
-}
-
-/// When a period named by its id ends (ms since the epoch).
-fn period_end(id: &str) -> Option<i64> {
-    use crate::config::quota::Period;
-    let (kind, digits) = id.split_at(1);
-    let n = |r: std::ops::Range<usize>| digits.get(r)?.parse::<i64>().ok();
-    let (y, m, d) = (n(0..4)?, n(4..6)?, n(6..8).unwrap_or(1));
-    let start = crate::config::quota::days_from_civil(y, m as u32, d as u32) * 86_400_000;
-    let period = match kind {
-        "d" => Period::Day,
-        "w" => Period::Week,
-        "m" => Period::Month,
-        _ => return None,
-    };
-    Some(period.at(start).1)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn a_period_id_gives_back_its_end() {
-        use crate::config::quota::Period;
-        let t = 1_796_216_400_000;
-        for p in [Period::Day, Period::Week, Period::Month] {
-            let (id, end) = p.at(t);
-            assert_eq!(super::period_end(&id), Some(end), "{id}");
-        }
-        assert_eq!(super::period_end("total"), None);
     }
 }

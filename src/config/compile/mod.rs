@@ -16,7 +16,7 @@ use std::sync::atomic::Ordering;
 
 use super::file::FileConfig;
 use super::overlay::View;
-use super::snapshot::{Snapshot, VERSION};
+use super::snapshot::{Snapshot, VERSION, price_of};
 use super::{ConfigError, Source};
 use crate::provider::HttpClients;
 use crate::secret::Pepper;
@@ -52,10 +52,10 @@ pub(crate) fn compile(
     // Each route's price, once: attempts read it instead of looking it up.
     for (model, routes) in &mut models {
         for r in routes {
-            let channel = channels.get(r.channel).and_then(|c| c.price.clone());
-            r.price = channel
-                .or_else(|| catalog.price(model).cloned())
-                .or_else(|| catalog.price(&r.upstream_model).cloned());
+            r.price = channels
+                .get(r.channel)
+                .and_then(|c| price_of(c, &catalog, model, &r.upstream_model))
+                .cloned();
         }
     }
     Ok(Snapshot {

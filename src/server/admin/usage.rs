@@ -61,16 +61,8 @@ fn window(q: &UsageQuery) -> Result<Window, ControlError> {
 }
 
 fn group_by(q: &UsageQuery) -> Result<GroupBy, ControlError> {
-    match q.group_by.as_deref().unwrap_or("key") {
-        "key" => Ok(GroupBy::Key),
-        "model" => Ok(GroupBy::Model),
-        "channel" => Ok(GroupBy::Channel),
-        "day" => Ok(GroupBy::Day),
-        _ => Err(ControlError::invalid(
-            "group_by",
-            "expected key, model, channel or day",
-        )),
-    }
+    GroupBy::named(q.group_by.as_deref().unwrap_or("key"))
+        .ok_or_else(|| ControlError::invalid("group_by", "expected key, model, channel or day"))
 }
 
 pub async fn usage(

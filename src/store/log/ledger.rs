@@ -24,8 +24,9 @@ pub struct Charge {
     pub cost_micros: u64,
     /// What priced it (`None`: no price known, charged 0).
     pub price: Option<Arc<Price>>,
-    /// `ok`, the failure's class, or `stream_<class>` for a stream that broke after commit.
-    pub outcome: String,
+    /// `ok`, the failure's class, or `stream_<class>` for a stream that broke after commit
+    /// (borrowed but for the last: no allocation per attempt).
+    pub outcome: std::borrow::Cow<'static, str>,
     /// The tokens were counted by the gateway, not reported by the upstream.
     pub estimated: bool,
     /// On the serving attempt of a request that failed over: what its tokens would have cost
@@ -34,8 +35,7 @@ pub struct Charge {
 }
 
 /// What `/admin/usage` sums by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GroupBy {
     Key,
     Model,
@@ -44,6 +44,13 @@ pub enum GroupBy {
 }
 
 impl GroupBy {
+    const ALL: [GroupBy; 4] = [GroupBy::Key, GroupBy::Model, GroupBy::Channel, GroupBy::Day];
+
+    /// `key`, `model`, `channel` or `day`.
+    pub fn named(name: &str) -> Option<GroupBy> {
+        GroupBy::ALL.into_iter().find(|g| g.as_str() == name)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             GroupBy::Key => "key",

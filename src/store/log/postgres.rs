@@ -130,11 +130,7 @@ async fn write_charges(tx: &mut Tx, rows: &[LogRow]) -> Result<(), sqlx::Error> 
                 .map(|(_, c)| c.price.as_ref().map(|p| p.version.as_str()))
                 .collect::<Vec<_>>(),
         )
-        .bind(
-            all.iter()
-                .map(|(_, c)| c.outcome.as_str())
-                .collect::<Vec<_>>(),
-        )
+        .bind(all.iter().map(|(_, c)| &*c.outcome).collect::<Vec<_>>())
         .bind(all.iter().map(|(_, c)| c.estimated).collect::<Vec<_>>())
         .bind(
             all.iter()

@@ -221,7 +221,7 @@ fn write_charges(
                 t.reasoning as i64,
                 c.cost_micros as i64,
                 c.price.as_ref().map(|p| p.version.as_str()),
-                c.outcome,
+                &*c.outcome,
                 c.estimated,
                 c.first_choice_micros.map(|v| v as i64),
             ])?;
