@@ -2,7 +2,7 @@
 //! request, the answer, streams, tool calls and errors, each in Anthropic's own shapes.
 
 use serde_json::{Value, json};
-use switchyard::provider::mock::{Fault, MockSpec, MockToolCall};
+use switchyard::provider::mock::{MockSpec, MockToolCall};
 
 use crate::support::*;
 
@@ -121,17 +121,7 @@ async fn failover_before_the_first_token_is_invisible_and_a_cut_is_an_error_even
     assert_eq!(text, "from the backup");
     assert_eq!(evs.last().unwrap().0, "message_stop");
 
-    let cut = mock(MockSpec {
-        chunks: 4,
-        ..faulty(
-            "AAAABBBBCCCCDDDD",
-            Fault {
-                cut_after: Some(1),
-                ..Fault::default()
-            },
-        )
-    })
-    .await;
+    let cut = mock(after_chunks(1, true)).await;
     let gw = gateway(&openai_channel("cut", &cut.base_url(), 1, "")).await;
     let evs = events(&messages(&gw, ask(true)).await.text().await.unwrap());
     let (name, data) = evs.last().unwrap();

@@ -339,18 +339,7 @@ async fn a_killed_replicas_holds_expire_by_their_deadline() {
             ),
         )
         .unwrap();
-        let (proc, url_a) = spawn_listening(
-            &[
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--config",
-                path.to_str().unwrap(),
-            ],
-            dir.path(),
-            "switchyard listening on ",
-        )
-        .await;
+        let (proc, url_a) = spawn_serve(&path, dir.path()).await;
         let b = gateway_full(
             server,
             &keys,
@@ -452,8 +441,9 @@ async fn a_keys_refusal_is_final_in_the_clients_envelope_and_never_fails_over() 
     );
 }
 
-#[tokio::test]
-async fn a_channel_over_its_budget_is_skipped_for_the_next_tier() {
+/// Two tiers, `first` with `budget` of its own, and the channel that served each of `n`
+/// requests: the first served by `first`, then, once it moved, every one by `second`.
+async fn tiers_with_budget(budget: &str, n: usize) -> (Gateway, Vec<String>) {
     let (first, second) = (mock(text_spec("a")).await, mock(text_spec("b")).await);
     let gw = gateway(&format!(
         "{}{}",
@@ -461,29 +451,33 @@ async fn a_channel_over_its_budget_is_skipped_for_the_next_tier() {
             "first",
             &first.base_url(),
             1,
-            &format!("{PRICED}\nbudget = {{ usd = 0.00003, period = \"total\" }}")
+            &format!("{PRICED}\nbudget = {budget}")
         ),
         openai_channel("second", &second.base_url(), 2, PRICED)
     ))
     .await;
-    let mut channels = Vec::new();
-    for _ in 0..6 {
+    let mut served = Vec::new();
+    for _ in 0..n {
         let resp = gw.chat(body(5)).await;
         assert_eq!(resp.status(), 200);
-        channels.push(header(&resp, "x-switchyard-channel").to_string());
+        served.push(header(&resp, "x-switchyard-channel").to_string());
     }
+    let moved = served.iter().position(|c| c == "second").expect("moved");
+    assert!(
+        moved >= 1 && served[moved..].iter().all(|c| c == "second"),
+        "{served:?}"
+    );
+    (gw, served)
+}
+
+#[tokio::test]
+async fn a_channel_over_its_budget_is_skipped_for_the_next_tier() {
+    let (gw, _) = tiers_with_budget("{ usd = 0.00003, period = \"total\" }", 6).await;
     // The last request skipped the spent channel, saying why.
     let rows = gw.admin_requests().await;
     assert_eq!(
         reasons(&rows[0]["attempts"]),
         ["channel_budget_exhausted", "ok"]
-    );
-    assert_eq!(channels[0], "first");
-    assert_eq!(channels.last().unwrap(), "second", "{channels:?}");
-    let moved = channels.iter().position(|c| c == "second").unwrap();
-    assert!(
-        channels[moved..].iter().all(|c| c == "second"),
-        "{channels:?}"
     );
 }
 
@@ -523,29 +517,8 @@ async fn without_the_shared_counter_money_fails_closed_and_rates_fail_open() {
 
 #[tokio::test]
 async fn a_channel_past_its_soft_share_ranks_after_its_peers_before_its_hard_stop() {
-    let (first, second) = (mock(text_spec("a")).await, mock(text_spec("b")).await);
-    let gw = gateway(&format!(
-        "{}{}",
-        openai_channel(
-            "first",
-            &first.base_url(),
-            1,
-            &format!("{PRICED}\nbudget = {{ usd = 0.001, period = \"total\", soft = 0.05 }}")
-        ),
-        openai_channel("second", &second.base_url(), 2, PRICED)
-    ))
-    .await;
-    let mut served = Vec::new();
-    for _ in 0..8 {
-        let resp = gw.chat(body(5)).await;
-        assert_eq!(resp.status(), 200);
-        served.push(header(&resp, "x-switchyard-channel").to_string());
-    }
-    let moved = served.iter().position(|c| c == "second").expect("moved");
-    assert!(
-        moved >= 1 && served[moved..].iter().all(|c| c == "second"),
-        "{served:?}"
-    );
+    let budget = "{ usd = 0.001, period = \"total\", soft = 0.05 }";
+    let (gw, _) = tiers_with_budget(budget, 8).await;
     // Moved on by its soft share, with most of its budget left: no refusal skipped it.
     let health = get_json(&format!("{}/admin/health", gw.url), Some(ADMIN)).await;
     let row = health["data"]

@@ -141,18 +141,7 @@ async fn sighup_reloads_the_config_file() {
         .unwrap()
     };
     write("before");
-    let (p, url) = spawn_listening(
-        &[
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--config",
-            path.to_str().unwrap(),
-        ],
-        dir.path(),
-        "switchyard listening on ",
-    )
-    .await;
+    let (p, url) = spawn_serve(&path, dir.path()).await;
     let models = || async {
         let v: Value = client()
             .get(format!("{url}/v1/models"))
@@ -289,18 +278,7 @@ async fn sigterm_lets_streams_in_flight_finish_and_writes_their_log_rows() {
         ),
     )
     .unwrap();
-    let (mut p, url) = spawn_listening(
-        &[
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--config",
-            path.to_str().unwrap(),
-        ],
-        dir.path(),
-        "switchyard listening on ",
-    )
-    .await;
+    let (mut p, url) = spawn_serve(&path, dir.path()).await;
     let mut resp = client()
         .post(format!("{url}/v1/chat/completions"))
         .bearer_auth(KEY)

@@ -395,20 +395,7 @@ async fn turning_probes_on_while_half_open_does_not_strand_the_channel() {
 #[tokio::test]
 async fn streams_that_break_after_commit_count_against_the_channel() {
     let (cut, _backup, gw) = two_tiers(
-        (
-            "cut",
-            MockSpec {
-                chunks: 4,
-                ..faulty(
-                    "AAAABBBBCCCCDDDD",
-                    Fault {
-                        cut_after: Some(1),
-                        ..Fault::default()
-                    },
-                )
-            },
-            "",
-        ),
+        ("cut", after_chunks(1, true), ""),
         ("backup", text_spec("ok")),
     )
     .await;

@@ -2,7 +2,6 @@
 //! rates, explained by `/admin/usage/requests/{id}` and summed by `/admin/usage`.
 
 use serde_json::Value;
-use switchyard::provider::mock::{Fault, MockSpec};
 
 use crate::support::*;
 
@@ -89,17 +88,7 @@ async fn a_failover_is_charged_at_the_backups_price_with_a_row_per_attempt() {
 
 #[tokio::test]
 async fn a_stream_cut_after_commit_is_charged_for_what_it_delivered() {
-    let cut = mock(MockSpec {
-        chunks: 4,
-        ..faulty(
-            "AAAABBBBCCCCDDDD",
-            Fault {
-                cut_after: Some(2),
-                ..Fault::default()
-            },
-        )
-    })
-    .await;
+    let cut = mock(after_chunks(2, true)).await;
     let gw = gateway(&openai_channel("cut", &cut.base_url(), 1, DEAR)).await;
     let resp = gw.chat(chat_body(true)).await;
     assert_eq!(resp.status(), 200);
@@ -174,9 +163,23 @@ async fn usage_queries_refuse_what_they_cannot_read() {
     // A model with no known price is served and charged 0, not refused.
     let resp = gw.chat(chat_body(false)).await;
     assert_eq!(header(&resp, "x-switchyard-cost-micros"), "0");
-    let by_day = get_json(&format!("{}/admin/usage?group_by=day", gw.url), Some(ADMIN)).await;
-    gw.flush_log().await;
-    assert_eq!(by_day["group_by"], "day");
+    // The day the ledger groups the request under: its own, in UTC.
+    let ts = gw.admin_requests().await[0]["ts_ms"].as_u64().unwrap();
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ts);
+    let today = humantime::format_rfc3339(at).to_string()[..10].to_string();
+    for (by, name) in [("day", today.as_str()), ("model", "m")] {
+        let v = get_json(
+            &format!("{}/admin/usage?group_by={by}", gw.url),
+            Some(ADMIN),
+        )
+        .await;
+        assert_eq!(v["group_by"], by);
+        assert_eq!(v["rows"][0][by], name, "{v}");
+        assert_eq!(
+            (n(&v, "/rows/0/requests"), n(&v, "/rows/0/cost_micros")),
+            (1, 0)
+        );
+    }
 }
 
 #[tokio::test]

@@ -92,20 +92,7 @@ async fn a_hang_past_first_token_timeout_fails_over_invisibly() {
 #[tokio::test]
 async fn a_cut_after_the_first_token_is_an_error_frame_without_done() {
     let (_cut, backup, gw) = two_tiers(
-        (
-            "cut",
-            MockSpec {
-                chunks: 4,
-                ..faulty(
-                    "AAAABBBBCCCCDDDD",
-                    Fault {
-                        cut_after: Some(2),
-                        ..Fault::default()
-                    },
-                )
-            },
-            "",
-        ),
+        ("cut", after_chunks(2, true), ""),
         ("backup", text_spec("backup")),
     )
     .await;
@@ -124,17 +111,7 @@ async fn a_cut_after_the_first_token_is_an_error_frame_without_done() {
 
 #[tokio::test]
 async fn a_stall_after_commit_ends_with_a_timeout_frame() {
-    let stall = mock(MockSpec {
-        chunks: 4,
-        ..faulty(
-            "AAAABBBBCCCCDDDD",
-            Fault {
-                stall_after: Some(1),
-                ..Fault::default()
-            },
-        )
-    })
-    .await;
+    let stall = mock(after_chunks(1, false)).await;
     let gw = gateway_with(
         "stream_idle_timeout_ms = 300",
         &openai_channel("stall", &stall.base_url(), 1, ""),

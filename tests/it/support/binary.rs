@@ -25,6 +25,13 @@ pub async fn spawn_listening(
     spawn_listening_env(args, dir, marker, &[]).await
 }
 
+/// `switchyard serve --listen 127.0.0.1:0 --config <config>` in `dir`, and where it listens.
+pub async fn spawn_serve(config: &std::path::Path, dir: &std::path::Path) -> (Proc, String) {
+    let config = config.to_str().expect("a UTF-8 path");
+    let args = ["serve", "--listen", "127.0.0.1:0", "--config", config];
+    spawn_listening(&args, dir, "switchyard listening on ").await
+}
+
 /// As [`spawn_listening`], with environment variables set (`SWITCHYARD_LOG` among them).
 pub async fn spawn_listening_env(
     args: &[&str],

@@ -24,6 +24,26 @@ pub fn faulty(text: &str, fault: Fault) -> MockSpec {
     }
 }
 
+/// "AAAABBBBCCCCDDDD" streamed as four chunks, with a fault after `n` of them: a stream cut
+/// (`cut`) or stalled (`!cut`) past its commit point.
+pub fn after_chunks(n: u32, cut: bool) -> MockSpec {
+    let fault = if cut {
+        Fault {
+            cut_after: Some(n),
+            ..Fault::default()
+        }
+    } else {
+        Fault {
+            stall_after: Some(n),
+            ..Fault::default()
+        }
+    };
+    MockSpec {
+        chunks: 4,
+        ..faulty("AAAABBBBCCCCDDDD", fault)
+    }
+}
+
 pub fn status(code: u16) -> Fault {
     Fault {
         status: Some(code),
