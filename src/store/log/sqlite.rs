@@ -240,11 +240,7 @@ fn write_charges(
 /// The most recent rows, newest first. Blocking: the caller runs it on the blocking pool.
 pub(super) fn recent(path: &Path, limit: u32) -> Result<Vec<Value>, StoreError> {
     let sqlite = sqlite_err(path);
-    let conn = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .map_err(&sqlite)?;
+    let conn = read_only(path)?;
     let mut stmt = conn
         .prepare(
             "SELECT id, ts_ms, key_name, endpoint, requested_model, served_model, channel, status,
@@ -314,6 +310,7 @@ pub(super) fn prune(path: &Path, table: &'static str, cutoff_ms: i64) -> Result<
     }
 }
 
+/// A connection for reads beside the writer thread's (WAL lets both run).
 fn read_only(path: &Path) -> Result<Connection, StoreError> {
     Connection::open_with_flags(
         path,
