@@ -266,9 +266,10 @@ async fn rpm_and_max_concurrency_hold_across_two_replicas() {
             "{which}: {statuses:?}"
         );
 
-        // At most two in flight, whichever replica they reach.
+        // At most two in flight, whichever replica they reach: two held by a slow upstream
+        // (long enough that a loaded machine cannot let one finish early), then four refused.
         let slow = mock(MockSpec {
-            ttft_ms: 1500,
+            ttft_ms: 4000,
             ..text_spec("slow")
         })
         .await;
@@ -279,32 +280,43 @@ async fn rpm_and_max_concurrency_hold_across_two_replicas() {
             &openai_channel("a", &slow.base_url(), 1, ""),
         )
         .await;
-        let mut tasks = Vec::new();
-        for i in 0..6 {
-            let url = gws[i % 2].chat_url();
-            tasks.push(tokio::spawn(async move {
-                let resp = client()
-                    .post(url)
-                    .bearer_auth(KEY)
-                    .json(&chat_body(false))
-                    .send()
-                    .await
-                    .unwrap();
-                (
-                    resp.status().as_u16(),
-                    header(&resp, "x-ratelimit-limit-concurrency").to_string(),
-                )
-            }));
+        let send = |url: String| async move {
+            let resp = client()
+                .post(url)
+                .bearer_auth(KEY)
+                .json(&chat_body(false))
+                .send()
+                .await
+                .unwrap();
+            (
+                resp.status().as_u16(),
+                header(&resp, "x-ratelimit-limit-concurrency").to_string(),
+            )
+        };
+        let held: Vec<_> = (0..2)
+            .map(|i| tokio::spawn(send(gws[i % 2].chat_url())))
+            .collect();
+        until(
+            "both slots are taken",
+            Duration::from_secs(10),
+            async || slow.requests() == 2,
+        )
+        .await;
+        for i in 0..4 {
+            let (status, limit) = send(gws[i % 2].chat_url()).await;
+            assert_eq!(
+                (status, limit.as_str()),
+                (429, "2"),
+                "{which}: overflow {i}"
+            );
         }
-        let mut got = Vec::new();
-        for t in tasks {
-            got.push(t.await.unwrap());
+        for t in held {
+            assert_eq!(t.await.unwrap().0, 200, "{which}");
         }
-        let served = got.iter().filter(|g| g.0 == 200).count();
-        assert_eq!(served, 2, "{which}: {got:?}");
-        assert!(
-            got.iter().all(|g| g.0 == 200 || g.1 == "2"),
-            "{which}: {got:?}"
+        assert_eq!(
+            slow.requests(),
+            2,
+            "{which}: the refused never reached the upstream"
         );
         // Settled: the slots are free again.
         assert_eq!(gws[1].chat(chat_body(false)).await.status(), 200, "{which}");
