@@ -8,6 +8,7 @@
 pub mod clock;
 pub mod config;
 pub mod context;
+pub mod events;
 pub mod exec;
 pub mod health;
 pub mod pricing;
@@ -21,5 +22,6 @@ pub mod spend;
 pub mod state;
 pub mod store;
 pub mod usage;
+pub mod webhook;
 
 pub mod app;

@@ -107,7 +107,11 @@ pub async fn start_with_clock(
         None => None,
     };
     let log = Arc::new(open_log(&snapshot, store.as_deref())?);
-    let meter = Arc::new(meter(redis.as_ref(), store.as_deref()));
+    let (events, events_rx) = crate::webhook::Events::new(snapshot.events.queue_capacity);
+    let meter =
+        Arc::new(meter(redis.as_ref(), store.as_deref()).with_events(events.emitter.clone()));
+    let health = Health::new(clock.clone());
+    health.send_events(events.emitter.clone());
     let retention = snapshot
         .store
         .as_ref()
@@ -117,7 +121,7 @@ pub async fn start_with_clock(
         .map_err(|source| StartError::Bind { addr, source })?;
     let state = AppState {
         live: Arc::new(Live::new(snapshot, clients)),
-        health: Arc::new(Health::new(clock.clone())),
+        health: Arc::new(health),
         log: log.clone(),
         state: Arc::new(match &redis {
             Some(r) => State::Redis(r.clone()),
@@ -127,6 +131,7 @@ pub async fn start_with_clock(
         store,
         admin_failures: Arc::default(),
         meter,
+        events,
     };
     let mut background = Vec::new();
     if let Some(store) = &state.store {
@@ -149,6 +154,13 @@ pub async fn start_with_clock(
             every,
         )));
     }
+    // After the store's entries joined: its webhooks are known before the first event.
+    background.extend(crate::webhook::spawn(
+        state.events.clone(),
+        events_rx,
+        state.live.clone(),
+        state.store.clone(),
+    ));
     background.push(probe::spawn_prober(
         state.live.clone(),
         state.health.clone(),

@@ -44,6 +44,11 @@ pub struct FileConfig {
     pub admins: Vec<AdminConfig>,
     #[serde(default)]
     pub admin: AdminSection,
+    #[serde(default)]
+    pub events: crate::config::webhooks::EventsSection,
+    /// Where routing events are delivered, signed.
+    #[serde(default)]
+    pub webhooks: Vec<crate::config::webhooks::WebhookConfig>,
 }
 
 /// `[[admins]]`: who may use the admin API, and how far.

@@ -11,12 +11,13 @@ use super::ConfigError;
 use crate::secret::Pepper;
 
 /// The sections the admin API manages, and the field that names an entry in each.
-pub const SECTIONS: [(&str, &str); 5] = [
+pub const SECTIONS: [(&str, &str); 6] = [
     ("channels", "name"),
     ("keys", "name"),
     ("redirects", "id"),
     ("routers", "model"),
     ("models", "name"),
+    ("webhooks", "name"),
 ];
 
 /// The field that names an entry of `section`.

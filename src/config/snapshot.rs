@@ -151,6 +151,9 @@ pub struct Snapshot {
     pub pepper: Option<crate::secret::Pepper>,
     /// Hashed keys: the hex hash → the key's index in `keys`.
     pub hashed: std::collections::HashMap<String, usize>,
+    /// `[events]`, and the webhooks events are delivered to.
+    pub events: super::webhooks::EventSettings,
+    pub webhooks: Vec<super::webhooks::Webhook>,
 }
 
 /// A `[[routers]]` entry, validated.

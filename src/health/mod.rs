@@ -212,6 +212,8 @@ pub struct Health {
     clock: Arc<dyn Clock>,
     /// Where changes to share go (set when shared state runs); never waited on.
     shared: std::sync::OnceLock<tokio::sync::mpsc::Sender<Shared>>,
+    /// Where circuit and credential events go (none: discarded).
+    events: std::sync::OnceLock<crate::events::Emitter>,
     entries: Mutex<HashMap<Key, Entry>>,
     /// The channels' credentials (their own locks; never held with `entries`).
     pub pools: Pools,
@@ -227,6 +229,7 @@ impl Health {
             pools: Pools::new(clock.clone()),
             retries: RetryBudget::new(clock.clone()),
             shared: std::sync::OnceLock::new(),
+            events: std::sync::OnceLock::new(),
             clock,
             entries: Mutex::new(HashMap::new()),
             rr: Mutex::new(HashMap::new()),
@@ -239,6 +242,17 @@ impl Health {
         let (tx, rx) = tokio::sync::mpsc::channel(1024);
         let _ = self.shared.set(tx);
         rx
+    }
+
+    /// Sends this process's circuit and credential events to `events` (once).
+    pub fn send_events(&self, events: crate::events::Emitter) {
+        let _ = self.events.set(events);
+    }
+
+    fn event(&self, kind: &'static str, data: serde_json::Value) {
+        if let Some(e) = self.events.get() {
+            e.emit(kind, data);
+        }
     }
 
     fn emit(&self, ev: Shared) {
@@ -257,8 +271,20 @@ impl Health {
         v: CredVerdict,
         default_cooldown: Duration,
     ) {
+        let (channel, label) = r.key();
+        if v == CredVerdict::Refused {
+            self.event(
+                "credential.disabled",
+                json!({"channel": &**channel, "label": &**label, "status": 401}),
+            );
+        }
         if let Some((model, cooldown)) = self.pools.judge(r, model, v, default_cooldown) {
-            let (channel, label) = r.key();
+            self.event(
+                "credential.cooling",
+                json!({"channel": &**channel, "label": &**label, "model": model.as_deref(),
+                       "cooldown_seconds": cooldown.as_secs_f64(),
+                       "status": if model.is_some() { 403 } else { 429 }}),
+            );
             self.emit(Shared::CredentialCooled {
                 channel: channel.clone(),
                 label: label.clone(),
@@ -540,6 +566,7 @@ impl Health {
         }
         let now = self.clock.now();
         let mut opened = None;
+        let mut closed = None;
         let mut cooled = None;
         let mut map = self.lock();
         let e = map.entry(key.clone()).or_insert_with(|| Entry::new(b));
@@ -549,6 +576,7 @@ impl Health {
                 e.window.push(now, true, latency, s);
                 if matches!(e.circuit, Circuit::HalfOpen { .. }) {
                     e.circuit = Circuit::Closed;
+                    closed = Some((e.cooldown, e.failures.len()));
                     e.cooldown = b.cooldown;
                     e.failures.clear();
                     e.recovered_at = Some(now);
@@ -568,13 +596,13 @@ impl Health {
                         e.circuit = Circuit::Open {
                             until: now + e.cooldown,
                         };
-                        opened = Some(e.cooldown);
+                        opened = Some((e.cooldown, e.failures.len()));
                     }
                     Circuit::Closed if e.failures.len() >= b.failure_threshold as usize => {
                         e.circuit = Circuit::Open {
                             until: now + e.cooldown,
                         };
-                        opened = Some(e.cooldown);
+                        opened = Some((e.cooldown, e.failures.len()));
                         tracing::warn!(
                             channel = &*key.channel,
                             model = key.model.as_deref(),
@@ -600,11 +628,23 @@ impl Health {
         }
         e.window.prune(now, s.window, s.window_size);
         drop(map);
-        if let Some(cooldown) = opened {
+        if let Some((cooldown, failures)) = opened {
+            self.event(
+                "circuit.opened",
+                json!({"channel": &*key.channel, "model": key.model.as_deref(),
+                       "failures": failures, "cooldown_seconds": cooldown.as_secs_f64()}),
+            );
             self.emit(Shared::CircuitOpened {
                 key: key.clone(),
                 cooldown,
             });
+        }
+        if let Some((cooldown, failures)) = closed {
+            self.event(
+                "circuit.closed",
+                json!({"channel": &*key.channel, "model": key.model.as_deref(),
+                       "failures": failures, "cooldown_seconds": cooldown.as_secs_f64()}),
+            );
         }
         if let Some(cooldown) = cooled {
             self.emit(Shared::ChannelCooled {

@@ -57,6 +57,8 @@ pub struct Ctx {
     pub prompt_estimate: u64,
     /// The request's holds on its key's and serving channel's budgets and limits.
     pub holds: Option<Holds>,
+    /// Where the request's `model.failover` goes, if it has one.
+    events: crate::events::Emitter,
 }
 
 impl Ctx {
@@ -82,6 +84,7 @@ impl Ctx {
             continuation: None,
             prompt_estimate: 0,
             holds: None,
+            events: state.events.emitter.clone(),
         }
     }
 
@@ -121,6 +124,9 @@ impl Ctx {
     /// The row as it stands; taking it means the caller records it (now or at stream end).
     pub fn take_row(&mut self, status: u16, outcome: &str) -> LogRow {
         self.logged = true;
+        if self.report.attempts.len() > 1 {
+            self.failover_event(status, outcome);
+        }
         let served = self.report.served.clone();
         LogRow {
             id: self.id.clone(),
@@ -141,6 +147,27 @@ impl Ctx {
             trimmed_turns: self.report.context.map(|c| c.trimmed_turns as u64),
             ..LogRow::default()
         }
+    }
+
+    /// `model.failover`: the request moved past its first choice (served or not), once.
+    fn failover_event(&self, status: u16, outcome: &str) {
+        let served = self.report.served.as_ref();
+        self.events.emit(
+            "model.failover",
+            serde_json::json!({
+                "request_id": self.id,
+                "key": self.key.as_deref(),
+                "requested_model": self.requested_model.as_deref()
+                    .unwrap_or(&self.report.requested_model),
+                "served_model": served.map(|s| &*s.model),
+                "served_channel": served.map(|s| &*s.channel),
+                // `served`, or why not (`all_failed`, `client_closed`, the last class).
+                "outcome": if served.is_some() { "served" } else { outcome },
+                "status": status,
+                "stream": self.stream,
+                "attempts": &self.report.attempts,
+            }),
+        );
     }
 
     pub fn record(&self, row: LogRow) {

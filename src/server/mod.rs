@@ -51,6 +51,8 @@ pub struct AppState {
     pub admin_failures: Arc<admin::Failures>,
     /// Where budgets and limits are counted: Redis, the PostgreSQL store, or this process.
     pub meter: Arc<crate::spend::Meter>,
+    /// Routing events: where they are emitted, and the recent ones without a store.
+    pub events: Arc<crate::webhook::Events>,
 }
 
 /// A gateway serving on a bound listener, until shut down, dropped or aborted.

@@ -152,6 +152,7 @@ async fn readyz(State(state): State<AppState>) -> Response {
         "store": state.store.as_ref().map(|s| s.describe()),
         // Reported, not a reason to be taken out: each budget says what happens without it.
         "budgets": state.meter.describe(),
+        "events": {"dropped": state.events.emitter.dropped()},
     });
     let status = if alive {
         StatusCode::OK

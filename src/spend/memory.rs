@@ -129,7 +129,9 @@ impl Scope {
         Ok((period, used))
     }
 
-    fn settle(&mut self, h: &Hold, cost: u64, tokens: u64) {
+    /// Returns the period's spend after a charge (none when nothing was charged).
+    fn settle(&mut self, h: &Hold, cost: u64, tokens: u64) -> Option<u64> {
+        let mut spent = None;
         if let Some((micros, expires)) = self.holds.remove(&h.id) {
             self.reserved = self.reserved.saturating_sub(micros);
             self.expiry.remove(&(expires, h.id));
@@ -138,6 +140,7 @@ impl Scope {
             && p.id == self.period
         {
             self.spent = self.spent.saturating_add(cost);
+            spent = (cost > 0).then_some(self.spent);
         }
         // A settling request was admitted recently: it is near the back.
         if self.counts_tokens
@@ -149,6 +152,7 @@ impl Scope {
                 .saturating_add(tokens);
             entry.2 = tokens;
         }
+        spent
     }
 }
 
@@ -171,6 +175,7 @@ impl Meters {
                 period,
                 ask,
                 used,
+                cap: 0,
                 local: false,
             }),
             Err((limit, cap, used, wait)) => Verdict::Refused(Refusal {
@@ -183,11 +188,10 @@ impl Meters {
         }
     }
 
-    pub fn settle(&self, h: &Hold, cost: u64, tokens: u64) {
+    /// Settles `h`; the period's spend after it, when it charged anything.
+    pub fn settle(&self, h: &Hold, cost: u64, tokens: u64) -> Option<u64> {
         let mut scopes = self.scopes.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(s) = scopes.get_mut(&h.scope) {
-            s.settle(h, cost, tokens);
-        }
+        scopes.get_mut(&h.scope)?.settle(h, cost, tokens)
     }
 
     pub fn standing(&self, scope: &str, period: &str, now: i64) -> Standing {

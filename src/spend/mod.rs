@@ -117,6 +117,7 @@ impl Answer {
                     used: if period.is_some() { u(self.used) } else { 0 },
                     period,
                     ask,
+                    cap: 0,
                     local: false,
                 });
             }
@@ -151,6 +152,8 @@ pub struct Hold {
     pub ask: Ask,
     /// The scope's budget used (spent and held) with this hold taken; 0 without a budget.
     pub used: u64,
+    /// The scope's budget (micro-dollars; 0: none), for its threshold events.
+    pub cap: u64,
     /// Taken from this replica's own meters (the shared counter was down, the limit fails
     /// open): settled there, and the spend added to the shared counter when it can be.
     pub local: bool,
@@ -175,7 +178,15 @@ pub enum Backend {
 pub struct Meter {
     backend: Backend,
     seen: std::sync::Mutex<std::collections::HashMap<Arc<str>, Seen>>,
+    /// Where budget events go (none: discarded).
+    events: crate::events::Emitter,
+    /// The (scope, period) this replica has reported exhausted, so a run of refusals is one
+    /// event; cleared when it grows past a bound.
+    exhausted: std::sync::Mutex<std::collections::HashSet<(Arc<str>, String)>>,
 }
+
+/// The shares of a budget whose crossing is a `budget.threshold` event, in percent.
+pub const THRESHOLDS: [u64; 3] = [50, 80, 100];
 
 /// A budget as this replica last saw it: used (spent and held), its limit, and when its period
 /// ends (a new period starts from nothing).
@@ -191,6 +202,59 @@ impl Meter {
         Meter {
             backend,
             seen: Default::default(),
+            events: Default::default(),
+            exhausted: Default::default(),
+        }
+    }
+
+    /// The meter, sending its budget events to `events`.
+    pub fn with_events(mut self, events: crate::events::Emitter) -> Meter {
+        self.events = events;
+        self
+    }
+
+    /// A settle that took a budget's spend from `after - cost` to `after` crossed each
+    /// threshold in between exactly once, whichever replica settled it: each is an event.
+    fn crossed(&self, hold: &Hold, cost: u64, after: Option<u64>) {
+        let (Some(after), Some(period)) = (after, &hold.period) else {
+            return;
+        };
+        if hold.cap == 0 || !self.events.is_on() {
+            return;
+        }
+        let before = after.saturating_sub(cost);
+        for pct in THRESHOLDS {
+            let line = (u128::from(hold.cap) * u128::from(pct)).div_ceil(100);
+            if u128::from(before) < line && u128::from(after) >= line {
+                self.events.emit(
+                    "budget.threshold",
+                    json!({"scope": &*hold.scope, "percent": pct, "period": period.id,
+                           "spent_micros": after, "budget_micros": hold.cap}),
+                );
+            }
+        }
+    }
+
+    /// The first budget refusal of a scope in a period (on this replica) is an event.
+    fn refused_event(&self, r: &Refusal, quota: &Quota, now: i64) {
+        let (Limit::Budget, Some(b)) = (r.limit, quota.budget) else {
+            return;
+        };
+        if !self.events.is_on() {
+            return;
+        }
+        let period = PeriodAt::of(&b, now).id;
+        let mut seen = self.exhausted.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.len() > 10_000 {
+            seen.clear();
+        }
+        if seen.insert((r.scope.clone(), period.clone())) {
+            self.events.emit(
+                "budget.exhausted",
+                json!({"scope": &*r.scope, "period": period, "used_micros": r.used,
+                       "budget_micros": r.cap,
+                       "retry_after_seconds": r.retry_after.as_secs()}),
+            );
         }
     }
 
@@ -210,6 +274,12 @@ impl Meter {
                 None => fallback(p.local(), scope, quota, ask, ttl, now),
             },
         };
+        let mut v = v;
+        match &mut v {
+            Verdict::Held(h) => h.cap = quota.budget.map_or(0, |b| b.micros),
+            Verdict::Refused(r) => self.refused_event(r, quota, now),
+            Verdict::Unavailable => {}
+        }
         // Only a soft budget is read back (to rank its channel): no other pays for the record.
         if let Some(b) = quota.budget.filter(|b| b.soft.is_some()) {
             let used = match &v {
@@ -259,7 +329,8 @@ impl Meter {
             return false;
         };
         self.seen_settled(hold, cost);
-        m.settle(hold, cost, tokens);
+        let after = m.settle(hold, cost, tokens);
+        self.crossed(hold, cost, after);
         true
     }
 
@@ -275,13 +346,15 @@ impl Meter {
                 if hold.local {
                     r.local().settle(hold, cost, tokens);
                 }
-                Box::pin(r.settle(hold, cost, tokens)).await;
+                let after = Box::pin(r.settle(hold, cost, tokens)).await;
+                self.crossed(hold, cost, after);
             }
             Backend::Postgres(p) => {
                 if hold.local {
                     p.local().settle(hold, cost, tokens);
                 }
-                Box::pin(p.settle(hold, cost, tokens)).await;
+                let after = Box::pin(p.settle(hold, cost, tokens)).await;
+                self.crossed(hold, cost, after);
             }
         }
     }

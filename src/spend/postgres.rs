@@ -22,7 +22,9 @@ const OP_TIMEOUT: Duration = Duration::from_secs(2);
 const ADMIT: &str = "SELECT refused, cap, used, wait_ms
     FROM switchyard_admit($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
 
-const SETTLE: &str = "SELECT switchyard_settle($1, $2, $3, $4, $5)";
+/// The settle and the period's spend after it, in one transaction (the scope's row stays
+/// locked until it commits, so the spend read is this settle's own).
+const SETTLE: &str = "SELECT switchyard_settle_spent($1, $2, $3, $4, $5) AS spent";
 
 const STANDING: &str = "
 SELECT
@@ -119,22 +121,29 @@ impl Meters {
         Some(answer.verdict(scope, id, period, ask, now))
     }
 
-    pub async fn settle(&self, h: &Hold, cost: u64, tokens: u64) {
+    /// Settles `h`; the period's spend after it, when it charged anything.
+    pub async fn settle(&self, h: &Hold, cost: u64, tokens: u64) -> Option<u64> {
         let done = self.run(
-            sqlx::query(SETTLE)
+            sqlx::query_scalar::<_, Option<i64>>(SETTLE)
                 .bind(&*h.scope)
                 .bind(h.id as i64)
                 .bind(h.period.as_ref().map_or("", |p| p.id.as_str()))
                 .bind(cost as i64)
                 .bind(tokens as i64)
-                .execute(&self.pool),
+                .fetch_one(&self.pool),
         );
-        if done.await.is_none() {
-            tracing::error!(
-                scope = &*h.scope,
-                cost,
-                "could not settle a hold in PostgreSQL: its reservation expires by its deadline, its spend is not counted there"
-            );
+        match done.await {
+            Some(spent) => spent
+                .filter(|_| cost > 0)
+                .and_then(|s| u64::try_from(s).ok()),
+            None => {
+                tracing::error!(
+                    scope = &*h.scope,
+                    cost,
+                    "could not settle a hold in PostgreSQL: its reservation expires by its deadline, its spend is not counted there"
+                );
+                None
+            }
         }
     }
 

@@ -78,7 +78,7 @@ return {0, budget, used, 0}
 "#;
 
 /// KEYS as [`ADMIT`]'s. ARGV: id, cost, real tokens, when the period's spend may be forgotten
-/// (ms since the epoch; 0: never).
+/// (ms since the epoch; 0: never). Returns the period's spend after the charge (-1: none).
 const SETTLE: &str = r#"
 local m = redis.call('HGET', KEYS[2], ARGV[1])
 if m then
@@ -89,8 +89,9 @@ if m then
   redis.call('HSET', KEYS[1], 'reserved', r)
 end
 local cost = tonumber(ARGV[2])
+local spent = -1
 if cost > 0 then
-  redis.call('INCRBY', KEYS[5], cost)
+  spent = redis.call('INCRBY', KEYS[5], cost)
   if tonumber(ARGV[4]) > 0 then redis.call('PEXPIREAT', KEYS[5], ARGV[4]) end
 end
 local tk = redis.call('HGET', KEYS[6], ARGV[1])
@@ -98,7 +99,7 @@ if tk then
   redis.call('HSET', KEYS[6], ARGV[1], ARGV[3])
   redis.call('HINCRBY', KEYS[1], 'wtok', tonumber(ARGV[3]) - tonumber(tk))
 end
-return 1
+return spent
 "#;
 
 /// KEYS as [`ADMIT`]'s. Returns {spent, reserved}.
@@ -186,7 +187,8 @@ impl Meters {
         Some(answer.verdict(scope, id, period, ask, now))
     }
 
-    pub async fn settle(&self, h: &Hold, cost: u64, tokens: u64) {
+    /// Settles `h`; the period's spend after it, when it charged anything.
+    pub async fn settle(&self, h: &Hold, cost: u64, tokens: u64) -> Option<u64> {
         let keys = keys(
             &self.redis,
             &h.scope,
@@ -204,17 +206,16 @@ impl Meters {
             tokens.to_string(),
             forget.to_string(),
         ];
-        if self
-            .redis
-            .script::<i64>(&SETTLE_SCRIPT, &keys, &args)
-            .await
-            .is_none()
-        {
-            tracing::error!(
-                scope = &*h.scope,
-                cost,
-                "could not settle a hold in Redis: its reservation expires by its deadline, its spend is not counted there"
-            );
+        match self.redis.script::<i64>(&SETTLE_SCRIPT, &keys, &args).await {
+            Some(spent) => u64::try_from(spent).ok(),
+            None => {
+                tracing::error!(
+                    scope = &*h.scope,
+                    cost,
+                    "could not settle a hold in Redis: its reservation expires by its deadline, its spend is not counted there"
+                );
+                None
+            }
         }
     }
 

@@ -5,6 +5,7 @@
 //! kept at rest (`seal.rs`: AES-256-GCM under the master key, keyed hashes of gateway keys).
 
 pub mod db;
+pub mod events;
 mod log;
 pub mod objects;
 mod open;

@@ -37,6 +37,14 @@ pub fn each_secret<E>(
     body: &mut Value,
     mut f: impl FnMut(&str, &mut String) -> Result<(), E>,
 ) -> Result<(), E> {
+    if section == "webhooks" {
+        for field in ["secret", "previous_secret"] {
+            if let Some(Value::String(s)) = body.get_mut(field) {
+                f(&format!("webhooks/{name}/{field}"), s)?;
+            }
+        }
+        return Ok(());
+    }
     if section != "channels" {
         return Ok(());
     }

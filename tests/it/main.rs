@@ -12,6 +12,7 @@ mod control;
 mod control_ops;
 mod credentials;
 mod errors;
+mod events;
 mod failover;
 mod forwarding;
 mod fuzz;

@@ -49,6 +49,9 @@ pub(crate) fn compile(
     keys::link(&cfg.keys, &mut keys, &channels, &models).map_err(err)?;
     let routers = routers::compile(&cfg.routers, &models, &channels).map_err(err)?;
     let catalog = catalog::compile(&cfg.models, &models).map_err(err)?;
+    let events = crate::config::webhooks::settings(&cfg.events);
+    let webhooks = crate::config::webhooks::compile(&cfg.webhooks, &events, cfg.store.is_some())
+        .map_err(err)?;
     // Each route's price, once: attempts read it instead of looking it up.
     for (model, routes) in &mut models {
         for r in routes {
@@ -77,5 +80,7 @@ pub(crate) fn compile(
         view: std::sync::Arc::new(view),
         pepper,
         hashed,
+        events,
+        webhooks,
     })
 }

@@ -128,6 +128,11 @@ pub async fn apply(
         match store.db.write(&w).await {
             Ok(_) => {
                 refresh(state, store).await;
+                admin_event(state, admin, &change, &diff);
+                if change.section == "webhooks" {
+                    // An operator's change brings a webhook a day of failures disabled back.
+                    let _ = store.db.webhook_ok(change.id).await;
+                }
                 return Ok(Applied::Done(body));
             }
             // Someone wrote first: read, make and check again.
@@ -136,6 +141,23 @@ pub async fn apply(
         }
     }
     Err(ControlError::Busy.into())
+}
+
+/// `key.created`, `key.revoked` (deleted), `channel.changed`: what an admin change is as an
+/// event (the diff is the audit's, masked).
+fn admin_event(state: &AppState, admin: &str, change: &Change<'_>, diff: &Value) {
+    let (kind, data) = match (change.section, change.action) {
+        ("keys", Action::Create) => ("key.created", serde_json::json!({"key": change.id})),
+        ("keys", Action::Delete) => ("key.revoked", serde_json::json!({"key": change.id})),
+        ("channels", action) => (
+            "channel.changed",
+            serde_json::json!({"channel": change.id, "action": action.as_str(), "diff": diff}),
+        ),
+        _ => return,
+    };
+    let mut data = data;
+    data["admin"] = Value::from(admin);
+    state.events.emitter.emit(kind, data);
 }
 
 /// An entry as the admin API answers it after a write: masked, `source` api.
@@ -205,7 +227,13 @@ fn secret_strings(body: Option<&Value>) -> Vec<String> {
     }
     let mut out = Vec::new();
     if let Some(b) = body {
-        for f in ["api_keys", "credentials", "key"] {
+        for f in [
+            "api_keys",
+            "credentials",
+            "key",
+            "secret",
+            "previous_secret",
+        ] {
             if let Some(v) = b.get(f) {
                 walk(v, &mut out);
             }

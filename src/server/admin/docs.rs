@@ -47,7 +47,7 @@ pub async fn config(admin: Admin) -> Response {
 }
 
 /// The whole config and the audit cover every group: an admin limited to some may not read them.
-fn everything(admin: &Admin) -> Result<(), ApiError> {
+pub(super) fn everything(admin: &Admin) -> Result<(), ApiError> {
     if admin.caller.groups.is_empty() {
         return Ok(());
     }
@@ -74,6 +74,8 @@ fn drop_nulls(v: &mut Value) {
 pub struct AuditQuery {
     limit: Option<i64>,
     before: Option<i64>,
+    /// `events`: routing events merged in by time (the hash chain covers admin rows only).
+    include: Option<String>,
 }
 
 /// `GET /admin/audit?limit&before`: admin changes, newest first.
@@ -96,9 +98,21 @@ pub async fn audit(
         Err(e) => return e.into_response(),
     };
     let limit = q.limit.unwrap_or(50).clamp(1, 1000);
-    match store.db.audit(limit, q.before).await {
-        Ok(rows) => axum::Json(json!({"object": "list", "data": rows})).into_response(),
-        Err(e) => ApiError::from(ControlError::Store(e.to_string())).into_response(),
+    let rows = match store.db.audit(limit, q.before).await {
+        Ok(rows) => rows,
+        Err(e) => return ApiError::from(ControlError::Store(e.to_string())).into_response(),
+    };
+    match q.include.as_deref() {
+        None | Some("") => axum::Json(json!({"object": "list", "data": rows})).into_response(),
+        Some("events") => match super::events::with_audit(store, rows, limit).await {
+            Ok(data) => axum::Json(json!({"object": "list", "data": data})).into_response(),
+            Err(e) => e.into_response(),
+        },
+        Some(_) => ApiError::from(ControlError::invalid(
+            "include",
+            "the one value is `events`",
+        ))
+        .into_response(),
     }
 }
 

@@ -39,6 +39,14 @@ pub fn entry(section: &str, v: &Value) -> Value {
             obj.remove("key");
             obj.remove("key_hash");
         }
+        // A signing secret is shown once, when made; never again, not even in part.
+        "webhooks" => {
+            for field in ["secret", "previous_secret"] {
+                if obj.contains_key(field) {
+                    obj.insert(field.into(), Value::String("***".into()));
+                }
+            }
+        }
         _ => {}
     }
     v

@@ -8,6 +8,7 @@ mod apply;
 mod auth;
 mod docs;
 mod error;
+mod events;
 pub mod mask;
 mod objects;
 mod ops;
@@ -41,6 +42,13 @@ fn table() -> Vec<(&'static str, &'static str, MethodRouter<AppState>)> {
         ("get", "/admin/config", get(docs::config)),
         ("get", "/admin/audit", get(docs::audit)),
         ("get", "/admin/openapi.json", get(docs::openapi)),
+        ("get", "/admin/events", get(events::list)),
+        (
+            "get",
+            "/admin/webhooks/{name}/deliveries",
+            get(events::deliveries),
+        ),
+        ("post", "/admin/webhooks/{name}/test", post(events::test)),
         ("get", "/admin/{section}", get(objects::list)),
         ("post", "/admin/{section}", post(objects::create)),
         ("get", "/admin/{section}/{id}", get(objects::read)),

@@ -215,10 +215,10 @@ async fn create_entry(
         }
         .into());
     }
-    let made_key = if section == "keys" {
-        hash_key(admin, &mut entry, true)?
-    } else {
-        None
+    let made_key = match section {
+        "keys" => hash_key(admin, &mut entry, true)?,
+        "webhooks" => webhook_secret(&mut entry)?,
+        _ => None,
     };
     let diff = json!({"after": mask::entry(section, &entry)});
     let make = |current: Option<&Value>| {
@@ -257,8 +257,14 @@ async fn create_entry(
         _ => {
             let mut answer = answer(section, &entry);
             if let Some(k) = made_key {
-                // Shown this once: the store keeps only its hash, a replay answers without it.
-                answer["key"] = json!(k);
+                // Shown this once: the store keeps only its hash (or, for a webhook's
+                // secret, seals it); a replay answers without it.
+                let field = if section == "webhooks" {
+                    "secret"
+                } else {
+                    "key"
+                };
+                answer[field] = json!(k);
             }
             Ok((StatusCode::CREATED, axum::Json(answer)).into_response())
         }
@@ -321,6 +327,20 @@ fn hash_key(admin: &Admin, entry: &mut Value, generate: bool) -> Result<Option<S
     }
     obj.insert("key_hash".into(), json!(pepper.hash(&key)));
     Ok(made)
+}
+
+/// A webhook made without a `secret` gets one (`whsec_…`), returned to be answered once.
+fn webhook_secret(entry: &mut Value) -> Result<Option<String>, ApiError> {
+    let Some(obj) = entry.as_object_mut() else {
+        return Ok(None);
+    };
+    if obj.contains_key("secret") {
+        return Ok(None);
+    }
+    let s = crate::config::webhooks::generate_secret()
+        .map_err(|_| ControlError::Store("no randomness for a webhook secret".into()))?;
+    obj.insert("secret".into(), json!(s));
+    Ok(Some(s))
 }
 
 /// RFC 7386: `null` removes a member, an object merges, anything else replaces.

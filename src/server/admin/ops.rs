@@ -130,6 +130,14 @@ pub async fn health(admin: Admin) -> Response {
         "data": rows,
         "state": state.state.describe(),
         "budgets": state.meter.describe(),
+        "events": {
+            "dropped": state.events.emitter.dropped(),
+            "webhooks": snap.webhooks.iter().map(|w| json!({
+                "name": &*w.name,
+                "enabled": w.enabled,
+                "disabled_by_failures": state.events.is_disabled(&w.name),
+            })).collect::<Vec<_>>(),
+        },
     }))
     .into_response()
 }

@@ -9,6 +9,7 @@
 //! - [`postgres`]: a fresh PostgreSQL database per test;
 //! - [`binary`]: the binary started as a user runs it;
 //! - [`control`]: stores on both backends, replicas on one store, admin calls;
+//! - [`receiver`]: a webhook receiver that keeps what it got and answers from a script;
 //! - [`scenario`]: failover scenarios as table rows (channels, requests, expected attempts);
 //! - [`wait`]: waiting on a condition with a deadline, the one way tests wait.
 
@@ -18,6 +19,7 @@ mod gateway;
 mod logs;
 mod mock;
 mod postgres;
+mod receiver;
 mod redis;
 mod scenario;
 mod sse;
@@ -29,6 +31,7 @@ pub use self::gateway::*;
 pub use self::logs::*;
 pub use self::mock::*;
 pub use self::postgres::*;
+pub use self::receiver::*;
 pub use self::redis::*;
 pub use self::scenario::*;
 pub use self::sse::*;
