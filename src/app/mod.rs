@@ -175,16 +175,7 @@ pub async fn start_with_clock(
         semantic.warm(&live.load()).await;
     }));
     if let Some(r) = redis {
-        background.push(tokio::spawn(r.clone().supervise()));
-        background.push(tokio::spawn(bridge::publish(
-            r.clone(),
-            state.health.share(),
-        )));
-        background.push(tokio::spawn(bridge::subscribe(
-            r,
-            state.health.clone(),
-            state.live.clone(),
-        )));
+        background.extend(share_through(r, &state));
     }
     let admin = match state.live.load().server.admin_listen {
         Some(a) => Some(
@@ -198,6 +189,19 @@ pub async fn start_with_clock(
         .map_err(|source| StartError::Bind { addr, source })?;
     running.background.extend(background);
     Ok(running)
+}
+
+/// The tasks that keep Redis connected and carry health changes between replicas.
+fn share_through(r: Arc<Redis>, state: &AppState) -> [tokio::task::JoinHandle<()>; 3] {
+    [
+        tokio::spawn(r.clone().supervise()),
+        tokio::spawn(bridge::publish(r.clone(), state.health.share())),
+        tokio::spawn(bridge::subscribe(
+            r,
+            state.health.clone(),
+            state.live.clone(),
+        )),
+    ]
 }
 
 /// The request log where the store says: with a PostgreSQL store, its database (and

@@ -238,8 +238,9 @@ impl Db {
         Ok(out)
     }
 
-    /// Records a delivery attempt and what became of its row.
-    pub async fn finish_attempt(&self, a: &Attempt<'_>) -> Result<(), DbError> {
+    /// Records a delivery attempt and what became of its row; false (nothing recorded) when
+    /// `a.replica` no longer holds the row's lease.
+    pub async fn finish_attempt(&self, a: &Attempt<'_>) -> Result<bool, DbError> {
         let status = a.status.map(i64::from);
         let next = match a.fate {
             Fate::Retry(at) => at,
@@ -247,6 +248,21 @@ impl Db {
         };
         on!(self, p => {
             let mut tx = p.begin().await?;
+            let mine = sqlx::query(FINISH)
+                .bind(a.fate.state())
+                .bind(next)
+                .bind(status)
+                .bind(&a.row.event_id)
+                .bind(&a.row.webhook)
+                .bind(a.replica)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            // The lease ran out and another replica holds the row now: its attempt counts.
+            if mine == 0 {
+                tx.rollback().await?;
+                return Ok(false);
+            }
             sqlx::query(RECORD_ATTEMPT)
                 .bind(&a.row.event_id)
                 .bind(&a.row.webhook)
@@ -258,18 +274,9 @@ impl Db {
                 .bind(a.replica)
                 .execute(&mut *tx)
                 .await?;
-            sqlx::query(FINISH)
-                .bind(a.fate.state())
-                .bind(next)
-                .bind(status)
-                .bind(&a.row.event_id)
-                .bind(&a.row.webhook)
-                .bind(a.replica)
-                .execute(&mut *tx)
-                .await?;
             tx.commit().await?;
         });
-        Ok(())
+        Ok(true)
     }
 
     /// Marks a leased row cancelled without an attempt (its webhook is gone or disabled).

@@ -321,10 +321,15 @@ async fn deliver_one(events: &Events, live: &Live, store: &Store, sender: &Sende
         replica: &events.replica,
         fate,
     };
-    if let Err(e) = store.db.finish_attempt(&attempt).await {
-        // The lease runs out and the row is sent again: at least once, never lost.
-        tracing::warn!(error = %e, "a delivery attempt could not be recorded");
-        return;
+    match store.db.finish_attempt(&attempt).await {
+        Ok(true) => {}
+        // Another replica took the row over: its attempt is the one recorded.
+        Ok(false) => return,
+        Err(e) => {
+            // The lease runs out and the row is sent again: at least once, never lost.
+            tracing::warn!(error = %e, "a delivery attempt could not be recorded");
+            return;
+        }
     }
     streak(events, store, hook, &outcome, now).await;
 }

@@ -699,3 +699,240 @@ async fn webhooks_made_through_the_api_show_their_secret_once_and_get_admin_even
         "the receiver was never reached through the name"
     );
 }
+
+/// Runs `sql` on a store (test setup: ages rows as a day passing would).
+async fn on_db(db: &switchyard::store::Db, sql: &str) {
+    let sql = sqlx::AssertSqlSafe(sql.to_string());
+    let done = match db {
+        switchyard::store::Db::Sqlite(p) => sqlx::query(sql).execute(p).await.map(|_| ()),
+        switchyard::store::Db::Postgres(p) => sqlx::query(sql).execute(p).await.map(|_| ()),
+    };
+    done.unwrap();
+}
+
+#[tokio::test]
+async fn the_outbox_leases_each_row_once_and_prunes_alike_on_both_backends() {
+    use switchyard::store::events::{Attempt, Fate, NewEvent};
+    let stores = Stores::new("events_outbox").await;
+    for url in stores.urls() {
+        let db = switchyard::store::Db::open(&url).await.unwrap();
+        let now = 1_800_000_000_000;
+        let day = 86_400_000;
+        let rows: Vec<NewEvent> = (0..3)
+            .map(|i| NewEvent {
+                id: ["msg_a", "msg_b", "msg_c"][i],
+                kind: "model.failover",
+                ts_ms: now - [40 * day, 0, 0][i],
+                request_id: Some("req_1"),
+                folded_into: None,
+                payload: format!("{{\"n\":{i}}}"),
+                webhooks: vec!["ops", "audit"],
+            })
+            .collect();
+        db.write_events(&rows).await.unwrap();
+        // Writing again (a retried batch) adds nothing.
+        db.write_events(&rows).await.unwrap();
+        assert_eq!(db.outbox_pending().await.unwrap(), 6, "{url}");
+        // Two replicas lease at once: every row goes to exactly one of them.
+        let (a, b) = tokio::join!(
+            db.lease("r1", now, now + 60_000, 4),
+            db.lease("r2", now, now + 60_000, 4)
+        );
+        let (a, b) = (a.unwrap(), b.unwrap());
+        assert_eq!(a.len() + b.len(), 6, "{url}");
+        let mut keys: Vec<_> = a
+            .iter()
+            .chain(&b)
+            .map(|l| (l.event_id.clone(), l.webhook.clone()))
+            .collect();
+        keys.sort();
+        keys.dedup();
+        assert_eq!(keys.len(), 6, "{url}: no row leased twice");
+        assert!(a.iter().chain(&b).all(|l| l.payload.starts_with("{\"n\":")));
+        // Leased rows are not leased again until their lease runs out.
+        assert!(
+            db.lease("r3", now + 1, now + 60_000, 10)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        let expired = db
+            .lease("r3", now + 60_001, now + 120_000, 10)
+            .await
+            .unwrap();
+        assert_eq!(
+            expired.len(),
+            6,
+            "{url}: a dead replica's leases are taken over"
+        );
+        // Only the lease holder records a fate; a retry comes due again at its time.
+        for (i, row) in expired.iter().enumerate() {
+            let fate = if i == 0 {
+                Fate::Retry(now + 200_000)
+            } else {
+                Fate::Delivered
+            };
+            let attempt = |replica| Attempt {
+                row,
+                now_ms: now + 60_002,
+                status: Some(200),
+                latency_ms: 3,
+                error: None,
+                replica,
+                fate,
+            };
+            db.finish_attempt(&attempt("r1")).await.unwrap();
+            db.finish_attempt(&attempt("r3")).await.unwrap();
+        }
+        assert_eq!(db.outbox_pending().await.unwrap(), 1, "{url}");
+        assert!(
+            db.lease("r3", now + 199_999, now + 300_000, 10)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        let again = db
+            .lease("r3", now + 200_000, now + 300_000, 10)
+            .await
+            .unwrap();
+        assert_eq!((again.len(), again[0].attempts), (1, 1), "{url}");
+        let d = db.deliveries(&again[0].webhook, 10).await.unwrap();
+        assert!(d.iter().all(|x| x.replica == "r3"), "{url}: {d:?}");
+        // Retention: done rows and attempts past it go; events past 30 days, unless pending.
+        on_db(
+            &db,
+            &format!(
+                "UPDATE outbox SET created_ms = {} WHERE event_id = 'msg_a'",
+                now - 40 * day
+            ),
+        )
+        .await;
+        on_db(
+            &db,
+            &format!("UPDATE deliveries SET ts_ms = {}", now - 8 * day),
+        )
+        .await;
+        let n = db
+            .prune_events(now - 7 * day, now - 30 * day)
+            .await
+            .unwrap();
+        assert!(n >= 2, "{url}: {n}");
+        let left = db.events(None, 0, None, 10).await.unwrap();
+        let ids: Vec<&str> = left.iter().map(|e| e.id.as_str()).collect();
+        let a_pending = again[0].event_id == "msg_a";
+        assert_eq!(ids.contains(&"msg_a"), a_pending, "{url}: {ids:?}");
+        assert!(ids.contains(&"msg_b") && ids.contains(&"msg_c"), "{url}");
+        assert!(db.deliveries("ops", 10).await.unwrap().is_empty(), "{url}");
+    }
+}
+
+#[tokio::test]
+async fn a_webhook_failing_for_a_day_is_disabled_and_a_test_brings_it_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let rx = receiver(&[]).await;
+    rx.answer(500);
+    let (_bad, _good, channels) = failing_then_ok().await;
+    let hooks = webhook_config("ops", &rx.url, &whsec(9), "\"*\"", 0);
+    let gw = gateway_full("", &format!("{}{hooks}", sqlite_store(&dir)), &channels).await;
+    let store = gw.running.state.store.clone().unwrap();
+    assert_eq!(gw.chat(chat_body(false)).await.status(), 200);
+    until("a failed attempt", Duration::from_secs(10), async || {
+        !rx.got().is_empty()
+    })
+    .await;
+    // A day passes: the streak began 25 h ago and the row was made then.
+    let day_ago = switchyard::clock::unix_ms() - 25 * 3_600_000;
+    on_db(
+        &store.db,
+        &format!("UPDATE webhook_state SET failing_since_ms = {day_ago}"),
+    )
+    .await;
+    on_db(
+        &store.db,
+        &format!("UPDATE outbox SET created_ms = {day_ago}, next_ms = 0"),
+    )
+    .await;
+    let disabled = until(
+        "webhook.disabled is listed",
+        Duration::from_secs(10),
+        async || {
+            events(&gw.url, "type=webhook.disabled")
+                .await
+                .into_iter()
+                .next()
+        },
+    )
+    .await;
+    assert_eq!(disabled["data"]["webhook"], "ops");
+    let d = until("the row expired", Duration::from_secs(5), async || {
+        let d = get_json(
+            &format!("{}/admin/webhooks/ops/deliveries", gw.url),
+            Some(ADMIN),
+        )
+        .await;
+        (d["data"][0]["state"] == "expired" && d["disabled"] == true).then_some(d)
+    })
+    .await;
+    assert_eq!(d["data"][0]["status"], 500);
+    // Disabled: a new failover is listed but not sent.
+    let sent = rx.got().len();
+    assert_eq!(gw.chat(chat_body(false)).await.status(), 200);
+    until(
+        "the failover is listed",
+        Duration::from_secs(2),
+        async || events(&gw.url, "type=model.failover").await.len() == 2,
+    )
+    .await;
+    let health = get_json(&format!("{}/admin/health", gw.url), Some(ADMIN)).await;
+    assert_eq!(
+        health["events"]["webhooks"][0]["disabled_by_failures"], true,
+        "{health}"
+    );
+    // A test (the receiver fixed) enables it again and is delivered.
+    rx.answer(200);
+    assert_eq!(
+        as_admin(&gw, "POST", "/admin/webhooks/ops/test", None)
+            .await
+            .0,
+        202
+    );
+    until(
+        "the test is delivered",
+        Duration::from_secs(10),
+        async || {
+            rx.delivered()
+                .iter()
+                .any(|r| r.json()["type"] == "webhook.test")
+        },
+    )
+    .await;
+    assert!(
+        rx.got()[sent..]
+            .iter()
+            .all(|r| r.json()["type"] != "model.failover"),
+        "nothing was queued while disabled"
+    );
+}
+
+#[tokio::test]
+async fn while_a_secret_rotates_each_delivery_carries_a_signature_under_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let rx = receiver(&[]).await;
+    let (old, new) = (whsec(11), whsec(12));
+    let (_bad, _good, channels) = failing_then_ok().await;
+    let hooks = format!(
+        "{}previous_secret = \"{old}\"\n",
+        webhook_config("ops", &rx.url, &new, "\"model.failover\"", 10)
+    );
+    let gw = gateway_full("", &format!("{}{hooks}", sqlite_store(&dir)), &channels).await;
+    assert_eq!(gw.chat(chat_body(false)).await.status(), 200);
+    until("delivered", Duration::from_secs(10), async || {
+        rx.delivered().len() == 1
+    })
+    .await;
+    let got = &rx.got()[0];
+    assert_eq!(got.signature.split(' ').count(), 2, "{}", got.signature);
+    assert_eq!(python_verifies(&new, got), "valid");
+    assert_eq!(python_verifies(&old, got), "valid");
+    assert_eq!(python_verifies(&whsec(13), got), "invalid");
+}
