@@ -188,8 +188,8 @@ pub fn compile(
                 "webhooks need a [store]: their outbox is kept there, so no event is lost",
             ));
         }
-        if w.name.is_empty() || w.name.contains('/') {
-            return Err(f("name", "required: a non-empty name without '/'"));
+        if w.name.is_empty() || w.name.contains(['/', ',']) {
+            return Err(f("name", "required: a non-empty name without '/' or ','"));
         }
         if out.iter().any(|o| *o.name == *w.name) {
             return Err(f("name", "is used by another webhook"));

@@ -103,16 +103,19 @@ const INSERT_OUTBOX: &str =
 /// Rows due and not leased (or whose lease ran out: its replica died), oldest due first. The
 /// outer conditions are checked again on the row as it is when locked, so two replicas never
 /// lease one row.
+/// `$5`: the webhooks to leave alone for now, comma-joined (`,a,b,`; names have no comma).
 const LEASE_SQLITE: &str = "UPDATE outbox SET lease_until_ms = $1, leased_by = $2
     WHERE state = 'pending' AND next_ms <= $3 AND lease_until_ms < $3
       AND (event_id, webhook) IN (SELECT event_id, webhook FROM outbox
         WHERE state = 'pending' AND next_ms <= $3 AND lease_until_ms < $3
+          AND instr($5, ',' || webhook || ',') = 0
         ORDER BY next_ms LIMIT $4)
     RETURNING event_id, webhook, attempts, created_ms";
 const LEASE_POSTGRES: &str = "UPDATE outbox SET lease_until_ms = $1, leased_by = $2
     WHERE state = 'pending' AND next_ms <= $3 AND lease_until_ms < $3
       AND (event_id, webhook) IN (SELECT event_id, webhook FROM outbox
         WHERE state = 'pending' AND next_ms <= $3 AND lease_until_ms < $3
+          AND strpos($5, ',' || webhook || ',') = 0
         ORDER BY next_ms LIMIT $4 FOR UPDATE SKIP LOCKED)
     RETURNING event_id, webhook, attempts, created_ms";
 
@@ -197,14 +200,17 @@ impl Db {
         }))
     }
 
-    /// Leases up to `n` due outbox rows to `replica` until `until_ms`, with their payloads.
+    /// Leases up to `n` due outbox rows to `replica` until `until_ms`, with their payloads,
+    /// none of the webhooks named in `paused`.
     pub async fn lease(
         &self,
         replica: &str,
         now_ms: i64,
         until_ms: i64,
         n: i64,
+        paused: &[&str],
     ) -> Result<Vec<Leased>, DbError> {
+        let skip = format!(",{},", paused.join(","));
         let sql = match self {
             Db::Sqlite(_) => LEASE_SQLITE,
             Db::Postgres(_) => LEASE_POSTGRES,
@@ -215,6 +221,7 @@ impl Db {
                 .bind(replica)
                 .bind(now_ms)
                 .bind(n)
+                .bind(&skip)
                 .fetch_all(p)
                 .await?;
             let mut out = Vec::with_capacity(rows.len());

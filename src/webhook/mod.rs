@@ -9,7 +9,7 @@
 pub mod deliver;
 pub mod sign;
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -32,6 +32,11 @@ const LEASE: Duration = Duration::from_secs(60);
 /// How often idle deliverers look for rows other replicas wrote or retries come due.
 const POLL: Duration = Duration::from_millis(500);
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
+/// The longest a failing webhook's rows wait for its next try, whatever their own schedule.
+const MAX_PAUSE: Duration = Duration::from_secs(300);
+/// How long the writer gathers events after the first before writing them: one transaction per
+/// tick under a storm, not one per event (listed well within the second promised).
+const LINGER: Duration = Duration::from_millis(50);
 const EVENTS_KEPT: Duration = Duration::from_secs(30 * 86_400);
 
 /// The events side of the gateway: where to emit, and what readers need.
@@ -45,6 +50,9 @@ pub struct Events {
     pub replica: String,
     /// Webhooks a day of failures disabled (read from the store).
     disabled: Mutex<HashSet<String>>,
+    /// Webhooks failing now: their failures in a row, and until when none of their rows is
+    /// leased (so a dead receiver costs an attempt per backoff step, not one per event).
+    paused: Mutex<HashMap<String, (i64, i64)>>,
 }
 
 impl Events {
@@ -60,6 +68,7 @@ impl Events {
             wake: Notify::new(),
             replica: format!("r{}-{rand}", std::process::id()),
             disabled: Mutex::default(),
+            paused: Mutex::default(),
         };
         (Arc::new(ev), rx)
     }
@@ -91,6 +100,28 @@ impl Events {
     pub fn is_disabled(&self, webhook: &str) -> bool {
         let d = self.disabled.lock().unwrap_or_else(|p| p.into_inner());
         d.contains(webhook)
+    }
+
+    /// The webhooks paused at `now_ms`.
+    fn paused(&self, now_ms: i64) -> Vec<String> {
+        let p = self.paused.lock().unwrap_or_else(|p| p.into_inner());
+        p.iter()
+            .filter(|(_, (_, until))| *until > now_ms)
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
+    /// A delivery to `webhook` succeeded (the pause ends) or failed (it backs off further).
+    fn pace(&self, webhook: &str, ok: bool, now_ms: i64) {
+        let mut p = self.paused.lock().unwrap_or_else(|p| p.into_inner());
+        if ok {
+            p.remove(webhook);
+            return;
+        }
+        let e = p.entry(webhook.to_string()).or_insert((0, 0));
+        e.0 += 1;
+        let wait = deliver::backoff(e.0).min(MAX_PAUSE);
+        e.1 = now_ms + wait.as_millis() as i64;
     }
 
     /// Asks the deliverer to look at the outbox now.
@@ -183,7 +214,8 @@ async fn write(
             got = rx.recv() => match got {
                 Some(e) => {
                     batch.push(e);
-                    while batch.len() < 1024 && let Ok(e) = rx.try_recv() {
+                    tokio::time::sleep(LINGER).await;
+                    while batch.len() < 4096 && let Ok(e) = rx.try_recv() {
                         batch.push(e);
                     }
                 }
@@ -240,9 +272,17 @@ async fn deliver_loop(events: Arc<Events>, live: Arc<Live>, store: Arc<Store>, s
     loop {
         refresh_disabled(&events, &store).await;
         let now = crate::clock::unix_ms();
+        let paused = events.paused(now);
+        let paused: Vec<&str> = paused.iter().map(String::as_str).collect();
         let leased = store
             .db
-            .lease(&events.replica, now, now + LEASE.as_millis() as i64, BATCH)
+            .lease(
+                &events.replica,
+                now,
+                now + LEASE.as_millis() as i64,
+                BATCH,
+                &paused,
+            )
             .await;
         let rows = match leased {
             Ok(r) => r,
@@ -298,6 +338,7 @@ async fn deliver_one(events: &Events, live: &Live, store: &Store, sender: &Sende
         )
         .await;
     let now = crate::clock::unix_ms();
+    events.pace(&hook.name, !matches!(outcome, Outcome::Retry(..)), now);
     let fate = match &outcome {
         Outcome::Delivered(_) => Fate::Delivered,
         Outcome::Refused(_) => Fate::Failed,
@@ -392,6 +433,7 @@ pub async fn test(
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .remove(webhook);
+    events.pace(webhook, true, 0);
     events.wake();
     Ok(json!({"id": ev.id, "type": ev.kind, "queued": true}))
 }

@@ -735,8 +735,8 @@ async fn the_outbox_leases_each_row_once_and_prunes_alike_on_both_backends() {
         assert_eq!(db.outbox_pending().await.unwrap(), 6, "{url}");
         // Two replicas lease at once: every row goes to exactly one of them.
         let (a, b) = tokio::join!(
-            db.lease("r1", now, now + 60_000, 4),
-            db.lease("r2", now, now + 60_000, 4)
+            db.lease("r1", now, now + 60_000, 4, &[]),
+            db.lease("r2", now, now + 60_000, 4, &[])
         );
         let (a, b) = (a.unwrap(), b.unwrap());
         assert_eq!(a.len() + b.len(), 6, "{url}");
@@ -751,13 +751,13 @@ async fn the_outbox_leases_each_row_once_and_prunes_alike_on_both_backends() {
         assert!(a.iter().chain(&b).all(|l| l.payload.starts_with("{\"n\":")));
         // Leased rows are not leased again until their lease runs out.
         assert!(
-            db.lease("r3", now + 1, now + 60_000, 10)
+            db.lease("r3", now + 1, now + 60_000, 10, &[])
                 .await
                 .unwrap()
                 .is_empty()
         );
         let expired = db
-            .lease("r3", now + 60_001, now + 120_000, 10)
+            .lease("r3", now + 60_001, now + 120_000, 10, &[])
             .await
             .unwrap();
         assert_eq!(
@@ -786,13 +786,18 @@ async fn the_outbox_leases_each_row_once_and_prunes_alike_on_both_backends() {
         }
         assert_eq!(db.outbox_pending().await.unwrap(), 1, "{url}");
         assert!(
-            db.lease("r3", now + 199_999, now + 300_000, 10)
+            db.lease("r3", now + 199_999, now + 300_000, 10, &[])
                 .await
                 .unwrap()
                 .is_empty()
         );
+        let paused = db.lease("r3", now + 200_000, now + 300_000, 10, &["ops", "audit"]);
+        assert!(
+            paused.await.unwrap().is_empty(),
+            "{url}: a paused webhook's rows wait"
+        );
         let again = db
-            .lease("r3", now + 200_000, now + 300_000, 10)
+            .lease("r3", now + 200_000, now + 300_000, 10, &["nobody"])
             .await
             .unwrap();
         assert_eq!((again.len(), again[0].attempts), (1, 1), "{url}");
