@@ -252,6 +252,40 @@ mod tests {
     }
 
     #[test]
+    fn webhooks_need_a_store_a_known_pattern_and_unique_names() {
+        let events = settings(&EventsSection::default());
+        let hook = |name: &str, pattern: &str| WebhookConfig {
+            name: name.into(),
+            url: "https://hooks.example.com/x".into(),
+            secret: generate_secret().unwrap(),
+            previous_secret: None,
+            events: vec![pattern.into()],
+            enabled: true,
+        };
+        let field = |r: Result<Vec<Webhook>, FieldError>| r.err().map(|e| e.0);
+        assert_eq!(
+            field(compile(&[hook("a", "*")], &events, false)),
+            Some("webhooks[0].name".into())
+        );
+        assert_eq!(
+            field(compile(&[hook("a", "budgets.*")], &events, true)),
+            Some("webhooks[0].events".into())
+        );
+        assert_eq!(
+            field(compile(&[hook("a", "*"), hook("a", "*")], &events, true)),
+            Some("webhooks[1].name".into())
+        );
+        assert_eq!(
+            field(compile(&[hook("a,b", "*")], &events, true)),
+            Some("webhooks[0].name".into())
+        );
+        let ok = compile(&[hook("a", "circuit.*")], &events, true).unwrap();
+        assert!(ok[0].wants("circuit.closed") && !ok[0].wants("model.failover"));
+        assert_eq!(events.fold, Duration::from_secs(10));
+        assert_eq!(events.retention, Duration::from_secs(7 * 86_400));
+    }
+
+    #[test]
     fn secrets_are_whsec_base64_of_24_to_64_bytes() {
         let s = generate_secret().unwrap();
         assert_eq!(signing_key(&s).unwrap().len(), 32);

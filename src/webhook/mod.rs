@@ -25,10 +25,11 @@ use deliver::{Outcome, Sender};
 
 /// Events kept in memory when there is no store.
 pub const RECENT: usize = 10_000;
-/// Outbox rows one replica leases at a time, and how long it holds them (well past the 5 s
-/// timeout: a lease only runs out when its replica died).
+/// Outbox rows one replica leases at a time, and how long it holds them: past the 5 s timeout
+/// and the attempt's record (a lease only runs out when its replica died mid-delivery), short
+/// enough that another replica, or a restart, takes such a row over soon.
 const BATCH: i64 = 32;
-const LEASE: Duration = Duration::from_secs(60);
+const LEASE: Duration = Duration::from_secs(15);
 /// How often idle deliverers look for rows other replicas wrote or retries come due.
 const POLL: Duration = Duration::from_millis(500);
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
