@@ -220,8 +220,16 @@ async fn write(
                         batch.push(e);
                     }
                 }
-                None if folder.next_due().is_none() && batch.is_empty() => return,
-                None => {}
+                // Every emitter is gone (shutdown): the open windows' summaries, then stop.
+                None => {
+                    let out = folder.due(i64::MAX);
+                    if let Some(store) = &store {
+                        let _ = store.db.write_events(&rows(&out, &live.load(), &events)).await;
+                    } else {
+                        events.keep(&out);
+                    }
+                    return;
+                }
             },
             _ = sleep_until(due) => {}
         }

@@ -65,6 +65,26 @@ async fn failing_then_ok() -> (MockServer, MockServer, String) {
 
 use switchyard::provider::mock::MockServer;
 
+/// A webhook's delivery log once `n` attempts are recorded and the newest is final (the
+/// receiver sees a delivery a moment before the gateway records it).
+async fn recorded(url: &str, webhook: &str, n: usize) -> Value {
+    let path = format!("{url}/admin/webhooks/{webhook}/deliveries");
+    until(
+        "the attempts are recorded",
+        Duration::from_secs(10),
+        async || {
+            let d = get_json(&path, Some(ADMIN)).await;
+            let rows = d["data"].as_array().map_or(0, Vec::len);
+            if rows >= n && d["data"][0]["state"] != "pending" {
+                Ok(d)
+            } else {
+                Err(d)
+            }
+        },
+    )
+    .await
+}
+
 /// The events `/admin/events` lists (`query` after `?`).
 async fn events(url: &str, query: &str) -> Vec<Value> {
     let v = get_json(&format!("{url}/admin/events?{query}"), Some(ADMIN)).await;
@@ -131,11 +151,7 @@ async fn a_failover_is_one_signed_event_the_documented_snippet_verifies() {
     assert_eq!(python_verifies(&secret, &tampered), "invalid");
     assert_eq!(python_verifies(&whsec(8), got), "invalid");
     // Exactly one: the delivery log says so, and a served request without failover adds none.
-    let d = get_json(
-        &format!("{}/admin/webhooks/ops/deliveries", gw.url),
-        Some(ADMIN),
-    )
-    .await;
+    let d = recorded(&gw.url, "ops", 1).await;
     assert_eq!(d["data"].as_array().unwrap().len(), 1, "{d}");
     assert_eq!(d["data"][0]["state"], "delivered");
     assert_eq!(d["data"][0]["status"], 200);
@@ -162,11 +178,7 @@ async fn a_receiver_failing_three_times_gets_the_event_after_each_failure_then_i
         got.iter()
             .all(|r| r.id == got[0].id && r.body == got[0].body)
     );
-    let d = get_json(
-        &format!("{}/admin/webhooks/ops/deliveries", gw.url),
-        Some(ADMIN),
-    )
-    .await;
+    let d = recorded(&gw.url, "ops", 4).await;
     let rows = d["data"].as_array().unwrap();
     let statuses: Vec<i64> = rows
         .iter()
@@ -872,15 +884,25 @@ async fn a_webhook_failing_for_a_day_is_disabled_and_a_test_brings_it_back() {
     let gw = gateway_full("", &format!("{}{hooks}", sqlite_store(&dir)), &channels).await;
     let store = gw.running.state.store.clone().unwrap();
     assert_eq!(gw.chat(chat_body(false)).await.status(), 200);
-    until("a failed attempt", Duration::from_secs(10), async || {
-        !rx.got().is_empty()
-    })
+    let deliveries = format!("{}/admin/webhooks/ops/deliveries", gw.url);
+    until(
+        "a failed attempt is recorded",
+        Duration::from_secs(10),
+        async || {
+            let d = get_json(&deliveries, Some(ADMIN)).await;
+            d["data"][0]["status"] == 500
+        },
+    )
     .await;
-    // A day passes: the streak began 25 h ago and the row was made then.
+    // A day passes: the streak began 25 h ago (kept: a streak's start is never moved later)
+    // and the row was made then.
     let day_ago = switchyard::clock::unix_ms() - 25 * 3_600_000;
     on_db(
         &store.db,
-        &format!("UPDATE webhook_state SET failing_since_ms = {day_ago}"),
+        &format!(
+            "INSERT INTO webhook_state (name, failing_since_ms) VALUES ('ops', {day_ago})
+             ON CONFLICT (name) DO UPDATE SET failing_since_ms = {day_ago}"
+        ),
     )
     .await;
     on_db(
@@ -890,7 +912,7 @@ async fn a_webhook_failing_for_a_day_is_disabled_and_a_test_brings_it_back() {
     .await;
     let disabled = until(
         "webhook.disabled is listed",
-        Duration::from_secs(10),
+        Duration::from_secs(20),
         async || {
             events(&gw.url, "type=webhook.disabled")
                 .await
