@@ -25,6 +25,8 @@ struct Window {
 pub struct Folder {
     window_ms: i64,
     open: HashMap<Key, Window>,
+    /// Summaries of windows that ended, not yet taken by [`Folder::due`].
+    ready: Vec<Event>,
 }
 
 fn key(ev: &Event) -> Option<Key> {
@@ -45,6 +47,7 @@ impl Folder {
         Folder {
             window_ms,
             open: HashMap::new(),
+            ready: Vec::new(),
         }
     }
 
@@ -53,13 +56,15 @@ impl Folder {
     }
 
     /// Takes an event; it comes back to be recorded, with `folded_into` set when it is one of
-    /// a window's later events (listed, not sent).
+    /// a window's later events (listed, not sent). Windows that ended before it are closed
+    /// first, so an event after its key's window opens the next one.
     pub fn offer(&mut self, mut ev: Event) -> Event {
+        self.close(ev.at_ms);
         let Some(k) = key(&ev).filter(|_| self.window_ms > 0) else {
             return ev;
         };
         match self.open.get_mut(&k) {
-            Some(w) if ev.at_ms < w.ends_ms => {
+            Some(w) => {
                 w.count += 1;
                 if w.request_ids.len() < MAX_IDS
                     && let Some(id) = ev.data["request_id"].as_str()
@@ -68,23 +73,15 @@ impl Folder {
                 }
                 ev.folded_into = Some(w.summary_id.clone());
             }
-            // A window that ended without being collected yet: this event opens the next one
-            // (the ended one is still summarised by `due`).
-            _ => {
-                if let Some(old) = self.open.remove(&k) {
-                    self.open
-                        .insert((k.0.clone(), k.1.clone(), format!("{}\0", k.2)), old);
-                }
-                self.open.insert(
-                    k,
-                    Window {
-                        ends_ms: ev.at_ms + self.window_ms,
-                        started_ms: ev.at_ms,
-                        summary_id: new_id(ev.at_ms + self.window_ms),
-                        count: 0,
-                        request_ids: Vec::new(),
-                    },
-                );
+            None => {
+                let window = Window {
+                    ends_ms: ev.at_ms + self.window_ms,
+                    started_ms: ev.at_ms,
+                    summary_id: new_id(ev.at_ms + self.window_ms),
+                    count: 0,
+                    request_ids: Vec::new(),
+                };
+                self.open.insert(k, window);
             }
         }
         ev
@@ -92,32 +89,33 @@ impl Folder {
 
     /// The summaries of windows ended by `now_ms` that folded anything.
     pub fn due(&mut self, now_ms: i64) -> Vec<Event> {
+        self.close(now_ms);
+        std::mem::take(&mut self.ready)
+    }
+
+    /// Ends the windows whose time is up by `now_ms`, keeping a summary of each that folded.
+    fn close(&mut self, now_ms: i64) {
         let ended: Vec<Key> = self
             .open
             .iter()
             .filter(|(_, w)| w.ends_ms <= now_ms)
             .map(|(k, _)| k.clone())
             .collect();
-        let mut out = Vec::new();
         for k in ended {
-            let Some(w) = self.open.remove(&k) else {
+            let Some(w) = self.open.remove(&k).filter(|w| w.count > 0) else {
                 continue;
             };
-            if w.count == 0 {
-                continue;
-            }
-            let reason = k.2.trim_end_matches('\0');
             let data = json!({
                 "folded": true,
                 "count": w.count,
                 "request_ids": w.request_ids,
                 "requested_model": k.0,
                 "served_channel": (!k.1.is_empty()).then_some(&k.1),
-                "reason": reason,
+                "reason": k.2,
                 "window_start": super::rfc3339(w.started_ms),
                 "window_end": super::rfc3339(w.ends_ms),
             });
-            out.push(Event {
+            self.ready.push(Event {
                 id: w.summary_id,
                 kind: "model.failover",
                 at_ms: w.ends_ms,
@@ -125,7 +123,6 @@ impl Folder {
                 folded_into: None,
             });
         }
-        out
     }
 
     /// When the next window ends, if one is open.
@@ -189,7 +186,7 @@ mod tests {
     }
 
     #[test]
-    fn an_uncollected_window_is_still_summarised_when_the_next_opens() {
+    fn a_window_ended_before_the_next_event_is_summarised_when_that_event_opens_the_next() {
         let mut f = Folder::new(1000);
         f.offer(failover(0, "a", "b", "timeout"));
         assert!(

@@ -223,11 +223,7 @@ async fn write(
                 // Every emitter is gone (shutdown): the open windows' summaries, then stop.
                 None => {
                     let out = folder.due(i64::MAX);
-                    if let Some(store) = &store {
-                        let _ = store.db.write_events(&rows(&out, &live.load(), &events)).await;
-                    } else {
-                        events.keep(&out);
-                    }
+                    persist(&events, store.as_deref(), &live.load(), &out, false).await;
                     return;
                 }
             },
@@ -236,36 +232,39 @@ async fn write(
         // The config as it is now: a webhook made while this task waited is in it.
         let snap = live.load();
         folder.set_window(snap.events.fold.as_millis() as i64);
-        let now = crate::clock::unix_ms();
-        // Windows ended before these events first, so an event after one opens the next.
-        let mut out = folder.due(now);
-        for e in batch.drain(..) {
-            out.extend(folder.due(e.at_ms));
-            out.push(folder.offer(e));
+        let mut out: Vec<Event> = batch.drain(..).map(|e| folder.offer(e)).collect();
+        out.extend(folder.due(crate::clock::unix_ms()));
+        if !out.is_empty() {
+            persist(&events, store.as_deref(), &snap, &out, true).await;
         }
-        if out.is_empty() {
-            continue;
-        }
-        let Some(store) = &store else {
-            events.keep(&out);
-            continue;
-        };
-        // The store is retried until it takes the batch; meanwhile new events wait in the
-        // queue (and, past its capacity, are dropped and counted).
-        let mut wait = Duration::from_millis(200);
-        loop {
-            let written = store.db.write_events(&rows(&out, &snap, &events)).await;
-            match written {
-                Ok(()) => break,
-                Err(e) => {
-                    tracing::error!(error = %e, events = out.len(), "events could not be written; retrying");
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(Duration::from_secs(10));
-                }
-            }
-        }
-        events.wake();
     }
+}
+
+/// Writes events where they are kept: the store (with their outbox rows, the deliverer woken),
+/// retried until it takes them when `retry` (meanwhile new events wait in the queue and, past
+/// its capacity, are dropped and counted); else memory.
+async fn persist(
+    events: &Events,
+    store: Option<&Store>,
+    snap: &crate::config::Snapshot,
+    out: &[Event],
+    retry: bool,
+) {
+    let Some(store) = store else {
+        events.keep(out);
+        return;
+    };
+    let rows = rows(out, snap, events);
+    let mut wait = Duration::from_millis(200);
+    while let Err(e) = store.db.write_events(&rows).await {
+        tracing::error!(error = %e, events = out.len(), "events could not be written");
+        if !retry {
+            return;
+        }
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(Duration::from_secs(10));
+    }
+    events.wake();
 }
 
 async fn sleep_until(at: Option<tokio::time::Instant>) {
