@@ -109,15 +109,19 @@ const LEASE_SQLITE: &str = "UPDATE outbox SET lease_until_ms = $1, leased_by = $
       AND (event_id, webhook) IN (SELECT event_id, webhook FROM outbox
         WHERE state = 'pending' AND next_ms <= $3 AND lease_until_ms < $3
           AND instr($5, ',' || webhook || ',') = 0
-        ORDER BY next_ms LIMIT $4)
-    RETURNING event_id, webhook, attempts, created_ms";
+        ORDER BY next_ms LIMIT $4)";
 const LEASE_POSTGRES: &str = "UPDATE outbox SET lease_until_ms = $1, leased_by = $2
     WHERE state = 'pending' AND next_ms <= $3 AND lease_until_ms < $3
       AND (event_id, webhook) IN (SELECT event_id, webhook FROM outbox
         WHERE state = 'pending' AND next_ms <= $3 AND lease_until_ms < $3
           AND strpos($5, ',' || webhook || ',') = 0
-        ORDER BY next_ms LIMIT $4 FOR UPDATE SKIP LOCKED)
-    RETURNING event_id, webhook, attempts, created_ms";
+        ORDER BY next_ms LIMIT $4 FOR UPDATE SKIP LOCKED)";
+/// The rows a lease just took (its holder and its end name them: one replica's leases are
+/// taken one after another, each with a later end), with their events' payloads.
+const LEASED: &str = "SELECT o.event_id, o.webhook, o.attempts, o.created_ms,
+        coalesce(e.payload, '') AS payload
+    FROM outbox o LEFT JOIN events e ON e.id = o.event_id
+    WHERE o.leased_by = $1 AND o.lease_until_ms = $2 AND o.state = 'pending'";
 
 const RECORD_ATTEMPT: &str = "INSERT INTO deliveries
     (event_id, webhook, attempt, ts_ms, status, latency_ms, error, replica)
@@ -215,15 +219,16 @@ impl Db {
             Db::Sqlite(_) => LEASE_SQLITE,
             Db::Postgres(_) => LEASE_POSTGRES,
         };
-        let mut out = on!(self, p => {
-            let rows = sqlx::query(sql)
+        Ok(on!(self, p => {
+            sqlx::query(sql)
                 .bind(until_ms)
                 .bind(replica)
                 .bind(now_ms)
                 .bind(n)
                 .bind(&skip)
-                .fetch_all(p)
+                .execute(p)
                 .await?;
+            let rows = sqlx::query(LEASED).bind(replica).bind(until_ms).fetch_all(p).await?;
             let mut out = Vec::with_capacity(rows.len());
             for r in &rows {
                 out.push(Leased {
@@ -231,18 +236,11 @@ impl Db {
                     webhook: r.try_get("webhook")?,
                     attempts: r.try_get("attempts")?,
                     created_ms: r.try_get("created_ms")?,
-                    payload: String::new(),
+                    payload: r.try_get("payload")?,
                 });
             }
             out
-        });
-        for l in &mut out {
-            let sql = "SELECT payload FROM events WHERE id = $1";
-            let payload: Option<String> =
-                on!(self, p => sqlx::query_scalar(sql).bind(&l.event_id).fetch_optional(p).await?);
-            l.payload = payload.unwrap_or_default();
-        }
-        Ok(out)
+        }))
     }
 
     /// Records a delivery attempt and what became of its row; false (nothing recorded) when
