@@ -110,8 +110,7 @@ pub async fn start_with_clock(
     let (events, events_rx) = crate::webhook::Events::new(snapshot.events.queue_capacity);
     let meter =
         Arc::new(meter(redis.as_ref(), store.as_deref()).with_events(events.emitter.clone()));
-    let health = Health::new(clock.clone());
-    health.send_events(events.emitter.clone());
+    let health = Health::new(clock.clone()).with_events(events.emitter.clone());
     let retention = snapshot
         .store
         .as_ref()

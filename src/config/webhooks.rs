@@ -205,14 +205,13 @@ pub fn compile(
         if w.events.is_empty() {
             return Err(f("events", "must name at least one event type or pattern"));
         }
-        if let Some(bad) = w.events.iter().find(|p| !crate::events::valid_pattern(p)) {
-            return Err(f(
-                "events",
-                &format!(
-                    "{bad:?} names no event type (types: {})",
-                    crate::events::TYPES.join(", ")
-                ),
-            ));
+        if let Some(Err(m)) = w
+            .events
+            .iter()
+            .map(|p| crate::events::check_pattern(p))
+            .find(Result::is_err)
+        {
+            return Err(f("events", &m));
         }
         out.push(Webhook {
             name: w.name.as_str().into(),

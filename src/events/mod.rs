@@ -68,11 +68,6 @@ pub fn new_id(at_ms: i64) -> String {
     format!("msg_{:012x}{rand}", at_ms.max(0))
 }
 
-/// The stable name for `kind`, if it is one.
-pub fn known(kind: &str) -> Option<&'static str> {
-    TYPES.iter().copied().find(|t| *t == kind)
-}
-
 /// Whether `pattern` (`model.failover`, `circuit.*`, `*`) takes events of `kind`.
 pub fn matches(pattern: &str, kind: &str) -> bool {
     match pattern.strip_suffix('*') {
@@ -85,6 +80,17 @@ pub fn matches(pattern: &str, kind: &str) -> bool {
 /// Whether `pattern` names at least one event type.
 pub fn valid_pattern(pattern: &str) -> bool {
     TYPES.iter().any(|t| matches(pattern, t))
+}
+
+/// `pattern`, or why it is refused (what a webhook's `events` and `/admin/events?type` say).
+pub fn check_pattern(pattern: &str) -> Result<(), String> {
+    if valid_pattern(pattern) {
+        return Ok(());
+    }
+    Err(format!(
+        "{pattern:?} names no event type (types: {})",
+        TYPES.join(", ")
+    ))
 }
 
 /// `2026-12-02T17:27:03.123Z`.
@@ -124,14 +130,10 @@ impl Emitter {
 
     /// Queues an event of `kind` with `data`, or counts it dropped.
     pub fn emit(&self, kind: &'static str, data: Value) {
-        self.send(Event::new(kind, data));
-    }
-
-    pub fn send(&self, ev: Event) {
         let Some(inner) = &self.0 else {
             return;
         };
-        if inner.tx.try_send(ev).is_err() {
+        if inner.tx.try_send(Event::new(kind, data)).is_err() {
             let n = inner.dropped.fetch_add(1, Ordering::Relaxed);
             if n.is_power_of_two() {
                 tracing::warn!(dropped = n + 1, "the event queue is full: events dropped");

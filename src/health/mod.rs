@@ -212,8 +212,8 @@ pub struct Health {
     clock: Arc<dyn Clock>,
     /// Where changes to share go (set when shared state runs); never waited on.
     shared: std::sync::OnceLock<tokio::sync::mpsc::Sender<Shared>>,
-    /// Where circuit and credential events go (none: discarded).
-    events: std::sync::OnceLock<crate::events::Emitter>,
+    /// Where circuit and credential events go (a default emitter discards them).
+    events: crate::events::Emitter,
     entries: Mutex<HashMap<Key, Entry>>,
     /// The channels' credentials (their own locks; never held with `entries`).
     pub pools: Pools,
@@ -229,7 +229,7 @@ impl Health {
             pools: Pools::new(clock.clone()),
             retries: RetryBudget::new(clock.clone()),
             shared: std::sync::OnceLock::new(),
-            events: std::sync::OnceLock::new(),
+            events: crate::events::Emitter::default(),
             clock,
             entries: Mutex::new(HashMap::new()),
             rr: Mutex::new(HashMap::new()),
@@ -244,15 +244,10 @@ impl Health {
         rx
     }
 
-    /// Sends this process's circuit and credential events to `events` (once).
-    pub fn send_events(&self, events: crate::events::Emitter) {
-        let _ = self.events.set(events);
-    }
-
-    fn event(&self, kind: &'static str, data: serde_json::Value) {
-        if let Some(e) = self.events.get() {
-            e.emit(kind, data);
-        }
+    /// Health, sending its circuit and credential events to `events`.
+    pub fn with_events(mut self, events: crate::events::Emitter) -> Health {
+        self.events = events;
+        self
     }
 
     fn emit(&self, ev: Shared) {
@@ -273,13 +268,13 @@ impl Health {
     ) {
         let (channel, label) = r.key();
         if v == CredVerdict::Refused {
-            self.event(
+            self.events.emit(
                 "credential.disabled",
                 json!({"channel": &**channel, "label": &**label, "status": 401}),
             );
         }
         if let Some((model, cooldown)) = self.pools.judge(r, model, v, default_cooldown) {
-            self.event(
+            self.events.emit(
                 "credential.cooling",
                 json!({"channel": &**channel, "label": &**label, "model": model.as_deref(),
                        "cooldown_seconds": cooldown.as_secs_f64(),
@@ -629,7 +624,7 @@ impl Health {
         e.window.prune(now, s.window, s.window_size);
         drop(map);
         if let Some((cooldown, failures)) = opened {
-            self.event(
+            self.events.emit(
                 "circuit.opened",
                 json!({"channel": &*key.channel, "model": key.model.as_deref(),
                        "failures": failures, "cooldown_seconds": cooldown.as_secs_f64()}),
@@ -640,7 +635,7 @@ impl Health {
             });
         }
         if let Some((cooldown, failures)) = closed {
-            self.event(
+            self.events.emit(
                 "circuit.closed",
                 json!({"channel": &*key.channel, "model": key.model.as_deref(),
                        "failures": failures, "cooldown_seconds": cooldown.as_secs_f64()}),

@@ -72,16 +72,8 @@ pub async fn list(
     let Some(since) = since_ms(q.since.as_deref()) else {
         return invalid("since", "ms since the epoch or an RFC 3339 time");
     };
-    if let Some(k) = q.kind.as_deref()
-        && !crate::events::valid_pattern(k)
-    {
-        return invalid(
-            "type",
-            &format!(
-                "names no event type (types: {})",
-                crate::events::TYPES.join(", ")
-            ),
-        );
+    if let Some(Err(m)) = q.kind.as_deref().map(crate::events::check_pattern) {
+        return invalid("type", &m);
     }
     let limit = q.limit.unwrap_or(100).clamp(1, 1000);
     let events = match &admin.state.store {
@@ -112,23 +104,17 @@ pub async fn list(
     .into_response()
 }
 
-/// The webhook `name` names, or 404.
-fn webhook<'a>(
-    admin: &'a Admin,
-    name: &str,
-) -> Result<&'a crate::config::webhooks::Webhook, ApiError> {
-    admin
-        .snap
-        .webhooks
-        .iter()
-        .find(|w| *w.name == *name)
-        .ok_or_else(|| {
-            ControlError::Missing {
-                section: "webhooks".into(),
-                id: name.into(),
-            }
-            .into()
-        })
+/// The store, once the caller may read everything and the webhook `name` exists (else 404).
+fn webhook_store<'a>(admin: &'a Admin, name: &str) -> Result<&'a Store, ApiError> {
+    everything(admin)?;
+    if !admin.snap.webhooks.iter().any(|w| *w.name == *name) {
+        return Err(ControlError::Missing {
+            section: "webhooks".into(),
+            id: name.into(),
+        }
+        .into());
+    }
+    store(&admin.state)
 }
 
 #[derive(Deserialize)]
@@ -144,10 +130,7 @@ pub async fn deliveries(
     let Ok(Query(q)) = query else {
         return invalid("limit", "limit is an integer");
     };
-    let found = everything(&admin)
-        .and_then(|()| webhook(&admin, &name).map(|_| ()))
-        .and_then(|()| store(&admin.state));
-    let store = match found {
+    let store = match webhook_store(&admin, &name) {
         Ok(s) => s,
         Err(e) => return e.into_response(),
     };
@@ -165,10 +148,7 @@ pub async fn deliveries(
 }
 
 pub async fn test(admin: Admin, Path(name): Path<String>) -> Response {
-    let found = everything(&admin)
-        .and_then(|()| webhook(&admin, &name).map(|_| ()))
-        .and_then(|()| store(&admin.state));
-    let store = match found {
+    let store = match webhook_store(&admin, &name) {
         Ok(s) => s,
         Err(e) => return e.into_response(),
     };
