@@ -65,23 +65,22 @@ async fn failing_then_ok() -> (MockServer, MockServer, String) {
 
 use switchyard::provider::mock::MockServer;
 
+/// A webhook's delivery log once `done` holds of it.
+async fn log_when(url: &str, webhook: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let path = format!("{url}/admin/webhooks/{webhook}/deliveries");
+    until(what, Duration::from_secs(10), async || {
+        let d = get_json(&path, Some(ADMIN)).await;
+        if done(&d) { Ok(d) } else { Err(d) }
+    })
+    .await
+}
+
 /// A webhook's delivery log once `n` attempts are recorded and the newest is final (the
 /// receiver sees a delivery a moment before the gateway records it).
 async fn recorded(url: &str, webhook: &str, n: usize) -> Value {
-    let path = format!("{url}/admin/webhooks/{webhook}/deliveries");
-    until(
-        "the attempts are recorded",
-        Duration::from_secs(10),
-        async || {
-            let d = get_json(&path, Some(ADMIN)).await;
-            let rows = d["data"].as_array().map_or(0, Vec::len);
-            if rows >= n && d["data"][0]["state"] != "pending" {
-                Ok(d)
-            } else {
-                Err(d)
-            }
-        },
-    )
+    log_when(url, webhook, "the attempts are recorded", |d| {
+        d["data"].as_array().map_or(0, Vec::len) >= n && d["data"][0]["state"] != "pending"
+    })
     .await
 }
 
@@ -205,18 +204,9 @@ async fn a_receiver_failing_three_times_gets_the_event_after_each_failure_then_i
     let (_b, _g, channels) = failing_then_ok().await;
     let gw2 = gateway_full("", &format!("{}{hooks}", sqlite_store(&dir2)), &channels).await;
     assert_eq!(gw2.chat(chat_body(false)).await.status(), 200);
-    let d = until(
-        "the refusal is recorded",
-        Duration::from_secs(10),
-        async || {
-            let d = get_json(
-                &format!("{}/admin/webhooks/gone/deliveries", gw2.url),
-                Some(ADMIN),
-            )
-            .await;
-            (d["data"][0]["state"] == "failed").then_some(d)
-        },
-    )
+    let d = log_when(&gw2.url, "gone", "the refusal is recorded", |d| {
+        d["data"][0]["state"] == "failed"
+    })
     .await;
     assert_eq!(d["data"].as_array().unwrap().len(), 1, "{d}");
     assert_eq!(refusing.got().len(), 1);
@@ -265,16 +255,12 @@ async fn a_gateway_killed_with_undelivered_events_delivers_them_after_restart() 
     assert_eq!(resp.status(), 200);
     // Killed once a failed attempt is on record (possibly during the next: then the row's
     // 15 s lease runs out first).
-    let deliveries = format!("{url}/admin/webhooks/ops/deliveries");
-    until(
-        "a failed attempt is recorded",
-        Duration::from_secs(10),
-        async || {
-            let d = get_json(&deliveries, Some(ADMIN)).await;
-            d["data"][0]["status"] == 503
-        },
-    )
+    log_when(&url, "ops", "a failed attempt is recorded", |d| {
+        d["data"][0]["status"] == 503
+    })
     .await;
+    let health = get_json(&format!("{url}/admin/health"), Some(ADMIN)).await;
+    assert_eq!(health["events"]["outbox_pending"], 1, "{health}");
     let id = rx.got()[0].id.clone();
     proc.0.kill().unwrap();
     proc.0.wait().unwrap();
@@ -456,14 +442,21 @@ async fn a_storm_of_a_thousand_failovers_is_folded_with_whole_counts() {
 #[tokio::test]
 async fn circuits_and_credentials_are_events_without_a_store_and_never_name_the_key() {
     let bad = mock(faulty("x", status(500))).await;
+    // The pool's first key is refused (401), its third rate-limited (429), its second serves.
+    let refused = Fault {
+        status: Some(401),
+        ..Fault::default()
+    };
+    let limited = Fault {
+        status: Some(429),
+        retry_after_seconds: Some(30),
+        ..Fault::default()
+    };
     let pool = mock(MockSpec {
-        per_key: [(
-            "sk-aaaa-1111".to_string(),
-            Fault {
-                status: Some(401),
-                ..Fault::default()
-            },
-        )]
+        per_key: [
+            ("sk-aaaa-1111".to_string(), refused),
+            ("sk-cccc-3333".to_string(), limited),
+        ]
         .into_iter()
         .collect(),
         ..text_spec("ok")
@@ -472,12 +465,12 @@ async fn circuits_and_credentials_are_events_without_a_store_and_never_name_the_
     let channels = format!(
         "{}[[channels]]\nname = \"pool\"\nprovider = \"openai\"\nbase_url = \"{}\"\n\
          models = [\"m\"]\npriority = 2\ncredentials = [{{ label = \"first\", key = \"sk-aaaa-1111\" }}, \
-         {{ label = \"second\", key = \"sk-bbbb-2222\" }}]\n\n",
+         {{ label = \"second\", key = \"sk-bbbb-2222\" }}, {{ label = \"third\", key = \"sk-cccc-3333\" }}]\n\n",
         openai_channel(
             "a",
             &bad.base_url(),
             1,
-            "[channels.circuit_breaker]\nfailure_threshold = 2"
+            "[channels.circuit_breaker]\nfailure_threshold = 2\nprobe = { enabled = false }"
         ),
         pool.base_url()
     );
@@ -510,6 +503,30 @@ async fn circuits_and_credentials_are_events_without_a_store_and_never_name_the_
     .await;
     assert_eq!(disabled["data"]["channel"], "pool");
     assert_eq!(disabled["data"]["label"], "first");
+    let cooling = events(&gw.url, "type=credential.cooling").await;
+    assert_eq!(cooling.len(), 1, "{cooling:?}");
+    assert_eq!(
+        (&cooling[0]["data"]["label"], &cooling[0]["data"]["status"]),
+        (&json!("third"), &json!(429))
+    );
+    assert_eq!(cooling[0]["data"]["cooldown_seconds"], 30.0);
+    // The upstream recovers; after the cooldown the trial succeeds and the circuit closes.
+    bad.set_spec(text_spec("back"));
+    gw.clock.advance(Duration::from_secs(61));
+    assert_eq!(gw.chat(chat_body(false)).await.status(), 200);
+    let closed = until(
+        "circuit.closed is listed",
+        Duration::from_secs(2),
+        async || {
+            events(&gw.url, "type=circuit.closed")
+                .await
+                .into_iter()
+                .next()
+        },
+    )
+    .await;
+    assert_eq!(closed["data"]["channel"], "a");
+    assert_eq!(closed["data"]["model"], Value::Null);
     let all = get_json(&format!("{}/admin/events", gw.url), Some(ADMIN)).await;
     assert!(!all.to_string().contains("sk-aaaa"), "{all}");
     assert_eq!(all["dropped"], 0);
@@ -547,10 +564,14 @@ async fn a_budget_crossing_each_threshold_is_one_event_and_exhaustion_one_more()
         }
     }
     assert_eq!(refused, 3, "the budget ran out");
-    let th = until("three thresholds", Duration::from_secs(2), async || {
-        let list = events(&gw.url, "type=budget.threshold").await;
-        (list.len() >= 2).then_some(list)
-    })
+    let th = until(
+        "the 50 and 80 % thresholds",
+        Duration::from_secs(2),
+        async || {
+            let list = events(&gw.url, "type=budget.threshold").await;
+            (list.len() >= 2).then_some(list)
+        },
+    )
     .await;
     let mut pcts: Vec<u64> = th
         .iter()
@@ -623,19 +644,7 @@ async fn webhooks_made_through_the_api_show_their_secret_once_and_get_admin_even
     until(
         "three events delivered",
         Duration::from_secs(10),
-        async || {
-            let d = get_json(
-                &format!("{}/admin/webhooks/ops/deliveries", gw.url),
-                Some(ADMIN),
-            )
-            .await;
-            let e = get_json(&format!("{}/admin/events", gw.url), Some(ADMIN)).await;
-            if rx.delivered().len() == 3 {
-                Ok(())
-            } else {
-                Err(format!("{d} {e}"))
-            }
-        },
+        async || rx.delivered().len() == 3,
     )
     .await;
     let mut types: Vec<String> = rx
@@ -722,19 +731,11 @@ async fn webhooks_made_through_the_api_show_their_secret_once_and_get_admin_even
             .0,
         202
     );
-    let d = until(
-        "the refusal is recorded",
-        Duration::from_secs(10),
-        async || {
-            let d = get_json(
-                &format!("{}/admin/webhooks/dns/deliveries", strict.url),
-                Some(ADMIN),
-            )
-            .await;
-            d["data"][0]["error"].as_str().map(str::to_string)
-        },
-    )
+    let d = log_when(&strict.url, "dns", "the refusal is recorded", |d| {
+        d["data"][0]["error"].is_string()
+    })
     .await;
+    let d = d["data"][0]["error"].as_str().unwrap_or_default();
     assert!(d.contains("private"), "{d}");
     assert_eq!(
         rx.got().len(),
@@ -884,15 +885,9 @@ async fn a_webhook_failing_for_a_day_is_disabled_and_a_test_brings_it_back() {
     let gw = gateway_full("", &format!("{}{hooks}", sqlite_store(&dir)), &channels).await;
     let store = gw.running.state.store.clone().unwrap();
     assert_eq!(gw.chat(chat_body(false)).await.status(), 200);
-    let deliveries = format!("{}/admin/webhooks/ops/deliveries", gw.url);
-    until(
-        "a failed attempt is recorded",
-        Duration::from_secs(10),
-        async || {
-            let d = get_json(&deliveries, Some(ADMIN)).await;
-            d["data"][0]["status"] == 500
-        },
-    )
+    log_when(&gw.url, "ops", "a failed attempt is recorded", |d| {
+        d["data"][0]["status"] == 500
+    })
     .await;
     // A day passes: the streak began 25 h ago (kept: a streak's start is never moved later)
     // and the row was made then.
@@ -922,13 +917,8 @@ async fn a_webhook_failing_for_a_day_is_disabled_and_a_test_brings_it_back() {
     )
     .await;
     assert_eq!(disabled["data"]["webhook"], "ops");
-    let d = until("the row expired", Duration::from_secs(5), async || {
-        let d = get_json(
-            &format!("{}/admin/webhooks/ops/deliveries", gw.url),
-            Some(ADMIN),
-        )
-        .await;
-        (d["data"][0]["state"] == "expired" && d["disabled"] == true).then_some(d)
+    let d = log_when(&gw.url, "ops", "the row expired", |d| {
+        d["data"][0]["state"] == "expired" && d["disabled"] == true
     })
     .await;
     assert_eq!(d["data"][0]["status"], 500);
@@ -945,6 +935,10 @@ async fn a_webhook_failing_for_a_day_is_disabled_and_a_test_brings_it_back() {
     assert_eq!(
         health["events"]["webhooks"][0]["disabled_by_failures"], true,
         "{health}"
+    );
+    assert_eq!(
+        health["events"]["outbox_pending"], 0,
+        "nothing queued: {health}"
     );
     // A test (the receiver fixed) enables it again and is delivered.
     rx.answer(200);

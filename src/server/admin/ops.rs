@@ -125,6 +125,10 @@ pub async fn health(admin: Admin) -> Response {
             })
         });
     }
+    let outbox_pending = match &state.store {
+        Some(store) => store.db.outbox_pending().await.ok(),
+        None => None,
+    };
     axum::Json(json!({
         "object": "list",
         "data": rows,
@@ -132,6 +136,8 @@ pub async fn health(admin: Admin) -> Response {
         "budgets": state.meter.describe(),
         "events": {
             "dropped": state.events.emitter.dropped(),
+            // Deliveries still owed (none without a store: no webhooks then).
+            "outbox_pending": outbox_pending,
             "webhooks": snap.webhooks.iter().map(|w| json!({
                 "name": &*w.name,
                 "enabled": w.enabled,
