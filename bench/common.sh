@@ -64,3 +64,16 @@ api_keys = ["sk-upstream-bench"]
 models = [${models%, }]
 TOML
 }
+
+# A process's CPU so far, in clock ticks of TICK_US microseconds (user + system).
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+TICK_US=$((1000000 / $(getconf CLK_TCK)))
+
+# wrk on CPU 1 for $DURATION s at $1 connections, POSTing $work/post.lua to the gateway's chat
+# completions on $GW_PORT: "rps p50_us requests" (any non-2xx is printed to stderr).
+wrk_post() {
+  local out
+  out=$(taskset -c 1 wrk -t1 -c"$1" -d"${DURATION}s" --latency -s "$work/post.lua" "http://127.0.0.1:$GW_PORT/v1/chat/completions")
+  if grep -q 'Non-2xx' <<<"$out"; then echo "errors: $out" >&2; fi
+  echo "$(awk '/^Requests\/sec:/ {print $2}' <<<"$out") $(to_us "$(awk '$1 == "50%" {print $2}' <<<"$out")") $(awk '/requests in/ {print $1}' <<<"$out")"
+}

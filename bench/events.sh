@@ -88,16 +88,6 @@ TOML
     "$port" "$(head -c 24 /dev/zero | tr '\0' 'w' | base64)" >>"$work/bench.toml"
 }
 
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-TICK_US=$((1000000 / $(getconf CLK_TCK)))
-
-run() { # conns -> "rps p50_us requests"
-  local out
-  out=$(taskset -c 1 wrk -t1 -c"$1" -d"${DURATION}s" --latency -s "$work/post.lua" "http://127.0.0.1:$GW_PORT/v1/chat/completions")
-  if grep -q 'Non-2xx' <<<"$out"; then echo "errors: $out" >&2; fi
-  echo "$(awk '/^Requests\/sec:/ {print $2}' <<<"$out") $(to_us "$(awk '$1 == "50%" {print $2}' <<<"$out")") $(awk '/requests in/ {print $1}' <<<"$out")"
-}
-
 attempts() { # the webhook's delivery attempts recorded so far
   curl -s -H "Authorization: Bearer $ADMIN" "http://127.0.0.1:$GW_PORT/admin/webhooks/ops/deliveries?limit=1000" |
     python3 -c 'import json,sys; print(len(json.load(sys.stdin).get("data", [])))' 2>/dev/null || echo 0
@@ -113,9 +103,9 @@ for mode in none dead slow; do
   gw=$!
   wait_port "$GW_PORT"
   taskset -c 1 wrk -t1 -c4 -d2s -s "$work/post.lua" "http://127.0.0.1:$GW_PORT/v1/chat/completions" >/dev/null
-  read -r r1 p1 _ < <(run 1)
+  read -r r1 p1 _ < <(wrk_post 1)
   t0=$(cpu_ticks "$gw")
-  read -r rn pn n < <(run "$CONNS")
+  read -r rn pn n < <(wrk_post "$CONNS")
   t1=$(cpu_ticks "$gw")
   cpu=$(awk -v t="$(( (t1 - t0) * TICK_US ))" -v n="$n" 'BEGIN {printf "%.1f", t / n}')
   seen=$( [ "$mode" = none ] && echo 0 || attempts )

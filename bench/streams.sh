@@ -39,7 +39,6 @@ LUA
 to_ms() {
   awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) print n / 1000; else if (v ~ /ms$/) print n; else if (v ~ /s$/) print n * 1000; else print n }'
 }
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)
 
 run() { # url conns -> "streams/s p50_ms p99_ms errors"
