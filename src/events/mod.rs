@@ -179,6 +179,9 @@ mod tests {
         }
         assert_eq!(em.dropped(), 3);
         assert_eq!(rx.recv().await.map(|e| e.kind), Some("model.failover"));
-        Emitter::default().emit("circuit.opened", json!({}));
+        // A default emitter discards: nothing queued, nothing counted as dropped.
+        let off = Emitter::default();
+        off.emit("circuit.opened", json!({}));
+        assert!(!off.is_on() && off.dropped() == 0 && em.is_on());
     }
 }
