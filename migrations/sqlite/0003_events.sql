@@ -23,7 +23,8 @@ CREATE TABLE outbox (
     last_status INTEGER,
     PRIMARY KEY (event_id, webhook)
 );
-CREATE INDEX outbox_due ON outbox (state, next_ms);
+-- Due rows are leased per webhook, so a failing one's backlog is never scanned for another.
+CREATE INDEX outbox_due ON outbox (state, webhook, next_ms);
 
 CREATE TABLE deliveries (
     event_id TEXT NOT NULL,

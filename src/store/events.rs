@@ -52,8 +52,6 @@ pub enum Fate {
     Failed,
     /// Retried for 24 h without success.
     Expired,
-    /// Its webhook is gone or disabled.
-    Cancelled,
 }
 
 impl Fate {
@@ -63,7 +61,6 @@ impl Fate {
             Fate::Retry(_) => "pending",
             Fate::Failed => "failed",
             Fate::Expired => "expired",
-            Fate::Cancelled => "cancelled",
         }
     }
 }
@@ -79,7 +76,7 @@ pub struct Delivery {
     pub latency_ms: i64,
     pub error: Option<String>,
     pub replica: String,
-    /// The outbox row's state now (`pending`, `delivered`, `failed`, `expired`, `cancelled`).
+    /// The outbox row's state now (`pending`, `delivered`, `failed`, `expired`).
     pub state: String,
 }
 
@@ -100,28 +97,25 @@ const INSERT_OUTBOX: &str =
     "INSERT INTO outbox (event_id, webhook, state, attempts, next_ms, created_ms)
     VALUES ($1, $2, 'pending', 0, $3, $3) ON CONFLICT (event_id, webhook) DO NOTHING";
 
-/// Rows due and not leased (or whose lease ran out: its replica died), oldest due first. The
-/// outer conditions are checked again on the row as it is when locked, so two replicas never
-/// lease one row.
-/// `$5`: the webhooks to leave alone for now, comma-joined (`,a,b,`; names have no comma).
+/// One webhook's (`$5`) rows due and not leased (or whose lease ran out: its replica died),
+/// oldest due first. The outer conditions are checked again on the row as it is when locked,
+/// so two replicas never lease one row.
 const LEASE_SQLITE: &str = "UPDATE outbox SET lease_until_ms = $1, leased_by = $2
-    WHERE state = 'pending' AND next_ms <= $3 AND lease_until_ms < $3
+    WHERE state = 'pending' AND webhook = $5 AND next_ms <= $3 AND lease_until_ms < $3
       AND (event_id, webhook) IN (SELECT event_id, webhook FROM outbox
-        WHERE state = 'pending' AND next_ms <= $3 AND lease_until_ms < $3
-          AND instr($5, ',' || webhook || ',') = 0
+        WHERE state = 'pending' AND webhook = $5 AND next_ms <= $3 AND lease_until_ms < $3
         ORDER BY next_ms LIMIT $4)";
 const LEASE_POSTGRES: &str = "UPDATE outbox SET lease_until_ms = $1, leased_by = $2
-    WHERE state = 'pending' AND next_ms <= $3 AND lease_until_ms < $3
+    WHERE state = 'pending' AND webhook = $5 AND next_ms <= $3 AND lease_until_ms < $3
       AND (event_id, webhook) IN (SELECT event_id, webhook FROM outbox
-        WHERE state = 'pending' AND next_ms <= $3 AND lease_until_ms < $3
-          AND strpos($5, ',' || webhook || ',') = 0
+        WHERE state = 'pending' AND webhook = $5 AND next_ms <= $3 AND lease_until_ms < $3
         ORDER BY next_ms LIMIT $4 FOR UPDATE SKIP LOCKED)";
-/// The rows a lease just took (its holder and its end name them: one replica's leases are
-/// taken one after another, each with a later end), with their events' payloads.
+/// The rows a lease of one webhook just took (its holder and its end name them: a replica's
+/// leases of one webhook follow each other, each with a later end), with their payloads.
 const LEASED: &str = "SELECT o.event_id, o.webhook, o.attempts, o.created_ms,
         coalesce(e.payload, '') AS payload
     FROM outbox o LEFT JOIN events e ON e.id = o.event_id
-    WHERE o.leased_by = $1 AND o.lease_until_ms = $2 AND o.state = 'pending'";
+    WHERE o.leased_by = $1 AND o.lease_until_ms = $2 AND o.webhook = $3 AND o.state = 'pending'";
 
 const RECORD_ATTEMPT: &str = "INSERT INTO deliveries
     (event_id, webhook, attempt, ts_ms, status, latency_ms, error, replica)
@@ -204,17 +198,16 @@ impl Db {
         }))
     }
 
-    /// Leases up to `n` due outbox rows to `replica` until `until_ms`, with their payloads,
-    /// none of the webhooks named in `paused`.
+    /// Leases up to `n` of `webhook`'s due outbox rows to `replica` until `until_ms`, with
+    /// their payloads.
     pub async fn lease(
         &self,
         replica: &str,
+        webhook: &str,
         now_ms: i64,
         until_ms: i64,
         n: i64,
-        paused: &[&str],
     ) -> Result<Vec<Leased>, DbError> {
-        let skip = format!(",{},", paused.join(","));
         let sql = match self {
             Db::Sqlite(_) => LEASE_SQLITE,
             Db::Postgres(_) => LEASE_POSTGRES,
@@ -225,10 +218,15 @@ impl Db {
                 .bind(replica)
                 .bind(now_ms)
                 .bind(n)
-                .bind(&skip)
+                .bind(webhook)
                 .execute(p)
                 .await?;
-            let rows = sqlx::query(LEASED).bind(replica).bind(until_ms).fetch_all(p).await?;
+            let rows = sqlx::query(LEASED)
+                .bind(replica)
+                .bind(until_ms)
+                .bind(webhook)
+                .fetch_all(p)
+                .await?;
             let mut out = Vec::with_capacity(rows.len());
             for r in &rows {
                 out.push(Leased {
@@ -282,15 +280,6 @@ impl Db {
             tx.commit().await?;
         });
         Ok(true)
-    }
-
-    /// Marks a leased row cancelled without an attempt (its webhook is gone or disabled).
-    pub async fn cancel(&self, row: &Leased, replica: &str) -> Result<(), DbError> {
-        let sql = "UPDATE outbox SET state = 'cancelled', lease_until_ms = 0
-            WHERE event_id = $1 AND webhook = $2 AND leased_by = $3";
-        self.exec(sql, &[&row.event_id, &row.webhook, replica])
-            .await?;
-        Ok(())
     }
 
     /// A webhook's delivery attempts, newest first.
@@ -369,14 +358,21 @@ impl Db {
         Ok(())
     }
 
-    /// Prunes outbox rows done (and delivery attempts) before `done_before_ms`, and events
-    /// before `events_before_ms`; returns the rows deleted.
+    /// Expires rows still pending that were made before `expire_before_ms` (those of a
+    /// webhook removed, turned off or disabled, which no deliverer leases, and any other past
+    /// the day of retries); prunes rows done (and delivery attempts) before `done_before_ms`,
+    /// and events before `events_before_ms`. Returns the rows changed.
     pub async fn prune_events(
         &self,
+        expire_before_ms: i64,
         done_before_ms: i64,
         events_before_ms: i64,
     ) -> Result<u64, DbError> {
-        let steps: [(&str, i64); 3] = [
+        let steps: [(&str, i64); 4] = [
+            (
+                "UPDATE outbox SET state = 'expired' WHERE state = 'pending' AND created_ms < $1",
+                expire_before_ms,
+            ),
             (
                 "DELETE FROM outbox WHERE state <> 'pending' AND created_ms < $1",
                 done_before_ms,

@@ -103,13 +103,10 @@ impl Events {
         d.contains(webhook)
     }
 
-    /// The webhooks paused at `now_ms`.
-    fn paused(&self, now_ms: i64) -> Vec<String> {
+    /// Whether `webhook` is paused at `now_ms`.
+    fn is_paused(&self, webhook: &str, now_ms: i64) -> bool {
         let p = self.paused.lock().unwrap_or_else(|p| p.into_inner());
-        p.iter()
-            .filter(|(_, (_, until))| *until > now_ms)
-            .map(|(name, _)| name.clone())
-            .collect()
+        p.get(webhook).is_some_and(|(_, until)| *until > now_ms)
     }
 
     /// A delivery to `webhook` succeeded (the pause ends) or failed (it backs off further).
@@ -279,26 +276,7 @@ async fn deliver_loop(events: Arc<Events>, live: Arc<Live>, store: Arc<Store>, s
     let sender = Arc::new(sender);
     loop {
         refresh_disabled(&events, &store).await;
-        let now = crate::clock::unix_ms();
-        let paused = events.paused(now);
-        let paused: Vec<&str> = paused.iter().map(String::as_str).collect();
-        let leased = store
-            .db
-            .lease(
-                &events.replica,
-                now,
-                now + LEASE.as_millis() as i64,
-                BATCH,
-                &paused,
-            )
-            .await;
-        let rows = match leased {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::warn!(error = %e, "the webhook outbox could not be read");
-                Vec::new()
-            }
-        };
+        let rows = lease(&events, &live.load(), &store).await;
         if rows.is_empty() {
             let _ = tokio::time::timeout(POLL, events.wake.notified()).await;
             continue;
@@ -310,6 +288,28 @@ async fn deliver_loop(events: Arc<Events>, live: Arc<Live>, store: Arc<Store>, s
         });
         futures_util::future::join_all(jobs).await;
     }
+}
+
+/// Due rows of each webhook that may be sent to now: enabled, not disabled by failures, not
+/// paused (a paused one's backlog waits in the store, never read).
+async fn lease(events: &Events, snap: &crate::config::Snapshot, store: &Store) -> Vec<Leased> {
+    let now = crate::clock::unix_ms();
+    let until = now + LEASE.as_millis() as i64;
+    let mut rows = Vec::new();
+    for w in &snap.webhooks {
+        if !w.enabled || events.is_disabled(&w.name) || events.is_paused(&w.name, now) {
+            continue;
+        }
+        match store
+            .db
+            .lease(&events.replica, &w.name, now, until, BATCH)
+            .await
+        {
+            Ok(r) => rows.extend(r),
+            Err(e) => tracing::warn!(error = %e, "the webhook outbox could not be read"),
+        }
+    }
+    rows
 }
 
 async fn refresh_disabled(events: &Events, store: &Store) {
@@ -326,15 +326,10 @@ async fn refresh_disabled(events: &Events, store: &Store) {
 /// Sends one leased row and records what became of it.
 async fn deliver_one(events: &Events, live: &Live, store: &Store, sender: &Sender, row: Leased) {
     let snap = live.load();
-    let hook = snap
-        .webhooks
-        .iter()
-        .find(|w| *w.name == row.webhook)
-        .filter(|w| w.enabled && !events.is_disabled(&w.name));
+    let hook = snap.webhooks.iter().find(|w| *w.name == row.webhook);
+    // Gone since the lease (a reload): the lease runs out and the row waits for it to return,
+    // or expires with the day.
     let Some(hook) = hook else {
-        if let Err(e) = store.db.cancel(&row, &events.replica).await {
-            tracing::warn!(error = %e, "an outbox row could not be cancelled");
-        }
         return;
     };
     let (outcome, took) = sender
@@ -446,14 +441,19 @@ pub async fn test(
     Ok(json!({"id": ev.id, "type": ev.kind, "queued": true}))
 }
 
-/// Prunes outbox and delivery rows past `[events] retention_days`, events past 30 days.
+/// Expires rows pending past the day of retries (a removed or disabled webhook's), prunes outbox
+/// and delivery rows past `[events] retention_days`, events past 30 days; hourly.
 async fn prune_loop(live: Arc<Live>, store: Arc<Store>) {
     loop {
         let now = crate::clock::unix_ms();
         let keep = live.load().events.retention.as_millis() as i64;
         match store
             .db
-            .prune_events(now - keep, now - EVENTS_KEPT.as_millis() as i64)
+            .prune_events(
+                now - deliver::GIVE_UP.as_millis() as i64,
+                now - keep,
+                now - EVENTS_KEPT.as_millis() as i64,
+            )
             .await
         {
             Ok(n) if n > 0 => tracing::info!(rows = n, "pruned old events and deliveries"),

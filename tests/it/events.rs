@@ -756,7 +756,7 @@ async fn on_db(db: &switchyard::store::Db, sql: &str) {
 
 #[tokio::test]
 async fn the_outbox_leases_each_row_once_and_prunes_alike_on_both_backends() {
-    use switchyard::store::events::{Attempt, Fate, NewEvent};
+    use switchyard::store::events::{Attempt, Fate, Leased, NewEvent};
     let stores = Stores::new("events_outbox").await;
     for url in stores.urls() {
         let db = switchyard::store::Db::open(&url).await.unwrap();
@@ -777,12 +777,17 @@ async fn the_outbox_leases_each_row_once_and_prunes_alike_on_both_backends() {
         // Writing again (a retried batch) adds nothing.
         db.write_events(&rows).await.unwrap();
         assert_eq!(db.outbox_pending().await.unwrap(), 6, "{url}");
-        // Two replicas lease at once: every row goes to exactly one of them.
+        // Rows are leased per webhook; both webhooks' here.
+        let lease = async |replica: &str, at: i64, until: i64, n: i64| {
+            let mut got = db.lease(replica, "ops", at, until, n).await.unwrap();
+            got.extend(db.lease(replica, "audit", at, until, n).await.unwrap());
+            got
+        };
+        // Two replicas lease at once, two rows a webhook each: every row goes to one of them.
         let (a, b) = tokio::join!(
-            db.lease("r1", now, now + 60_000, 4, &[]),
-            db.lease("r2", now, now + 60_000, 4, &[])
+            lease("r1", now, now + 60_000, 2),
+            lease("r2", now, now + 60_000, 2)
         );
-        let (a, b) = (a.unwrap(), b.unwrap());
         assert_eq!(a.len() + b.len(), 6, "{url}");
         let mut keys: Vec<_> = a
             .iter()
@@ -794,24 +799,20 @@ async fn the_outbox_leases_each_row_once_and_prunes_alike_on_both_backends() {
         assert_eq!(keys.len(), 6, "{url}: no row leased twice");
         assert!(a.iter().chain(&b).all(|l| l.payload.starts_with("{\"n\":")));
         // Leased rows are not leased again until their lease runs out.
-        assert!(
-            db.lease("r3", now + 1, now + 60_000, 10, &[])
-                .await
-                .unwrap()
-                .is_empty()
-        );
-        let expired = db
-            .lease("r3", now + 60_001, now + 120_000, 10, &[])
-            .await
-            .unwrap();
+        assert!(lease("r3", now + 1, now + 60_000, 10).await.is_empty());
+        let expired = lease("r3", now + 60_001, now + 120_000, 10).await;
         assert_eq!(
             expired.len(),
             6,
             "{url}: a dead replica's leases are taken over"
         );
         // Only the lease holder records a fate; a retry comes due again at its time.
-        for (i, row) in expired.iter().enumerate() {
-            let fate = if i == 0 {
+        let retried = |l: &Leased| {
+            (l.event_id.as_str(), l.webhook.as_str()) == ("msg_a", "ops")
+                || (l.event_id.as_str(), l.webhook.as_str()) == ("msg_c", "audit")
+        };
+        for row in &expired {
+            let fate = if retried(row) {
                 Fate::Retry(now + 200_000)
             } else {
                 Fate::Delivered
@@ -825,52 +826,40 @@ async fn the_outbox_leases_each_row_once_and_prunes_alike_on_both_backends() {
                 replica,
                 fate,
             };
-            db.finish_attempt(&attempt("r1")).await.unwrap();
-            db.finish_attempt(&attempt("r3")).await.unwrap();
+            assert!(!db.finish_attempt(&attempt("r1")).await.unwrap());
+            assert!(db.finish_attempt(&attempt("r3")).await.unwrap());
         }
-        assert_eq!(db.outbox_pending().await.unwrap(), 1, "{url}");
+        assert_eq!(db.outbox_pending().await.unwrap(), 2, "{url}");
         assert!(
-            db.lease("r3", now + 199_999, now + 300_000, 10, &[])
+            lease("r3", now + 199_999, now + 300_000, 10)
                 .await
-                .unwrap()
                 .is_empty()
         );
-        let paused = db.lease("r3", now + 200_000, now + 300_000, 10, &["ops", "audit"]);
-        assert!(
-            paused.await.unwrap().is_empty(),
-            "{url}: a paused webhook's rows wait"
-        );
-        let again = db
-            .lease("r3", now + 200_000, now + 300_000, 10, &["nobody"])
-            .await
-            .unwrap();
-        assert_eq!((again.len(), again[0].attempts), (1, 1), "{url}");
-        let d = db.deliveries(&again[0].webhook, 10).await.unwrap();
+        let again = lease("r3", now + 200_000, now + 300_000, 10).await;
+        assert_eq!(again.len(), 2, "{url}");
+        assert!(again.iter().all(|l| retried(l) && l.attempts == 1), "{url}");
+        let d = db.deliveries("ops", 10).await.unwrap();
         assert!(d.iter().all(|x| x.replica == "r3"), "{url}: {d:?}");
-        // Retention: done rows and attempts past it go; events past 30 days, unless pending.
-        on_db(
-            &db,
-            &format!(
-                "UPDATE outbox SET created_ms = {} WHERE event_id = 'msg_a'",
-                now - 40 * day
-            ),
-        )
-        .await;
+        // Retention: a row pending past the day expires (msg_a's, 40 days old); done rows and
+        // attempts past retention go, and events past 30 days.
         on_db(
             &db,
             &format!("UPDATE deliveries SET ts_ms = {}", now - 8 * day),
         )
         .await;
         let n = db
-            .prune_events(now - 7 * day, now - 30 * day)
+            .prune_events(now - day, now - 7 * day, now - 30 * day)
             .await
             .unwrap();
-        assert!(n >= 2, "{url}: {n}");
+        assert!(n >= 3, "{url}: {n}");
+        assert_eq!(
+            db.outbox_pending().await.unwrap(),
+            1,
+            "{url}: msg_c's retry waits"
+        );
         let left = db.events(None, 0, None, 10).await.unwrap();
         let ids: Vec<&str> = left.iter().map(|e| e.id.as_str()).collect();
-        let a_pending = again[0].event_id == "msg_a";
-        assert_eq!(ids.contains(&"msg_a"), a_pending, "{url}: {ids:?}");
-        assert!(ids.contains(&"msg_b") && ids.contains(&"msg_c"), "{url}");
+        assert_eq!(ids, ["msg_c", "msg_b"], "{url}");
         assert!(db.deliveries("ops", 10).await.unwrap().is_empty(), "{url}");
     }
 }
