@@ -21,6 +21,7 @@ pub mod server;
 pub mod spend;
 pub mod state;
 pub mod store;
+pub mod telemetry;
 pub mod usage;
 pub mod webhook;
 

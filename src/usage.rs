@@ -174,6 +174,8 @@ mod tests {
             skip: None,
             upstream_model: Some("m-up".into()),
             credential: Some("k1".into()),
+            provider: None,
+            timing: None,
         }
     }
 

@@ -45,6 +45,8 @@ pub enum StartError {
     Reload(#[from] config::ReloadError),
     #[error("starting failed: {0}")]
     Task(String),
+    #[error(transparent)]
+    Traces(#[from] crate::telemetry::TraceSetupError),
 }
 
 /// Loads the config from a file, or the embedded demo when `path` is `None`.
@@ -115,6 +117,7 @@ pub async fn start_with_clock(
         .store
         .as_ref()
         .map(|s| (s.retention, s.ledger_retention));
+    let snapshot_telemetry = snapshot.telemetry.clone();
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|source| StartError::Bind { addr, source })?;
@@ -131,6 +134,7 @@ pub async fn start_with_clock(
         admin_failures: Arc::default(),
         meter,
         events,
+        telemetry: Arc::new(crate::telemetry::Telemetry::new(&snapshot_telemetry)?),
     };
     let mut background = Vec::new();
     if let Some(store) = &state.store {
@@ -176,18 +180,26 @@ pub async fn start_with_clock(
     if let Some(r) = redis {
         background.extend(share_through(r, &state));
     }
-    let admin = match state.live.load().server.admin_listen {
-        Some(a) => Some(
+    let side = server::Side {
+        admin: bind_side(state.live.load().server.admin_listen).await?,
+        metrics: bind_side(state.live.load().metrics.listen).await?,
+    };
+    let mut running =
+        server::spawn(listener, side, state).map_err(|source| StartError::Bind { addr, source })?;
+    running.background.extend(background);
+    Ok(running)
+}
+
+/// A listener of its own, when the config gives an address.
+async fn bind_side(addr: Option<SocketAddr>) -> Result<Option<TcpListener>, StartError> {
+    match addr {
+        Some(a) => Ok(Some(
             TcpListener::bind(a)
                 .await
                 .map_err(|source| StartError::Bind { addr: a, source })?,
-        ),
-        None => None,
-    };
-    let mut running = server::spawn(listener, admin, state)
-        .map_err(|source| StartError::Bind { addr, source })?;
-    running.background.extend(background);
-    Ok(running)
+        )),
+        None => Ok(None),
+    }
 }
 
 /// The tasks that keep Redis connected and carry health changes between replicas.

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use crate::config::{Live, ProbeKind, Snapshot};
 use crate::health::{CredVerdict, Health, Key, ProbeReason};
 use crate::protocol::{ChatRequest, MaxTokensField, Message, Role};
-use crate::provider::UpstreamError;
+use crate::provider::{UpstreamError, Via};
 
 /// How often the prober looks for due probes (real time; due-ness follows health's clock).
 const TICK: Duration = Duration::from_millis(250);
@@ -88,7 +88,9 @@ async fn probe_credential(snap: &Snapshot, health: &Health, idx: usize, cred: us
         }
         (_, Some((model, r))) => {
             let req = probe_request(model);
-            let call = ch.upstream.chat(&req, &r.upstream_model, Some(cred));
+            let call = ch
+                .upstream
+                .chat(&req, &r.upstream_model, Via::bare(Some(cred)));
             matches!(tokio::time::timeout(ch.timeout, call).await, Ok(Ok(_)))
         }
         (_, None) => false,
@@ -152,7 +154,7 @@ async fn probe(snap: &Snapshot, health: &Health, idx: usize, key: Key, reason: P
     let result = match kind {
         ProbeKind::Completion => {
             let req = probe_request(&model);
-            let call = ch.upstream.chat(&req, &upstream_model, cred);
+            let call = ch.upstream.chat(&req, &upstream_model, Via::bare(cred));
             tokio::time::timeout(ch.timeout, call)
                 .await
                 .map(|r| r.map(|_| ()))

@@ -49,6 +49,12 @@ pub struct FileConfig {
     /// Where routing events are delivered, signed.
     #[serde(default)]
     pub webhooks: Vec<crate::config::webhooks::WebhookConfig>,
+    /// `GET /metrics` (Prometheus).
+    #[serde(default)]
+    pub metrics: crate::config::telemetry::MetricsSection,
+    /// OpenTelemetry traces.
+    #[serde(default)]
+    pub telemetry: crate::config::telemetry::TelemetrySection,
 }
 
 /// `[[admins]]`: who may use the admin API, and how far.

@@ -11,6 +11,7 @@ mod read;
 mod read_tests;
 mod settings;
 mod snapshot;
+pub mod telemetry;
 pub mod webhooks;
 
 pub use file::{Balance, ChannelConfig, FileConfig, KeyConfig, ModelEntry, RouterFailover};

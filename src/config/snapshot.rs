@@ -70,6 +70,11 @@ pub(crate) enum Matcher {
 }
 
 impl Redirect {
+    /// Whether the rule names one model (not a pattern).
+    pub fn is_exact(&self) -> bool {
+        matches!(self.matcher, Matcher::Exact)
+    }
+
     /// The rewritten name, if this rule matches `model`.
     pub fn apply(&self, model: &str) -> Option<String> {
         match &self.matcher {
@@ -154,6 +159,9 @@ pub struct Snapshot {
     /// `[events]`, and the webhooks events are delivered to.
     pub events: super::webhooks::EventSettings,
     pub webhooks: Vec<super::webhooks::Webhook>,
+    /// `[metrics]` and `[telemetry]`.
+    pub metrics: super::telemetry::MetricsSettings,
+    pub telemetry: super::telemetry::TelemetrySettings,
 }
 
 /// A `[[routers]]` entry, validated.

@@ -12,6 +12,7 @@ use tokio::time::{Instant, timeout_at};
 use super::judge::{At, Next, judge};
 use super::{
     AttemptRecord, Call, CallerLimits, ExecError, Failure, Job, OutcomeClass, Report, Served,
+    Timing,
 };
 use crate::config::{Balance, Channel};
 use crate::context::fit::Note;
@@ -154,6 +155,8 @@ impl<'s> Model<'_, 's, '_> {
             upstream_model: None,
             credential: None,
             price: None,
+            provider: Some(ch.kind),
+            timing: None,
         });
     }
 
@@ -259,6 +262,7 @@ impl<'s> Model<'_, 's, '_> {
                 Next::NextCredential => {}
                 Next::Retry(wait) => {
                     tokio::time::sleep(wait).await;
+                    self.report.backoff += wait;
                     retries += 1;
                     // The wait is over: the channel's keys may be tried again.
                     spent.clear();
@@ -362,6 +366,12 @@ impl<'s> Model<'_, 's, '_> {
         Fut: Future<Output = Result<T, Failure>>,
     {
         let (snap, health) = (self.job.snap, self.job.health);
+        // A traced request's call gets a span of its own, which the upstream continues.
+        let span_id = match self.job.trace {
+            Some(_) => self.rng.u64(1..),
+            None => 0,
+        };
+        let waited_before = self.job.waited.total();
         let started = Instant::now();
         let res = timeout_at(
             self.job.deadline,
@@ -374,10 +384,18 @@ impl<'s> Model<'_, 's, '_> {
                     first_token_timeout: self.step.first_token_timeout,
                 },
                 fitted: self.fitted.body.clone(),
+                trace: self.job.trace.and_then(|t| t.headers(span_id)),
+                waited: self.job.waited,
             }),
         )
         .await;
         let latency = started.elapsed();
+        let timing = Timing {
+            started: started.into_std(),
+            took: latency,
+            waited: self.job.waited.total().saturating_sub(waited_before),
+            span_id,
+        };
         let mut record = AttemptRecord {
             channel: ch.name.clone(),
             model: self.step.model.clone(),
@@ -390,6 +408,8 @@ impl<'s> Model<'_, 's, '_> {
                 .and_then(|r| ch.credentials.get(r.index))
                 .map(|(label, _)| label.clone()),
             price: cand.price.clone(),
+            provider: Some(ch.kind),
+            timing: Some(timing),
         };
         let failure = match res {
             Err(_) => {

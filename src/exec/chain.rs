@@ -293,6 +293,8 @@ fn context_skip(model: &Arc<str>) -> AttemptRecord {
         upstream_model: None,
         credential: None,
         price: None,
+        provider: None,
+        timing: None,
     }
 }
 

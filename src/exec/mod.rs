@@ -16,7 +16,7 @@ pub use error::ExecError;
 pub use judge::{At, Next, judge};
 pub use outcome::{Failure, OutcomeClass, Passthrough, classify};
 pub use relay::{Relay, RelayItem};
-pub use report::{AttemptRecord, Report, Served};
+pub use report::{AttemptRecord, Report, Served, Timing};
 pub use stream::{BreakReport, Committed, chat_stream};
 
 use std::future::Future;
@@ -30,6 +30,7 @@ use crate::config::{Channel, GatewayKey, Snapshot};
 use crate::context::fit::Fitter;
 use crate::health::Health;
 use crate::protocol::{ChatRequest, ChatResponse, EmbeddingsRequest, Usage};
+use crate::provider::{TraceContext, TraceHeaders, Via, Waited};
 use crate::router::Chain;
 use crate::spend::{Holds, Meter};
 
@@ -60,6 +61,10 @@ pub struct Job<'a> {
     pub deadline: Instant,
     /// Channels' budgets and limits: where they are counted and what the request asks.
     pub spend: ChannelSpend<'a>,
+    /// The request's trace, when it is traced: each call sends its own span upstream.
+    pub trace: Option<&'a TraceContext>,
+    /// Where calls add up their time waiting on upstreams (one call at a time).
+    pub waited: &'a Waited,
 }
 
 /// What a channel's budget and limits are asked before each channel's turn, and the serving
@@ -106,6 +111,20 @@ pub struct Call<'s> {
     pub limits: CallerLimits,
     /// The request fitted to this model's window (`None`: the client's, as is).
     pub fitted: Option<Arc<ChatRequest>>,
+    /// This call's span as the upstream's parent, when the request is traced.
+    pub trace: Option<TraceHeaders>,
+    pub waited: &'s Waited,
+}
+
+impl Call<'_> {
+    /// What the provider is handed beside the request.
+    pub fn via(&self) -> Via<'_> {
+        Via {
+            cred: self.credential,
+            trace: self.trace.as_ref(),
+            waited: self.waited,
+        }
+    }
 }
 
 /// An attempt's time limit: the channel's own, or the caller's when that is tighter. A caller's
@@ -206,7 +225,7 @@ pub async fn chat(
         let ch = c.channel;
         within(
             Limit::of(ch.timeout, c.limits.timeout),
-            ch.upstream.chat(req, &c.upstream_model, c.credential),
+            ch.upstream.chat(req, &c.upstream_model, c.via()),
         )
         .await
         .map_err(|f| judged(f, ch, req))
@@ -227,7 +246,7 @@ pub async fn embeddings(
         let ch = c.channel;
         within(
             Limit::of(ch.timeout, c.limits.timeout),
-            ch.upstream.embeddings(req, &c.upstream_model, c.credential),
+            ch.upstream.embeddings(req, &c.upstream_model, c.via()),
         )
         .await
     })

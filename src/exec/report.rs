@@ -28,6 +28,22 @@ pub struct AttemptRecord {
     pub credential: Option<Arc<str>>,
     /// What the call is priced at.
     pub price: Option<Arc<crate::pricing::Price>>,
+    /// The channel's kind (calls and skips of a channel).
+    pub provider: Option<crate::provider::ProviderKind>,
+    /// When the call ran, how long, and how much of it was the upstream's (calls only).
+    pub timing: Option<Timing>,
+}
+
+/// One call's times: what its span and the gateway's overhead measure are made of.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    pub started: std::time::Instant,
+    /// Until the answer (a stream: until its first content, the commit point).
+    pub took: std::time::Duration,
+    /// Of `took`, waiting on the upstream: the rest was the gateway's own work.
+    pub waited: std::time::Duration,
+    /// The call's span id, sent upstream in `traceparent` (0: the request is not traced).
+    pub span_id: u64,
 }
 
 impl AttemptRecord {
@@ -77,6 +93,8 @@ pub struct Report {
     pub served: Option<Served>,
     /// What fitting the request to the serving model's window did, when it was counted.
     pub context: Option<Note>,
+    /// Time slept between retries of a channel (an upstream's Retry-After or the backoff).
+    pub backoff: std::time::Duration,
 }
 
 impl Report {
@@ -162,6 +180,8 @@ mod tests {
             upstream_model: None,
             credential: None,
             price: None,
+            provider: None,
+            timing: None,
         };
         r.attempts.push(ok.clone());
         r.served = Some(Served {

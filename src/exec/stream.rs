@@ -56,13 +56,18 @@ async fn open(c: Call<'_>, req: &ChatRequest) -> Result<Committed, Failure> {
     let first = async {
         let mut rest = ch
             .upstream
-            .chat_stream(req, &c.upstream_model, c.credential)
+            .chat_stream(req, &c.upstream_model, c.via())
             .await
             .map_err(classify)?;
         let mut head = Vec::new();
         loop {
+            // Until the first content, reading is waiting on the upstream.
+            let next = {
+                let _waiting = c.waited.start();
+                rest.next().await
+            };
             // `[DONE]` with neither content nor a finish reason is not an answer.
-            let Some(item) = rest.next().await else {
+            let Some(item) = next else {
                 return Err(Failure::empty_stream());
             };
             let chunk = item.map_err(classify)?;

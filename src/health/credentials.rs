@@ -322,6 +322,22 @@ impl Pools {
         }
     }
 
+    /// How many of `labels` (a channel's credentials) can take a call now: not refused, not
+    /// cooling (a key cooled for one model only still counts).
+    pub fn available(&self, channel: &str, labels: &[(Arc<str>, Limits)]) -> usize {
+        let now = self.clock.now();
+        let st = self.lock();
+        labels
+            .iter()
+            .filter(|(label, _)| {
+                let key = (Arc::<str>::from(channel), label.clone());
+                st.creds
+                    .get(&key)
+                    .is_none_or(|c| !c.disabled && c.cooling_until.is_none_or(|t| t <= now))
+            })
+            .count()
+    }
+
     /// Each credential's state by label, for `GET /admin/health`. Never the key.
     pub fn report(&self, channel: &str) -> Value {
         let now = self.clock.now();

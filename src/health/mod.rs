@@ -649,6 +649,24 @@ impl Health {
         }
     }
 
+    /// Each (channel, model) entry's score and circuit (0 closed, 1 half open, 2 open), for
+    /// the metrics: read at a scrape, never on the request path.
+    pub fn gauges(&self, s: &HealthSettings) -> Vec<(Arc<str>, f64, u8)> {
+        let now = self.clock.now();
+        let map = self.lock();
+        map.iter()
+            .map(|(k, e)| {
+                let circuit = match e.circuit {
+                    Circuit::Closed => 0,
+                    Circuit::HalfOpen { .. } => 1,
+                    Circuit::Open { until } if now >= until => 1,
+                    Circuit::Open { .. } => 2,
+                };
+                (k.channel.clone(), e.score(s), circuit)
+            })
+            .collect()
+    }
+
     /// Everything health knows, for `GET /admin/health`.
     pub fn report(&self, s: &HealthSettings) -> Value {
         let now = self.clock.now();

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::http::{self, join, post_json, read_json, send, to_body};
 use super::sse::{Decoder, Events, json};
-use super::{ChunkStream, UpstreamError};
+use super::{ChunkStream, UpstreamError, Via, Waited};
 use crate::protocol::anthropic::{StreamDecoder, request_to_value, response_from_value};
 use crate::protocol::{ChatRequest, ChatResponse, Decoded, Protocol, RawBody};
 use crate::secret::Secret;
@@ -56,6 +56,11 @@ impl Anthropic {
         }
     }
 
+    /// Where calls go (its host and port name the upstream on spans).
+    pub fn base(&self) -> &Url {
+        &self.messages_url
+    }
+
     pub fn endpoint(&self) -> String {
         http::redact_url(self.messages_url.as_str())
     }
@@ -72,7 +77,7 @@ impl Anthropic {
         &self,
         body: &Value,
         stream: bool,
-        cred: Option<usize>,
+        via: Via<'_>,
         hops: u32,
     ) -> Result<reqwest::Response, UpstreamError> {
         let rb = post_json(
@@ -81,22 +86,23 @@ impl Anthropic {
             to_body(body)?,
             stream,
             hops,
-            self.auth(cred)?,
+            self.auth(via.cred)?,
+            via.trace,
         )
         .header("anthropic-version", HeaderValue::from_static(VERSION));
-        send(rb).await
+        send(rb, via.waited).await
     }
 
     pub async fn chat(
         &self,
         req: &ChatRequest,
         model: &str,
-        cred: Option<usize>,
+        via: Via<'_>,
     ) -> Result<ChatResponse, UpstreamError> {
         let mut body = request_to_value(req, model);
         body.as_object_mut().map(|o| o.remove("stream"));
-        let resp = self.post(&body, false, cred, req.hops).await?;
-        let v = read_json(resp, "anthropic message").await?;
+        let resp = self.post(&body, false, via, req.hops).await?;
+        let v = read_json(resp, "anthropic message", via.waited).await?;
         // A same-protocol client gets the upstream's body itself (thinking signatures...).
         let mut out = response_from_value(&v)?;
         out.raw = (req.origin == Protocol::AnthropicMessages).then_some(RawBody {
@@ -110,13 +116,13 @@ impl Anthropic {
         &self,
         req: &ChatRequest,
         model: &str,
-        cred: Option<usize>,
+        via: Via<'_>,
     ) -> Result<ChunkStream, UpstreamError> {
         let mut body = request_to_value(req, model);
         if let Some(o) = body.as_object_mut() {
             o.insert("stream".into(), Value::Bool(true));
         }
-        let resp = self.post(&body, true, cred, req.hops).await?;
+        let resp = self.post(&body, true, via, req.hops).await?;
         Ok(Box::pin(Events::new(
             resp,
             StreamDecoder::default(),
@@ -132,7 +138,7 @@ impl Anthropic {
         if let Some((name, value)) = self.auth(cred)? {
             rb = rb.header(name, value);
         }
-        send(rb).await?;
+        send(rb, &Waited::default()).await?;
         Ok(())
     }
 }

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::http::{self, join, post_json, read_json, send, to_body};
 use super::sse::{Decoder, Events, json};
-use super::{ChunkStream, UpstreamError};
+use super::{ChunkStream, UpstreamError, Via, Waited};
 use crate::protocol::gemini::{StreamDecoder, request_to_value, response_from_value};
 use crate::protocol::{ChatRequest, ChatResponse, Decoded, Protocol, RawBody};
 use crate::secret::Secret;
@@ -65,6 +65,11 @@ impl Gemini {
         }
     }
 
+    /// Where calls go (its host and port name the upstream on spans).
+    pub fn base(&self) -> &Url {
+        &self.root
+    }
+
     pub fn endpoint(&self) -> String {
         let url = http::redact_url(join(&self.root, "models/MODEL:generateContent").as_str());
         url.replace("/MODEL:", "/{model}:")
@@ -83,7 +88,7 @@ impl Gemini {
         url: Url,
         body: &Value,
         stream: bool,
-        cred: Option<usize>,
+        via: Via<'_>,
         hops: u32,
     ) -> Result<reqwest::Response, UpstreamError> {
         let rb = post_json(
@@ -92,22 +97,23 @@ impl Gemini {
             to_body(body)?,
             stream,
             hops,
-            self.auth(cred)?,
+            self.auth(via.cred)?,
+            via.trace,
         );
-        send(rb).await
+        send(rb, via.waited).await
     }
 
     pub async fn chat(
         &self,
         req: &ChatRequest,
         model: &str,
-        cred: Option<usize>,
+        via: Via<'_>,
     ) -> Result<ChatResponse, UpstreamError> {
         let url = join(&self.root, &format!("models/{model}:generateContent"));
         let resp = self
-            .post(url, &request_to_value(req), false, cred, req.hops)
+            .post(url, &request_to_value(req), false, via, req.hops)
             .await?;
-        let v = read_json(resp, "gemini response").await?;
+        let v = read_json(resp, "gemini response", via.waited).await?;
         // A same-protocol client gets the upstream's body itself (thought signatures...).
         let mut out = response_from_value(&v)?;
         out.raw = (req.origin == Protocol::Gemini).then_some(RawBody {
@@ -121,12 +127,12 @@ impl Gemini {
         &self,
         req: &ChatRequest,
         model: &str,
-        cred: Option<usize>,
+        via: Via<'_>,
     ) -> Result<ChunkStream, UpstreamError> {
         let mut url = join(&self.root, &format!("models/{model}:streamGenerateContent"));
         url.query_pairs_mut().append_pair("alt", "sse");
         let resp = self
-            .post(url, &request_to_value(req), true, cred, req.hops)
+            .post(url, &request_to_value(req), true, via, req.hops)
             .await?;
         Ok(Box::pin(Events::new(
             resp,
@@ -140,7 +146,7 @@ impl Gemini {
         if let Some((name, value)) = self.auth(cred)? {
             rb = rb.header(name, value);
         }
-        send(rb).await?;
+        send(rb, &Waited::default()).await?;
         Ok(())
     }
 }

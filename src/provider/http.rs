@@ -12,13 +12,17 @@ use reqwest::Url;
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderName, HeaderValue};
 use serde_json::Value;
 
-use super::UpstreamError;
+use super::{TraceHeaders, UpstreamError, Waited};
 use crate::protocol::InvalidUpstream;
 use crate::secret::Secret;
 
 /// Sent on every upstream call: how many Switchyards the request has passed, this one included,
 /// so gateways chained into each other detect a loop (`server.max_hops`).
 pub const HOPS_HEADER: &str = "x-switchyard-hops";
+
+/// W3C Trace Context: the attempt's span as the upstream's parent.
+const TRACEPARENT: &str = "traceparent";
+const TRACESTATE: &str = "tracestate";
 
 /// Largest upstream error body kept (for a 400 passed back to the client).
 const MAX_ERROR_BODY: usize = 64 * 1024;
@@ -123,6 +127,7 @@ pub fn post_json(
     stream: bool,
     hops: u32,
     auth: Option<(HeaderName, HeaderValue)>,
+    trace: Option<&TraceHeaders>,
 ) -> reqwest::RequestBuilder {
     let accept = if stream {
         "text/event-stream"
@@ -135,6 +140,17 @@ pub fn post_json(
         .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
         .header(ACCEPT, HeaderValue::from_static(accept))
         .body(body);
+    // The attempt's trace context, so the upstream's spans join the client's trace.
+    let rb = match trace {
+        Some(t) => {
+            let rb = rb.header(TRACEPARENT, t.traceparent.clone());
+            match &t.tracestate {
+                Some(s) => rb.header(TRACESTATE, s.clone()),
+                None => rb,
+            }
+        }
+        None => rb,
+    };
     match auth {
         Some((name, value)) => rb.header(name, value),
         None => rb,
@@ -165,7 +181,12 @@ pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// Sends a request; a connection failure or a non-2xx answer becomes its upstream error class.
-pub async fn send(rb: reqwest::RequestBuilder) -> Result<reqwest::Response, UpstreamError> {
+pub async fn send(
+    rb: reqwest::RequestBuilder,
+    waited: &Waited,
+) -> Result<reqwest::Response, UpstreamError> {
+    // Until the status (and, for an error, its body) is in, the time is the upstream's.
+    let _waiting = waited.start();
     // `without_url`: the URL may carry credentials (`?key=`); it never reaches a log.
     let resp = rb
         .send()
@@ -181,8 +202,12 @@ pub async fn send(rb: reqwest::RequestBuilder) -> Result<reqwest::Response, Upst
 pub async fn read_json(
     resp: reqwest::Response,
     what: &'static str,
+    waited: &Waited,
 ) -> Result<Value, UpstreamError> {
-    let bytes = read_capped(resp, MAX_RESPONSE_BODY).await?;
+    let bytes = {
+        let _waiting = waited.start();
+        read_capped(resp, MAX_RESPONSE_BODY).await?
+    };
     serde_json::from_slice(&bytes).map_err(|e| {
         UpstreamError::Invalid(InvalidUpstream {
             what,

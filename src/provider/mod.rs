@@ -8,6 +8,7 @@ mod http;
 pub mod mock;
 mod openai;
 mod sse;
+mod via;
 
 use std::pin::Pin;
 use std::time::Duration;
@@ -23,6 +24,7 @@ use crate::secret::Secret;
 
 pub use http::{HOPS_HEADER, HttpClients, install_crypto_provider, redact_url};
 pub use mock::MockSpec;
+pub use via::{TraceContext, TraceHeaders, Via, Waited};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -181,18 +183,29 @@ impl Upstream {
         }
     }
 
-    /// `cred`: the index of the reserved credential (`None`: the channel has none).
+    /// The upstream's host and port (`server.address` on a call's span); `None` for the mock.
+    pub fn address(&self) -> Option<(String, u16)> {
+        let url = match self {
+            Upstream::OpenAi(o) => o.base(),
+            Upstream::Anthropic(a) => a.base(),
+            Upstream::Gemini(g) => g.base(),
+            Upstream::Mock(_) => return None,
+        };
+        Some((url.host_str()?.to_string(), url.port_or_known_default()?))
+    }
+
+    /// `via`: the reserved credential, the attempt's trace context, where waits add up.
     pub async fn chat(
         &self,
         req: &ChatRequest,
         model: &str,
-        cred: Option<usize>,
+        via: Via<'_>,
     ) -> Result<ChatResponse, UpstreamError> {
         match self {
-            Upstream::OpenAi(o) => o.chat(req, model, cred).await,
-            Upstream::Anthropic(a) => a.chat(req, model, cred).await,
-            Upstream::Gemini(g) => g.chat(req, model, cred).await,
-            Upstream::Mock(m) => m.chat(req, model).await,
+            Upstream::OpenAi(o) => o.chat(req, model, via).await,
+            Upstream::Anthropic(a) => a.chat(req, model, via).await,
+            Upstream::Gemini(g) => g.chat(req, model, via).await,
+            Upstream::Mock(m) => m.chat(req, model, via.waited).await,
         }
     }
 
@@ -201,12 +214,12 @@ impl Upstream {
         &self,
         req: &ChatRequest,
         model: &str,
-        cred: Option<usize>,
+        via: Via<'_>,
     ) -> Result<ChunkStream, UpstreamError> {
         match self {
-            Upstream::OpenAi(o) => o.chat_stream(req, model, cred).await,
-            Upstream::Anthropic(a) => a.chat_stream(req, model, cred).await,
-            Upstream::Gemini(g) => g.chat_stream(req, model, cred).await,
+            Upstream::OpenAi(o) => o.chat_stream(req, model, via).await,
+            Upstream::Anthropic(a) => a.chat_stream(req, model, via).await,
+            Upstream::Gemini(g) => g.chat_stream(req, model, via).await,
             Upstream::Mock(m) => m.chat_stream(req, model).await,
         }
     }
@@ -215,10 +228,10 @@ impl Upstream {
         &self,
         req: &EmbeddingsRequest,
         model: &str,
-        cred: Option<usize>,
+        via: Via<'_>,
     ) -> Result<Value, UpstreamError> {
         match self {
-            Upstream::OpenAi(o) => o.embeddings(req, model, cred).await,
+            Upstream::OpenAi(o) => o.embeddings(req, model, via).await,
             // Anthropic serves no embeddings: a channel listing an embedding model is
             // misconfigured, and the request fails over.
             Upstream::Anthropic(_) | Upstream::Gemini(_) => Err(UpstreamError::Status {
@@ -227,7 +240,7 @@ impl Upstream {
                 body: Bytes::from_static(b"no embeddings endpoint for this provider kind"),
                 content_type: None,
             }),
-            Upstream::Mock(m) => m.embeddings(req, model).await,
+            Upstream::Mock(m) => m.embeddings(req, model, via.waited).await,
         }
     }
 

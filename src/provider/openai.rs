@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::http::{self, join, post_json, read_json, send, to_body};
 use super::sse::{Decoder, Events};
-use super::{ChunkStream, UpstreamError};
+use super::{ChunkStream, UpstreamError, Via, Waited};
 use crate::protocol::openai::{EmbeddingsBody, RequestBody, chunk_from_str, response_from_value};
 use crate::protocol::{
     ChatRequest, ChatResponse, Decoded, EmbeddingsRequest, InvalidUpstream, Protocol,
@@ -61,6 +61,11 @@ impl OpenAi {
         }
     }
 
+    /// Where calls go (its host and port name the upstream on spans).
+    pub fn base(&self) -> &Url {
+        &self.base
+    }
+
     pub fn endpoint(&self) -> String {
         // A placeholder for Azure's deployment, written after the URL (which would escape it).
         let url = self.url(&self.chat_url, "chat/completions", "MODEL");
@@ -94,7 +99,7 @@ impl OpenAi {
         url: &Url,
         body: Vec<u8>,
         stream: bool,
-        cred: Option<usize>,
+        via: Via<'_>,
         hops: u32,
     ) -> Result<reqwest::Response, UpstreamError> {
         let rb = post_json(
@@ -103,20 +108,21 @@ impl OpenAi {
             body,
             stream,
             hops,
-            self.auth(cred)?,
+            self.auth(via.cred)?,
+            via.trace,
         );
-        send(rb).await
+        send(rb, via.waited).await
     }
 
     pub async fn chat(
         &self,
         req: &ChatRequest,
         model: &str,
-        cred: Option<usize>,
+        via: Via<'_>,
     ) -> Result<ChatResponse, UpstreamError> {
         if let Some((url, body)) = self.responses_body(req, model) {
-            let resp = self.post(url, body, false, cred, req.hops).await?;
-            let v = read_json(resp, "response").await?;
+            let resp = self.post(url, body, false, via, req.hops).await?;
+            let v = read_json(resp, "response", via.waited).await?;
             return Ok(crate::protocol::responses::response_from_value(v)?);
         }
         let body = to_body(&RequestBody {
@@ -125,8 +131,8 @@ impl OpenAi {
             force_usage: false,
         })?;
         let url = self.url(&self.chat_url, "chat/completions", model);
-        let resp = self.post(&url, body, false, cred, req.hops).await?;
-        let v = read_json(resp, "chat completion").await?;
+        let resp = self.post(&url, body, false, via, req.hops).await?;
+        let v = read_json(resp, "chat completion", via.waited).await?;
         Ok(response_from_value(v)?)
     }
 
@@ -134,10 +140,10 @@ impl OpenAi {
         &self,
         req: &ChatRequest,
         model: &str,
-        cred: Option<usize>,
+        via: Via<'_>,
     ) -> Result<ChunkStream, UpstreamError> {
         if let Some((url, body)) = self.responses_body(req, model) {
-            let resp = self.post(url, body, true, cred, req.hops).await?;
+            let resp = self.post(url, body, true, via, req.hops).await?;
             return Ok(Box::pin(Events::new(
                 resp,
                 crate::protocol::responses::StreamDecoder::default(),
@@ -150,7 +156,7 @@ impl OpenAi {
             force_usage: self.stream_usage,
         })?;
         let url = self.url(&self.chat_url, "chat/completions", model);
-        let resp = self.post(&url, body, true, cred, req.hops).await?;
+        let resp = self.post(&url, body, true, via, req.hops).await?;
         Ok(Box::pin(Events::new(resp, ChatDecoder::default(), None)))
     }
 
@@ -182,7 +188,7 @@ impl OpenAi {
         if let Some((name, value)) = self.auth(cred)? {
             rb = rb.header(name, value);
         }
-        send(rb).await?;
+        send(rb, &Waited::default()).await?;
         Ok(())
     }
 
@@ -190,12 +196,12 @@ impl OpenAi {
         &self,
         req: &EmbeddingsRequest,
         model: &str,
-        cred: Option<usize>,
+        via: Via<'_>,
     ) -> Result<Value, UpstreamError> {
         let body = to_body(&EmbeddingsBody { req, model })?;
         let url = self.url(&self.embeddings_url, "embeddings", model);
-        let resp = self.post(&url, body, false, cred, req.hops).await?;
-        let v = read_json(resp, "embeddings response").await?;
+        let resp = self.post(&url, body, false, via, req.hops).await?;
+        let v = read_json(resp, "embeddings response", via.waited).await?;
         if !v.get("data").is_some_and(Value::is_array) {
             return Err(InvalidUpstream {
                 what: "embeddings response",

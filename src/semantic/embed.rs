@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::config::{EmbedderSpec, Snapshot};
 use crate::health::{Health, Key, Verdict};
 use crate::protocol::EmbeddingsRequest;
+use crate::provider::Via;
 
 /// Why a router could not score a prompt. Every one fails open to the catchall.
 #[derive(Debug, thiserror::Error)]
@@ -130,7 +131,7 @@ pub(super) async fn embed(
             let t0 = std::time::Instant::now();
             let answer = tokio::time::timeout(
                 within.min(ch.timeout),
-                ch.upstream.embeddings(&req, &upstream, cred),
+                ch.upstream.embeddings(&req, &upstream, Via::bare(cred)),
             )
             .await;
             let latency = t0.elapsed();

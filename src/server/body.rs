@@ -14,8 +14,11 @@ use super::headers::hdr;
 pub async fn read_json(ctx: &mut Ctx, headers: &HeaderMap, body: Body) -> Result<Value, ApiError> {
     ctx.authenticate(headers)?;
     let server = &ctx.snap.server;
-    let bytes = read_body(headers, body, server.max_body_bytes, server.request_timeout).await?;
-    parse_json(&bytes)
+    // Reading the body is waiting on the client: not the gateway's own time.
+    let since = std::time::Instant::now();
+    let bytes = read_body(headers, body, server.max_body_bytes, server.request_timeout).await;
+    ctx.client_wait += since.elapsed();
+    parse_json(&bytes?)
 }
 
 /// The model and stream flag a JSON body names, noted for the log before the body is parsed

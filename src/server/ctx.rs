@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::http::{HeaderMap, header};
 use axum::response::Response;
@@ -13,9 +13,10 @@ use super::headers::{hdr, set_header};
 use super::ingress::Envelope;
 use super::{ApiError, AppState};
 use crate::config::{GatewayKey, Snapshot};
-use crate::exec::{self, Report};
+use crate::exec::{self, AttemptRecord, Report};
 use crate::spend::Holds;
 use crate::store::{LogRow, RequestLog};
+use crate::telemetry::{Answered, Finished, RequestTrace, Telemetry};
 use crate::usage::Pending;
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
@@ -59,6 +60,51 @@ pub struct Ctx {
     pub holds: Option<Holds>,
     /// Where the request's `model.failover` goes, if it has one.
     events: crate::events::Emitter,
+    /// The request's trace, when spans go anywhere.
+    pub trace: Option<RequestTrace>,
+    /// Time spent waiting on the client (its body), not the gateway's own.
+    pub client_wait: Duration,
+    telemetry: Arc<Telemetry>,
+}
+
+/// What the end of a committed stream tells telemetry about its request (taken from its
+/// `Ctx` at commit).
+pub struct Trail {
+    pub telemetry: Arc<Telemetry>,
+    pub snap: Arc<Snapshot>,
+    pub attempts: Vec<AttemptRecord>,
+    key_idx: Option<usize>,
+    semantic: Option<(Arc<str>, Arc<str>)>,
+    trace: Option<RequestTrace>,
+    /// The gateway's own time up to the commit point.
+    pub before_commit: Duration,
+    /// `Some` when the request's spans are recorded: what the stream says.
+    pub answered: Option<Answered>,
+}
+
+impl Trail {
+    /// The stream has ended at `ended`: its series and spans. `overhead`: `None` when the
+    /// client left.
+    pub fn finish(
+        &mut self,
+        row: &LogRow,
+        started: Instant,
+        ended: Instant,
+        overhead: Option<Duration>,
+    ) {
+        let answered = self.answered.take().unwrap_or_default();
+        let f = Finished {
+            snap: &self.snap,
+            row,
+            attempts: &self.attempts,
+            key_idx: self.key_idx,
+            semantic: self.semantic.as_ref().map(|(r, i)| (&**r, &**i)),
+            started,
+            ended,
+            overhead,
+        };
+        self.telemetry.finish(&f, self.trace.as_ref(), &answered);
+    }
 }
 
 impl Ctx {
@@ -85,7 +131,83 @@ impl Ctx {
             prompt_estimate: 0,
             holds: None,
             events: state.events.emitter.clone(),
+            trace: None,
+            client_wait: Duration::ZERO,
+            telemetry: state.telemetry.clone(),
         }
+    }
+
+    /// Starts the request's trace (the client's `traceparent` continued), when spans go anywhere.
+    pub fn traced(&mut self, headers: &HeaderMap) {
+        self.trace = self.telemetry.start(headers, self.endpoint);
+    }
+
+    /// Whether the answer's facts are wanted (the request's spans are recorded), and with
+    /// its content.
+    pub fn records(&self) -> Option<bool> {
+        self.telemetry
+            .records(self.trace.as_ref())
+            .then(|| self.telemetry.captures_content())
+    }
+
+    /// The gateway's own time so far: since arrival, less waiting on the client, on
+    /// upstreams and between retries.
+    pub fn own_time(&self) -> Duration {
+        let upstream: Duration = self
+            .report
+            .attempts
+            .iter()
+            .filter_map(|a| a.timing)
+            .map(|t| t.waited)
+            .sum();
+        self.started
+            .elapsed()
+            .saturating_sub(self.client_wait + upstream + self.report.backoff)
+    }
+
+    /// The semantic router that picked, and the instance that served (the catchall's name
+    /// when none cleared its threshold).
+    fn semantic_pick(&self) -> Option<(Arc<str>, Arc<str>)> {
+        let d = self.semantic.as_ref()?;
+        let instance = match &d.winner {
+            Some(w) => w.clone(),
+            None => {
+                let (_, r) = self.snap.router(&d.router)?;
+                r.instances.get(r.catchall)?.name.clone()
+            }
+        };
+        Some((d.router.clone(), instance))
+    }
+
+    /// What a committed stream carries to its end for telemetry (the trace moves with it).
+    pub fn trail(&mut self, answered: Option<Answered>) -> Trail {
+        Trail {
+            telemetry: self.telemetry.clone(),
+            snap: self.snap.clone(),
+            attempts: self.report.attempts.clone(),
+            key_idx: self.key_idx,
+            semantic: self.semantic_pick(),
+            trace: self.trace.take(),
+            before_commit: self.own_time(),
+            answered,
+        }
+    }
+
+    /// Records the row, after telemetry has read it with the request's attempts.
+    fn finish(&self, row: LogRow, answered: &Answered, overhead: Option<Duration>) {
+        let pick = self.semantic_pick();
+        let f = Finished {
+            snap: &self.snap,
+            row: &row,
+            attempts: &self.report.attempts,
+            key_idx: self.key_idx,
+            semantic: pick.as_ref().map(|(r, i)| (&**r, &**i)),
+            started: self.started,
+            ended: Instant::now(),
+            overhead,
+        };
+        self.telemetry.finish(&f, self.trace.as_ref(), answered);
+        self.log.record(row);
     }
 
     /// The request's charges so far, to be finished when its usage is known.
@@ -170,8 +292,9 @@ impl Ctx {
         );
     }
 
-    pub fn record(&self, row: LogRow) {
-        self.log.record(row);
+    /// Records an answered request's row (its series and spans too).
+    pub fn record(&self, row: LogRow, answered: &Answered) {
+        self.finish(row, answered, Some(self.own_time()));
     }
 
     pub fn authenticate(&mut self, headers: &HeaderMap) -> Result<(), ApiError> {
@@ -207,7 +330,13 @@ impl Ctx {
         };
         if !self.logged {
             let row = self.unanswered_row(status, outcome);
-            self.log.record(row);
+            self.finish(row, &Answered::default(), Some(self.own_time()));
+        } else if matches!(err, ApiError::Unauthorized) && self.snap.metrics.enabled {
+            // Not logged (anyone could fill the log), but counted: a wave of bad keys shows.
+            let ingress = crate::telemetry::metrics::ingress(self.endpoint);
+            let m = &self.telemetry.metrics;
+            m.requests
+                .with([ingress, "other", err.code()], |c| c.add(1));
         }
         let mut resp = err.render(self.envelope);
         if self.report.tried() > 0 {
@@ -223,7 +352,7 @@ impl Drop for Ctx {
     fn drop(&mut self) {
         if !self.logged {
             let row = self.unanswered_row(499, "client_closed");
-            self.log.record(row);
+            self.finish(row, &Answered::default(), None);
         }
     }
 }

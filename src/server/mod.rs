@@ -15,6 +15,7 @@ mod error;
 pub mod explain;
 mod headers;
 mod ingress;
+mod metrics;
 mod pipeline;
 mod routes;
 mod semantic;
@@ -22,7 +23,7 @@ mod sse;
 
 pub use admin::{refresh, reload};
 pub use error::ApiError;
-pub use routes::{admin_router, router};
+pub use routes::{admin_router, metrics_router, router};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -53,6 +54,8 @@ pub struct AppState {
     pub meter: Arc<crate::spend::Meter>,
     /// Routing events: where they are emitted, and the recent ones without a store.
     pub events: Arc<crate::webhook::Events>,
+    /// The series behind `/metrics`, and where spans go.
+    pub telemetry: Arc<crate::telemetry::Telemetry>,
 }
 
 /// A gateway serving on a bound listener, until shut down, dropped or aborted.
@@ -60,6 +63,8 @@ pub struct Running {
     pub addr: SocketAddr,
     /// `[admin] listen`'s address, when the admin API has its own.
     pub admin_addr: Option<SocketAddr>,
+    /// `[metrics] listen`'s address, when `/metrics` has its own.
+    pub metrics_addr: Option<SocketAddr>,
     pub state: AppState,
     task: tokio::task::JoinHandle<()>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -82,6 +87,9 @@ impl Running {
         let finished = tokio::time::timeout(grace, &mut self.task).await.is_ok();
         self.abort();
         self.state.log.flush().await;
+        // The spans still queued go out now (the flush waits on the exporter's thread).
+        let telemetry = self.state.telemetry.clone();
+        let _ = tokio::task::spawn_blocking(move || telemetry.flush()).await;
         finished
     }
 }
@@ -92,30 +100,54 @@ impl Drop for Running {
     }
 }
 
-/// Starts serving on `listener` in a background task; the admin API on `admin` when given,
-/// else beside the rest.
-pub fn spawn(
-    listener: TcpListener,
-    admin: Option<TcpListener>,
-    state: AppState,
-) -> std::io::Result<Running> {
+/// Listeners of their own, when the config gives them addresses.
+#[derive(Default)]
+pub struct Side {
+    pub admin: Option<TcpListener>,
+    pub metrics: Option<TcpListener>,
+}
+
+/// Serves `app` on `l` in the background; `what` names it if it stops.
+fn serve_side(
+    l: TcpListener,
+    app: axum::Router,
+    what: &'static str,
+    background: &mut Vec<tokio::task::JoinHandle<()>>,
+) -> std::io::Result<SocketAddr> {
+    let a = l.local_addr()?;
+    let app = app.into_make_service_with_connect_info::<SocketAddr>();
+    background.push(tokio::spawn(async move {
+        if let Err(e) = axum::serve(l, app).await {
+            tracing::error!(error = %e, listener = what, "a listener stopped");
+        }
+    }));
+    Ok(a)
+}
+
+/// Starts serving on `listener` in a background task; the admin API and `/metrics` on their
+/// own listeners when given, else beside the rest.
+pub fn spawn(listener: TcpListener, side: Side, state: AppState) -> std::io::Result<Running> {
     let addr = listener.local_addr()?;
     let mut background = Vec::new();
-    let admin_addr = match admin {
-        Some(l) => {
-            let a = l.local_addr()?;
-            let app =
-                admin_router(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
-            background.push(tokio::spawn(async move {
-                if let Err(e) = axum::serve(l, app).await {
-                    tracing::error!(error = %e, "the admin listener stopped");
-                }
-            }));
-            Some(a)
-        }
+    let admin_addr = match side.admin {
+        Some(l) => Some(serve_side(
+            l,
+            admin_router(state.clone()),
+            "admin",
+            &mut background,
+        )?),
         None => None,
     };
-    let app = router(state.clone(), admin_addr.is_none());
+    let metrics_addr = match side.metrics {
+        Some(l) => Some(serve_side(
+            l,
+            metrics_router(state.clone()),
+            "metrics",
+            &mut background,
+        )?),
+        None => None,
+    };
+    let app = router(state.clone(), admin_addr.is_none(), metrics_addr.is_none());
     // Without TCP_NODELAY each small SSE write waits for the client's delayed ACK (~40 ms).
     let listener = listener.tap_io(|tcp| {
         let _ = tcp.set_nodelay(true);
@@ -133,6 +165,7 @@ pub fn spawn(
     Ok(Running {
         addr,
         admin_addr,
+        metrics_addr,
         state,
         task,
         stop: Some(stop),

@@ -18,6 +18,7 @@ use crate::exec::{self, Committed, Report};
 use crate::protocol::chain::ChainSpec;
 use crate::protocol::{ChatRequest, ChatResponse};
 use crate::router::{self, Chain};
+use crate::telemetry::Answered;
 use crate::usage;
 
 /// Serves a chat request in `codec`'s protocol. The run is awaited boxed: its future is
@@ -30,6 +31,7 @@ pub async fn serve<C: Codec>(
     codec: C,
 ) -> Response {
     let mut ctx = Ctx::new(&state, C::ENDPOINT, codec.envelope());
+    ctx.traced(&headers);
     match Box::pin(pipeline(&state, &headers, &codec, &mut ctx, body)).await {
         Ok(resp) => resp,
         Err(e) => ctx.fail(e),
@@ -99,6 +101,8 @@ async fn pipeline<C: Codec>(
         only: only.map(|(c, _)| &**c),
     };
     req.hops = ctx.hops;
+    let waited = crate::provider::Waited::default();
+    let trace = ctx.trace.as_ref().map(|t| t.ctx.clone());
     let job = exec::Job {
         snap: &snap,
         health: &state.health,
@@ -111,6 +115,8 @@ async fn pipeline<C: Codec>(
             reply,
             snap.server.hold_ttl,
         ),
+        trace: trace.as_ref(),
+        waited: &waited,
     };
     if req.stream {
         let committed = exec::chat_stream(&job, &req, &mut ctx.report).await;
@@ -221,6 +227,10 @@ async fn answer<C: Codec>(
         .as_ref()
         .map(|u| (u.input_tokens, u.output_tokens));
     let used = usage::Used::of_answer(&resp, ctx.prompt_estimate);
+    let answered = match ctx.records() {
+        Some(capture) => Answered::of_response(&resp, req, capture),
+        None => Answered::default(),
+    };
     let rendered = codec.render(resp, &extra, &a);
     if let Some(keep) = rendered.keep {
         continuation::keep(state, ctx, keep).await;
@@ -238,7 +248,7 @@ async fn answer<C: Codec>(
     set_header(&mut out, hdr::TRANSLATION, &translated);
     out.headers_mut().insert(hdr::COST, cost.into());
     row.translation = Some(translated);
-    ctx.record(row);
+    ctx.record(row, &answered);
     out
 }
 
@@ -270,7 +280,11 @@ async fn stream<C: Codec>(
     let mut row = ctx.take_row(200, "ok");
     row.translation = Some(translated.clone());
     let pending = ctx.pending();
-    let log = sse::StreamLog::new(state.log.clone(), row, pending, ctx.started, ttfb);
+    let answered = ctx
+        .records()
+        .map(|capture| Answered::of_stream(req, capture));
+    let trail = ctx.trail(answered);
+    let log = sse::StreamLog::new(state.log.clone(), row, pending, (ctx.started, ttfb), trail);
     let resp = sse::response(committed, ctx.snap.server.stream_idle_timeout, enc, log);
     let mut resp = served(resp, ctx);
     set_header(&mut resp, hdr::TRANSLATION, &translated);

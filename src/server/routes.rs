@@ -19,7 +19,7 @@ use crate::protocol::chain::ChainSpec;
 use crate::protocol::openai;
 
 /// The public routes, with the admin API unless it has a listener of its own.
-pub fn router(state: AppState, with_admin: bool) -> Router {
+pub fn router(state: AppState, with_admin: bool, with_metrics: bool) -> Router {
     let r = ingress::routes()
         .route("/v1/embeddings", post(embeddings))
         .route("/v1/models", get(models))
@@ -28,6 +28,11 @@ pub fn router(state: AppState, with_admin: bool) -> Router {
         .route("/readyz", get(readyz));
     let r = if with_admin {
         r.merge(admin::routes())
+    } else {
+        r
+    };
+    let r = if with_metrics {
+        r.route("/metrics", get(super::metrics::metrics))
     } else {
         r
     };
@@ -45,10 +50,20 @@ pub fn admin_router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// `/metrics` alone, for `[metrics] listen`.
+pub fn metrics_router(state: AppState) -> Router {
+    Router::new()
+        .route("/metrics", get(super::metrics::metrics))
+        .route("/healthz", get(healthz))
+        .fallback(not_found)
+        .with_state(state)
+}
+
 /// OpenAI embeddings: routed like chat (no chain defaults: the vectors must come from the
 /// model asked for), passed through as is.
 async fn embeddings(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     let mut ctx = Ctx::new(&state, "embeddings", &OpenAiEnvelope);
+    ctx.traced(&headers);
     match embed(&state, &headers, &mut ctx, body).await {
         Ok(resp) => resp,
         Err(e) => ctx.fail(e),
@@ -67,6 +82,7 @@ async fn embed(
     let snap = ctx.snap.clone();
     let (key, chain) = resolve(ctx, &snap, &ChainSpec::default(), &req.model, false, &[])?;
     req.hops = ctx.hops;
+    let trace = ctx.trace.as_ref().map(|t| t.ctx.clone());
     let estimate = req.estimated_tokens();
     let ask = super::admission::worst_case(&snap, &chain, estimate, 0);
     super::admission::admit(&state.meter, &snap, key, ask, ctx).await?;
@@ -78,6 +94,7 @@ async fn embed(
         trim: None,
         only: None,
     };
+    let waited = crate::provider::Waited::default();
     let job = exec::Job {
         snap: &snap,
         health: &state.health,
@@ -85,6 +102,8 @@ async fn embed(
         estimate,
         deadline: ctx.deadline(),
         spend: exec::ChannelSpend::new(&state.meter, estimate, 0, snap.server.hold_ttl),
+        trace: trace.as_ref(),
+        waited: &waited,
     };
     let result = exec::embeddings(&job, &req, &mut ctx.report).await;
     ctx.hold(job.spend.take_served());
@@ -100,7 +119,7 @@ async fn embed(
         estimated: row.input_tokens.is_none(),
     };
     let cost = ctx.pending().finish(Some(used), None, &mut row);
-    ctx.record(row);
+    ctx.record(row, &crate::telemetry::Answered::default());
     if let (Some(ext), Some(obj)) = (ctx.report.body_extension(), v.as_object_mut()) {
         obj.insert("switchyard".into(), ext);
     }

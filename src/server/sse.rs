@@ -13,6 +13,7 @@ use axum::response::Response;
 use futures_util::{Stream, StreamExt};
 
 use super::continuation::Keeping;
+use super::ctx::Trail;
 use super::ingress::Encode;
 use crate::exec::{Committed, OutcomeClass, Relay, RelayItem};
 use crate::pricing::Tokens;
@@ -41,15 +42,20 @@ pub struct StreamLog {
     output_tokens: Option<u64>,
     content_chunks: u64,
     end: End,
+    /// What telemetry reads when the stream ends, and the gateway's own time since commit
+    /// (the time spent inside the body's polls: reading, translating, writing events).
+    trail: Trail,
+    busy: Duration,
 }
 
 impl StreamLog {
+    /// `at`: when the request arrived, and how long until its commit point.
     pub fn new(
         log: Arc<RequestLog>,
         row: LogRow,
         pending: Pending,
-        started: Instant,
-        ttfb: Duration,
+        (started, ttfb): (Instant, Duration),
+        trail: Trail,
     ) -> Self {
         StreamLog {
             log,
@@ -62,10 +68,15 @@ impl StreamLog {
             output_tokens: None,
             content_chunks: 0,
             end: End::Running,
+            trail,
+            busy: Duration::ZERO,
         }
     }
 
     fn observe(&mut self, c: &StreamChunk) {
+        if let Some(a) = self.trail.answered.as_mut() {
+            a.observe(c);
+        }
         if let Some(u) = &c.usage {
             self.input_tokens = u.input_tokens.or(self.input_tokens);
             self.output_tokens = u.output_tokens.or(self.output_tokens);
@@ -119,6 +130,17 @@ impl Drop for StreamLog {
         };
         let broke = (!matches!(self.end, End::Completed)).then(|| row.outcome.clone());
         pending.finish(Some(used), broke.as_deref(), &mut row);
+        if let Some(a) = self.trail.answered.as_mut() {
+            a.committed = Some(self.started + self.ttfb);
+            a.close();
+        }
+        // A client that left has no overhead to speak of: the stream stopped half way.
+        let overhead = match self.end {
+            End::Running => None,
+            _ => Some(self.trail.before_commit + self.busy),
+        };
+        self.trail
+            .finish(&row, self.started, self.started + total, overhead);
         self.log.record(row);
     }
 }
@@ -170,6 +192,19 @@ impl<E: Encode> Stream for SseBody<E> {
     type Item = Result<Bytes, std::convert::Infallible>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        // Everything inside a poll is the gateway's own work: it never blocks.
+        let since = Instant::now();
+        let polled = self.as_mut().poll_frames(cx);
+        self.log.busy += since.elapsed();
+        polled
+    }
+}
+
+impl<E: Encode> SseBody<E> {
+    fn poll_frames(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Bytes, std::convert::Infallible>>> {
         if let Some(k) = self.keeping.as_mut() {
             std::task::ready!(k.as_mut().poll(cx));
             self.keeping = None;
@@ -186,7 +221,7 @@ impl<E: Encode> Stream for SseBody<E> {
         }
         if self.keeping.is_some() {
             self.held = out;
-            return self.poll_next(cx);
+            return self.poll_frames(cx);
         }
         if out.is_empty() {
             return Poll::Ready(None);

@@ -13,6 +13,8 @@ const MAX_SESSIONS: usize = 1_000_000;
 /// Bytes of kept responses' items at most; past it, expired ones are swept and then new ones
 /// keep only their channel.
 const MAX_RESPONSE_BYTES: usize = 256 << 20;
+/// Entries counted one by one for the metrics, at most.
+const COUNT_EXACTLY: usize = 100_000;
 
 struct Entry {
     channel: Option<Arc<str>>,
@@ -44,6 +46,20 @@ impl Memory {
             clock,
             map: Mutex::new(Sessions::default()),
         }
+    }
+
+    /// Sessions bound to a channel now. Past [`COUNT_EXACTLY`] entries the map's size is
+    /// given instead (expired entries included), so a scrape never walks a million under the lock.
+    pub fn bindings(&self) -> u64 {
+        let now = self.clock.now();
+        let map = self.lock();
+        if map.entries.len() > COUNT_EXACTLY {
+            return map.entries.len() as u64;
+        }
+        map.entries
+            .values()
+            .filter(|e| e.channel.is_some() && e.expires > now)
+            .count() as u64
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Sessions> {

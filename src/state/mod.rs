@@ -131,6 +131,22 @@ impl State {
         }
     }
 
+    /// Session bindings now (for the metrics); `None` while Redis is unreachable.
+    pub async fn bindings(&self) -> Option<u64> {
+        match self {
+            State::Memory(m) => Some(m.bindings()),
+            State::Redis(r) => r.count_bindings().await,
+        }
+    }
+
+    /// Whether shared state answers (always, in memory).
+    pub fn connected(&self) -> bool {
+        match self {
+            State::Memory(_) => true,
+            State::Redis(r) => r.connected(),
+        }
+    }
+
     pub async fn binding(&self, session: &str) -> Option<Arc<str>> {
         match self {
             State::Memory(m) => m.binding(session).await,

@@ -20,6 +20,9 @@ use crate::clock::Clock;
 
 /// The longest a request waits on Redis before it goes on with local state.
 const OP_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// Bindings counted for the metrics, at most (past it the gauge says "at least").
+const MAX_COUNTED: u64 = 1_000_000;
 /// How often the supervisor checks Redis (and retries it while it is down), and publishes the
 /// heartbeat every subscriber hears.
 const CHECK_EVERY: Duration = Duration::from_millis(500);
@@ -68,6 +71,33 @@ impl Redis {
 
     pub fn subscribed(&self) -> bool {
         self.subscribed.load(Ordering::Relaxed)
+    }
+
+    /// Session bindings under this prefix (every replica's), counted by SCAN a page at a time,
+    /// at most [`MAX_COUNTED`]; `None` while Redis is down. For the metrics, at a scrape.
+    pub async fn count_bindings(&self) -> Option<u64> {
+        let pattern = format!("{}:bind:*", self.prefix);
+        let (mut cursor, mut n) = (0u64, 0u64);
+        loop {
+            let p = pattern.clone();
+            let (next, keys): (u64, Vec<String>) = self
+                .run(|mut c| async move {
+                    redis::cmd("SCAN")
+                        .arg(cursor)
+                        .arg("MATCH")
+                        .arg(p)
+                        .arg("COUNT")
+                        .arg(1000)
+                        .query_async(&mut c)
+                        .await
+                })
+                .await?;
+            n += keys.len() as u64;
+            if next == 0 || n >= MAX_COUNTED {
+                return Some(n);
+            }
+            cursor = next;
+        }
     }
 
     fn key(&self, kind: &str, session: &str) -> String {

@@ -52,6 +52,8 @@ pub(crate) fn compile(
     let events = crate::config::webhooks::settings(&cfg.events);
     let webhooks = crate::config::webhooks::compile(&cfg.webhooks, &events, cfg.store.is_some())
         .map_err(err)?;
+    let metrics = crate::config::telemetry::metrics(&cfg.metrics).map_err(err)?;
+    let telemetry = crate::config::telemetry::telemetry(&cfg.telemetry).map_err(err)?;
     // Each route's price, once: attempts read it instead of looking it up.
     for (model, routes) in &mut models {
         for r in routes {
@@ -82,5 +84,7 @@ pub(crate) fn compile(
         hashed,
         events,
         webhooks,
+        metrics,
+        telemetry,
     })
 }

@@ -12,7 +12,7 @@ use super::reply::{
 };
 use super::spec::{Behaviour, MockSpec};
 use crate::protocol::{ChatRequest, ChatResponse, EmbeddingsRequest};
-use crate::provider::{ChunkStream, UpstreamError};
+use crate::provider::{ChunkStream, UpstreamError, Waited};
 
 #[derive(Debug)]
 pub struct MockUpstream {
@@ -42,11 +42,14 @@ impl MockUpstream {
         }
     }
 
+    /// `waited`: the mock's pauses are the upstream's time, as a real upstream's would be.
     pub async fn chat(
         &self,
         req: &ChatRequest,
         model: &str,
+        waited: &Waited,
     ) -> Result<ChatResponse, UpstreamError> {
+        let _waiting = waited.start();
         let (n, b) = self.next();
         match b {
             Behaviour::Status(s, ra) => Err(Self::status_error(s, ra)),
@@ -98,7 +101,9 @@ impl MockUpstream {
         &self,
         req: &EmbeddingsRequest,
         model: &str,
+        waited: &Waited,
     ) -> Result<Value, UpstreamError> {
+        let _waiting = waited.start();
         let (_, b) = self.next();
         match b {
             Behaviour::Status(s, ra) => Err(Self::status_error(s, ra)),
