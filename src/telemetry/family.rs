@@ -105,11 +105,11 @@ impl Counter {
     }
 }
 
-/// Bucket bounds in integer units (nanoseconds, tokens), with the unit's size in the metric's
-/// base unit (1e-9 for seconds measured in nanoseconds).
+/// Bucket bounds in integer units (nanoseconds, tokens), and how many of them make the
+/// metric's base unit (1e9 nanoseconds a second).
 pub struct Buckets {
     pub bounds: &'static [u64],
-    pub scale: f64,
+    pub per_unit: f64,
 }
 
 /// A histogram of integer observations: one count per bucket (the last is +Inf) and the sum.
@@ -140,7 +140,8 @@ impl Histogram {
 
     /// Sum, count and each bucket's own count (not cumulative), in the metric's base unit.
     pub fn read(&self) -> (f64, u64, Vec<(f64, u64)>) {
-        let scale = self.buckets.scale;
+        // Divided, not multiplied by 1e-9: 0.06 prints as 0.06, not 0.060000000000000008.
+        let per_unit = self.buckets.per_unit;
         let mut count = 0;
         let buckets = self
             .counts
@@ -153,17 +154,17 @@ impl Histogram {
                     .buckets
                     .bounds
                     .get(i)
-                    .map_or(f64::INFINITY, |b| *b as f64 * scale);
+                    .map_or(f64::INFINITY, |b| *b as f64 / per_unit);
                 (le, n)
             })
             .collect();
-        let sum = self.sum.load(Ordering::Relaxed) as f64 * scale;
+        let sum = self.sum.load(Ordering::Relaxed) as f64 / per_unit;
         (sum, count, buckets)
     }
 }
 
 /// Seconds, observed in nanoseconds.
-const NS: f64 = 1e-9;
+const NS: f64 = 1e9;
 
 /// `gen_ai.client.operation.duration`'s advisory buckets (seconds).
 pub static OPERATION: Buckets = Buckets {
@@ -183,7 +184,7 @@ pub static OPERATION: Buckets = Buckets {
         40_960_000_000,
         81_920_000_000,
     ],
-    scale: NS,
+    per_unit: NS,
 };
 
 /// `gen_ai.client.token.usage`'s advisory buckets (tokens).
@@ -192,7 +193,7 @@ pub static TOKENS: Buckets = Buckets {
         1, 4, 16, 64, 256, 1_024, 4_096, 16_384, 65_536, 262_144, 1_048_576, 4_194_304, 16_777_216,
         67_108_864,
     ],
-    scale: 1.0,
+    per_unit: 1.0,
 };
 
 /// `gen_ai.server.time_to_first_token`'s advisory buckets (seconds).
@@ -215,7 +216,7 @@ pub static FIRST_TOKEN: Buckets = Buckets {
         7_500_000_000,
         10_000_000_000,
     ],
-    scale: NS,
+    per_unit: NS,
 };
 
 /// `gen_ai.server.time_per_output_token`'s advisory buckets (seconds).
@@ -235,7 +236,7 @@ pub static PER_TOKEN: Buckets = Buckets {
         1_000_000_000,
         2_500_000_000,
     ],
-    scale: NS,
+    per_unit: NS,
 };
 
 /// The gateway's own time per request: tens of microseconds up to the odd slow millisecond.
@@ -254,7 +255,7 @@ pub static OVERHEAD: Buckets = Buckets {
         25_000_000,
         100_000_000,
     ],
-    scale: NS,
+    per_unit: NS,
 };
 
 #[cfg(test)]
@@ -280,7 +281,7 @@ mod tests {
     fn a_histogram_counts_each_value_in_the_first_bucket_it_fits() {
         static B: Buckets = Buckets {
             bounds: &[10, 100],
-            scale: 0.5,
+            per_unit: 2.0,
         };
         let h = Histogram::new(&B);
         for v in [1, 10, 11, 100, 1000] {

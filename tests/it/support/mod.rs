@@ -8,12 +8,14 @@
 //! - [`redis`]: replicas sharing state through the test Redis;
 //! - [`postgres`]: a fresh PostgreSQL database per test;
 //! - [`binary`]: the binary started as a user runs it;
+//! - [`collectors`]: a real Prometheus and a real OTLP receiver (Phoenix), queried over HTTP;
 //! - [`control`]: stores on both backends, replicas on one store, admin calls;
 //! - [`receiver`]: a webhook receiver that keeps what it got and answers from a script;
 //! - [`scenario`]: failover scenarios as table rows (channels, requests, expected attempts);
 //! - [`wait`]: waiting on a condition with a deadline, the one way tests wait.
 
 mod binary;
+mod collectors;
 mod control;
 mod gateway;
 mod logs;
@@ -26,6 +28,7 @@ mod sse;
 mod wait;
 
 pub use self::binary::*;
+pub use self::collectors::*;
 pub use self::control::*;
 pub use self::gateway::*;
 pub use self::logs::*;
