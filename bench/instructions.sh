@@ -14,6 +14,10 @@
 #                                        # budget, rpm and max_concurrency add (in memory)
 #   MOCK_BIN=/tmp/base/switchyard bench/instructions.sh A B   # one mock for every build, so
 #                                        # each gateway gets the very same upstream answers
+#   METRICS=0 bench/instructions.sh      # [metrics] enabled = false: what counting costs
+#   TRACING=1 bench/instructions.sh      # every request traced, spans exported to a local sink
+#                                        # (a Python OTLP/HTTP receiver answering 200); the
+#                                        # export thread's instructions are counted too
 #
 # Needs: valgrind, python3. Loopback only.
 set -euo pipefail
@@ -25,6 +29,9 @@ STREAM=${STREAM:-0}
 SESSION=${SESSION:-0}
 TRIM=${TRIM:-0}
 LIMITS=${LIMITS:-none}
+METRICS=${METRICS:-1}
+TRACING=${TRACING:-0}
+SINK_PORT=${SINK_PORT:-18092}
 GW_PORT=${GW_PORT:-18090}
 MOCK_PORT=${MOCK_PORT:-18091}
 command -v valgrind >/dev/null || { echo "valgrind not found: apt-get install valgrind" >&2; exit 1; }
@@ -76,6 +83,29 @@ if [ "$LIMITS" != none ]; then
     sed -i 's/^key = "sk-bench-key-000000"$/&\nbudget = { usd = 1000000 }\nrpm = 100000000\nmax_concurrency = 100000/' "$work/gw.toml"
   fi
 fi
+if [ "$METRICS" = 0 ]; then
+  printf '[metrics]\nenabled = false\n' >>"$work/gw.toml"
+fi
+if [ "$TRACING" = 1 ]; then
+  printf '[telemetry]\notlp_endpoint = "http://127.0.0.1:%s"\n' "$SINK_PORT" >>"$work/gw.toml"
+  cat >"$work/sink.py" <<'PY'
+import http.server, sys
+class Sink(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        self.send_response(200)
+        self.send_header("content-type", "application/x-protobuf")
+        self.send_header("content-length", "0")
+        self.end_headers()
+    def log_message(self, *a):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Sink).serve_forever()
+PY
+  python3 "$work/sink.py" "$SINK_PORT" &
+  sink=$!
+  trap 'kill $sink 2>/dev/null; rm -rf "$work"' EXIT
+fi
 if [ "$TRIM" = 1 ]; then
   sed -i 's/^key = "sk-bench-key-000000"$/&\ntrim = true/' "$work/gw.toml"
   printf '[[models]]\nname = "bench"\ncontext_window = 128000\nmax_output_tokens = 4096\n' >>"$work/gw.toml"
@@ -108,7 +138,7 @@ total() { # bin requests -> instructions of the whole gateway process
   awk '/^(summary|totals):/ {print $2; exit}' "$work/cg.out"
 }
 
-printf '%-60s %s\n' binary "instructions/request ($([ "$STREAM" = 1 ] && echo stream || echo non-stream))"
+printf '%-60s %s\n' binary "instructions/request ($([ "$STREAM" = 1 ] && echo stream || echo non-stream), metrics=$METRICS tracing=$TRACING)"
 for bin in "$@"; do
   a=$(total "$bin" "$N1")
   b=$(total "$bin" "$N2")

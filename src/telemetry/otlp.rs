@@ -97,9 +97,10 @@ fn timeout() -> Duration {
 }
 
 /// Whether spans go anywhere: `[telemetry] otlp_endpoint`, or an OTLP endpoint in the
-/// environment; never with `OTEL_SDK_DISABLED=true` or `OTEL_TRACES_EXPORTER=none`.
-pub fn wanted(s: &TelemetrySettings) -> bool {
-    let env = |v: &str| std::env::var(v).ok().filter(|x| !x.trim().is_empty());
+/// environment (`var` reads it); never with `OTEL_SDK_DISABLED=true` or
+/// `OTEL_TRACES_EXPORTER=none`.
+fn wanted(s: &TelemetrySettings, var: impl Fn(&str) -> Option<String>) -> bool {
+    let env = |v: &str| var(v).filter(|x| !x.trim().is_empty());
     if env("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true"))
         || env("OTEL_TRACES_EXPORTER").is_some_and(|v| v.eq_ignore_ascii_case("none"))
     {
@@ -126,7 +127,7 @@ fn resource() -> Resource {
 
 /// The tracer, when spans go anywhere.
 pub fn tracer(s: &TelemetrySettings) -> Result<Option<Tracer>, TraceSetupError> {
-    if !wanted(s) {
+    if !wanted(s, |v| std::env::var(v).ok()) {
         return Ok(None);
     }
     crate::provider::install_crypto_provider();
@@ -168,4 +169,51 @@ pub fn tracer(s: &TelemetrySettings) -> Result<Option<Tracer>, TraceSetupError> 
         s.capture_content,
         counts,
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn traces_are_on_for_an_endpoint_and_off_when_the_standard_variables_say_so() {
+        let configured = TelemetrySettings {
+            traces_url: Some("http://127.0.0.1:4318/v1/traces".into()),
+            capture_content: false,
+        };
+        let none = TelemetrySettings::default();
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |v: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == v)
+                    .map(|(_, x)| x.to_string())
+            }
+        };
+        type Vars = &'static [(&'static str, &'static str)];
+        let cases: &[(&TelemetrySettings, Vars, bool)] = &[
+            (&none, &[], false),
+            (&configured, &[], true),
+            (
+                &none,
+                &[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318")],
+                true,
+            ),
+            (
+                &none,
+                &[(
+                    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                    "http://c:4318/v1/traces",
+                )],
+                true,
+            ),
+            (&none, &[("OTEL_EXPORTER_OTLP_ENDPOINT", " ")], false),
+            (&configured, &[("OTEL_SDK_DISABLED", "TRUE")], false),
+            (&configured, &[("OTEL_TRACES_EXPORTER", "none")], false),
+            (&configured, &[("OTEL_SDK_DISABLED", "false")], true),
+        ];
+        for (settings, vars, on) in cases {
+            assert_eq!(wanted(settings, env(vars)), *on, "{vars:?}");
+        }
+    }
 }

@@ -395,3 +395,53 @@ async fn an_unreachable_collector_costs_requests_nothing_but_a_counter() {
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn session_bindings_on_redis_are_every_replicas() {
+    let up = mock(text_spec("ok")).await;
+    let state = redis_state("bindings-metric");
+    let channel = openai_channel("a", &up.base_url(), 1, "");
+    let (one, two) = (
+        gateway_with(&state, &channel).await,
+        gateway_with(&state, &channel).await,
+    );
+    wait_connected(&one, true).await;
+    wait_connected(&two, true).await;
+    for id in ["alpha", "beta"] {
+        assert_eq!(session_turn(&one, id).await.0, 200);
+    }
+    let (_, text) = scrape(&two.url, None).await;
+    let lines = samples(&text);
+    assert!(
+        lines.contains(&"switchyard_session_bindings 2.0"),
+        "{lines:?}"
+    );
+    assert!(lines.contains(&"switchyard_state_connected 1.0"), "{lines:?}");
+}
+
+/// Every metric `docs/observability.md` lists is one `/metrics` has, and the other way round.
+#[tokio::test]
+async fn the_documented_metrics_are_the_exposed_ones() {
+    let (_mocks, gw) = traffic_gateway("").await;
+    drive(&gw).await;
+    let (_, text) = scrape(&gw.url, None).await;
+    let exposed: std::collections::BTreeSet<String> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .map(str::to_string)
+        .collect();
+    let doc = include_str!("../../docs/observability.md");
+    let documented: std::collections::BTreeSet<String> = doc
+        .lines()
+        .filter(|l| l.starts_with("| `switchyard_") || l.starts_with("| `gen_ai_"))
+        .filter_map(|l| l.split('`').nth(1))
+        // OpenMetrics names a counter's family without `_total`, an info's without `_info`.
+        .map(|n| {
+            n.trim_end_matches("_total")
+                .trim_end_matches("_info")
+                .to_string()
+        })
+        .collect();
+    assert_eq!(documented, exposed);
+}
