@@ -15,6 +15,11 @@
 #   MOCK_BIN=/tmp/base/switchyard bench/instructions.sh A B   # one mock for every build, so
 #                                        # each gateway gets the very same upstream answers
 #   METRICS=0 bench/instructions.sh      # [metrics] enabled = false: what counting costs
+#   HOT=1 bench/instructions.sh          # only the request path: what runs on the runtime's
+#                                        # worker threads (not the log writer's, not the span
+#                                        # exporter's thread)
+#   CG_KEEP=/tmp/cg bench/instructions.sh  # keep each run's callgrind output there, for
+#                                        # callgrind_annotate (per function, inclusive)
 #   TRACING=1 bench/instructions.sh      # every request traced, spans exported to a local sink
 #                                        # (a Python OTLP/HTTP receiver answering 200); the
 #                                        # export thread's instructions are counted too
@@ -124,7 +129,9 @@ total() { # bin requests -> instructions of the whole gateway process
   "${MOCK_BIN:-$1}" --log-level error mock --port "$MOCK_PORT" \
     --text "The quick brown fox jumps over the lazy dog, twice over." --chunks 8 >/dev/null &
   local mock=$!
-  valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" \
+  local only=()
+  [ "${HOT:-0}" = 1 ] && only=(--toggle-collect='*multi_thread::worker::run*')
+  valgrind --tool=callgrind "${only[@]}" --callgrind-out-file="$work/cg.out" \
     "$1" --log-level error serve --config "$work/gw.toml" >/dev/null 2>"$work/vg.log" &
   local gw=$!
   wait_port "$MOCK_PORT"
@@ -135,6 +142,9 @@ total() { # bin requests -> instructions of the whole gateway process
   wait "$gw" || true
   kill "$mock"
   wait "$mock" 2>/dev/null || true
+  if [ -n "${CG_KEEP:-}" ]; then
+    mkdir -p "$CG_KEEP" && cp "$work/cg.out" "$CG_KEEP/$(basename "$1")-metrics$METRICS-tracing$TRACING-$2.out"
+  fi
   awk '/^(summary|totals):/ {print $2; exit}' "$work/cg.out"
 }
 

@@ -103,7 +103,7 @@ impl Trail {
             ended,
             overhead,
         };
-        self.telemetry.finish(&f, self.trace.as_ref(), &answered);
+        self.telemetry.finish(&f, self.trace.as_ref(), answered);
     }
 }
 
@@ -194,7 +194,7 @@ impl Ctx {
     }
 
     /// Records the row, after telemetry has read it with the request's attempts.
-    fn finish(&self, row: LogRow, answered: &Answered, overhead: Option<Duration>) {
+    fn finish(&self, row: LogRow, answered: Answered, overhead: Option<Duration>) {
         let pick = self.semantic_pick();
         let f = Finished {
             snap: &self.snap,
@@ -293,7 +293,7 @@ impl Ctx {
     }
 
     /// Records an answered request's row (its series and spans too).
-    pub fn record(&self, row: LogRow, answered: &Answered) {
+    pub fn record(&self, row: LogRow, answered: Answered) {
         self.finish(row, answered, Some(self.own_time()));
     }
 
@@ -330,7 +330,7 @@ impl Ctx {
         };
         if !self.logged {
             let row = self.unanswered_row(status, outcome);
-            self.finish(row, &Answered::default(), Some(self.own_time()));
+            self.finish(row, Answered::default(), Some(self.own_time()));
         } else if matches!(err, ApiError::Unauthorized) && self.snap.metrics.enabled {
             // Not logged (anyone could fill the log), but counted: a wave of bad keys shows.
             let ingress = crate::telemetry::metrics::ingress(self.endpoint);
@@ -352,7 +352,7 @@ impl Drop for Ctx {
     fn drop(&mut self) {
         if !self.logged {
             let row = self.unanswered_row(499, "client_closed");
-            self.finish(row, &Answered::default(), None);
+            self.finish(row, Answered::default(), None);
         }
     }
 }

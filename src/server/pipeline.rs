@@ -248,7 +248,7 @@ async fn answer<C: Codec>(
     set_header(&mut out, hdr::TRANSLATION, &translated);
     out.headers_mut().insert(hdr::COST, cost.into());
     row.translation = Some(translated);
-    ctx.record(row, &answered);
+    ctx.record(row, answered);
     out
 }
 

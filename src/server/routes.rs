@@ -119,7 +119,7 @@ async fn embed(
         estimated: row.input_tokens.is_none(),
     };
     let cost = ctx.pending().finish(Some(used), None, &mut row);
-    ctx.record(row, &crate::telemetry::Answered::default());
+    ctx.record(row, crate::telemetry::Answered::default());
     if let (Some(ext), Some(obj)) = (ctx.report.body_extension(), v.as_object_mut()) {
         obj.insert("switchyard".into(), ext);
     }

@@ -6,13 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
 use super::Telemetry;
-use super::family::{Counter, Family, Histogram};
 use super::metrics::{Metrics, OTHER, key_label};
+use super::series::{self, Enc, Res, counter};
 use crate::config::Snapshot;
 use crate::health::Health;
 
@@ -116,8 +116,8 @@ pub fn encode(t: &Telemetry, g: Gauges) -> String {
 #[derive(Debug)]
 struct Scrape {
     metrics: Arc<Metrics>,
-    /// Spans handed to the exporter, and exports that failed.
-    trace: [u64; 2],
+    /// Spans handed to the exporter, exports that failed, requests whose spans were dropped.
+    trace: [u64; 3],
     gauges: Gauges,
 }
 
@@ -125,50 +125,6 @@ impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Metrics")
     }
-}
-
-type Enc<'a> = DescriptorEncoder<'a>;
-type Res = Result<(), std::fmt::Error>;
-
-fn counters<const N: usize>(e: &mut Enc, name: &str, help: &str, f: &Family<N, Counter>) -> Res {
-    let series = f.series();
-    let mut m = e.encode_descriptor(name, help, None, MetricType::Counter)?;
-    for (labels, c) in series {
-        let set: Vec<(&str, &str)> = f
-            .names
-            .iter()
-            .copied()
-            .zip(labels.0.iter().map(|v| &**v))
-            .collect();
-        m.encode_family(&set)?
-            .encode_counter::<NoLabelSet, _, u64>(&c.get(), None)?;
-    }
-    Ok(())
-}
-
-fn histograms<const N: usize>(
-    e: &mut Enc,
-    name: &str,
-    help: &str,
-    unit: Option<&Unit>,
-    f: &Family<N, Histogram>,
-) -> Res {
-    let series = f.series();
-    let mut m = e.encode_descriptor(name, help, unit, MetricType::Histogram)?;
-    for (labels, h) in series {
-        // An empty value is the label left out (error_type on a success), as OpenTelemetry has it.
-        let set: Vec<(&str, &str)> = f
-            .names
-            .iter()
-            .copied()
-            .zip(labels.0.iter().map(|v| &**v))
-            .filter(|(_, v)| !v.is_empty())
-            .collect();
-        let (sum, count, buckets) = h.read();
-        m.encode_family(&set)?
-            .encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;
-    }
-    Ok(())
 }
 
 fn gauge(
@@ -185,101 +141,14 @@ fn gauge(
     Ok(())
 }
 
-fn counter(e: &mut Enc, name: &str, help: &str, v: u64) -> Res {
-    e.encode_descriptor(name, help, None, MetricType::Counter)?
-        .encode_counter::<NoLabelSet, _, u64>(&v, None)
-}
-
 impl Collector for Scrape {
     fn encode(&self, mut e: DescriptorEncoder) -> Res {
-        self.gen_ai(&mut e)?;
-        self.requests(&mut e)?;
+        series::write(&mut e, &self.metrics)?;
         self.state(&mut e)
     }
 }
 
 impl Scrape {
-    /// The OpenTelemetry GenAI client metrics, one observation per upstream call.
-    fn gen_ai(&self, e: &mut Enc) -> Res {
-        let m = &self.metrics;
-        histograms(
-            e,
-            "gen_ai_client_operation_duration",
-            "GenAI operation duration: each upstream call, until its answer (a stream: its end).",
-            Some(&Unit::Seconds),
-            &m.duration,
-        )?;
-        histograms(
-            e,
-            "gen_ai_client_token_usage",
-            "Tokens used by each served call, by gen_ai_token_type (input, output).",
-            None,
-            &m.tokens,
-        )?;
-        histograms(
-            e,
-            "gen_ai_server_time_to_first_token",
-            "Time from a streamed call's start to its first content.",
-            Some(&Unit::Seconds),
-            &m.first_token,
-        )?;
-        histograms(
-            e,
-            "gen_ai_server_time_per_output_token",
-            "Time per output token after the first, for streamed calls.",
-            Some(&Unit::Seconds),
-            &m.per_token,
-        )
-    }
-
-    /// The gateway's own request counters.
-    fn requests(&self, e: &mut Enc) -> Res {
-        let m = &self.metrics;
-        counters(
-            e,
-            "switchyard_requests",
-            "Requests by client protocol, model and outcome.",
-            &m.requests,
-        )?;
-        counters(
-            e,
-            "switchyard_attempts",
-            "Upstream calls by channel, model and outcome class.",
-            &m.attempts,
-        )?;
-        counters(
-            e,
-            "switchyard_failovers",
-            "Requests moved off a channel to another, by the reason.",
-            &m.failovers,
-        )?;
-        counters(
-            e,
-            "switchyard_semantic_decisions",
-            "Semantic routing decisions by router and the instance that served.",
-            &m.semantic,
-        )?;
-        counter(
-            e,
-            "switchyard_trimmed_requests",
-            "Requests whose history was trimmed to fit a context window.",
-            m.trimmed.get(),
-        )?;
-        counters(
-            e,
-            "switchyard_cost_micros",
-            "Spend in micro-dollars by key and served model.",
-            &m.cost,
-        )?;
-        histograms(
-            e,
-            "switchyard_overhead",
-            "Time the gateway itself spent on a request: total minus waiting on upstreams and the client.",
-            Some(&Unit::Seconds),
-            &m.overhead,
-        )
-    }
-
     /// State read at the scrape.
     fn state(&self, e: &mut Enc) -> Res {
         let g = &self.gauges;
@@ -372,7 +241,7 @@ impl Scrape {
             "Events dropped (the queue was full).",
             g.events_dropped,
         )?;
-        let [spans, failed] = self.trace;
+        let [spans, failed, dropped] = self.trace;
         counter(
             e,
             "switchyard_trace_spans",
@@ -384,6 +253,12 @@ impl Scrape {
             "switchyard_trace_export_failures",
             "OTLP exports that failed (the collector refused or was unreachable).",
             failed,
+        )?;
+        counter(
+            e,
+            "switchyard_trace_dropped",
+            "Sampled requests whose spans were dropped (the span queue was full).",
+            dropped,
         )?;
         let version = [("version", env!("CARGO_PKG_VERSION"))];
         e.encode_descriptor(

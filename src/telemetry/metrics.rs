@@ -1,23 +1,45 @@
 //! What each finished request adds to the series: one call per request, on the request's own
 //! task, after its answer is written (or its stream ends). Every label value is a name from the
-//! config, a fixed word, or `other`.
+//! config, a fixed word, or `other`. A request costs one lookup for itself, one per upstream
+//! call (every per-call series of a route lives in one cell), and one for its spend.
 
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use super::family::{
-    Counter, FIRST_TOKEN, Family, Histogram, OPERATION, OVERHEAD, PER_TOKEN, TOKENS,
+    Buckets, Counter, FIRST_TOKEN, Family, Histogram, OPERATION, OVERHEAD, PER_TOKEN, TOKENS,
 };
 use crate::config::Snapshot;
-use crate::exec::AttemptRecord;
+use crate::exec::{AttemptRecord, OutcomeClass};
 use crate::provider::ProviderKind;
 use crate::store::LogRow;
 
 /// The label every value the config does not name is counted under.
 pub const OTHER: &str = "other";
 
+/// A call's outcome as an index: 0 for `ok`, then each class in `OutcomeClass::ALL` order.
+pub const OUTCOMES: usize = OutcomeClass::ALL.len() + 1;
+
+fn outcome_index(class: Option<OutcomeClass>) -> usize {
+    class.map_or(0, |c| {
+        OutcomeClass::ALL
+            .iter()
+            .position(|x| *x == c)
+            .map_or(0, |i| i + 1)
+    })
+}
+
+/// The label of outcome index `i` (`ok`, then the classes).
+pub fn outcome_name(i: usize) -> &'static str {
+    match i.checked_sub(1) {
+        None => "ok",
+        Some(c) => OutcomeClass::ALL.get(c).map_or(OTHER, |c| c.as_str()),
+    }
+}
+
 /// A finished request, as the metrics and the trace read it.
 pub struct Finished<'a> {
-    pub snap: &'a Snapshot,
+    pub snap: &'a std::sync::Arc<Snapshot>,
     pub row: &'a LogRow,
     pub attempts: &'a [AttemptRecord],
     /// The authenticated key's place in the config (`None`: not authenticated).
@@ -31,55 +53,68 @@ pub struct Finished<'a> {
     pub overhead: Option<Duration>,
 }
 
+/// A histogram made on first use: a route's series of a kind it never had cost nothing.
+#[derive(Default)]
+pub struct Lazy(OnceLock<Histogram>);
+
+impl Lazy {
+    fn observe(&self, b: &'static Buckets, v: u64) {
+        self.0.get_or_init(|| Histogram::new(b)).observe(v);
+    }
+
+    pub fn get(&self) -> Option<&Histogram> {
+        self.0.get()
+    }
+}
+
+/// Everything counted of the calls on one route (operation, provider, channel, model, upstream
+/// model): outcomes, failovers off it, durations by outcome, tokens, first token, per token.
+#[derive(Default)]
+pub struct Calls {
+    pub outcomes: [Counter; OUTCOMES],
+    pub failovers: [Counter; OUTCOMES],
+    pub duration: [Lazy; OUTCOMES],
+    pub input: Lazy,
+    pub output: Lazy,
+    pub first_token: Lazy,
+    pub per_token: Lazy,
+}
+
 pub struct Metrics {
     /// `ingress, model, outcome`.
     pub requests: Family<3, Counter>,
-    /// `channel, model, outcome_class`.
-    pub attempts: Family<3, Counter>,
-    /// `model, from_channel, reason`.
-    pub failovers: Family<3, Counter>,
-    /// `gen_ai_operation_name, gen_ai_provider_name, gen_ai_request_model,
-    /// gen_ai_response_model, error_type`.
-    pub duration: Family<5, Histogram>,
-    /// The same four, then `gen_ai_token_type`.
-    pub tokens: Family<5, Histogram>,
-    /// The first four of `duration`'s labels.
-    pub first_token: Family<4, Histogram>,
-    pub per_token: Family<4, Histogram>,
+    /// `gen_ai_operation_name, gen_ai_provider_name, channel, model, upstream model`.
+    pub calls: Family<5, Calls>,
+    /// Failovers past a channel not called: `model, from_channel, reason`.
+    pub skips: Family<3, Counter>,
     /// `router, instance`.
     pub semantic: Family<2, Counter>,
     /// `key, model`.
     pub cost: Family<2, Counter>,
     pub trimmed: Counter,
-    /// `stream`: `true` or `false`.
-    pub overhead: Family<1, Histogram>,
+    /// Non-stream requests, then streams.
+    pub overhead: [Histogram; 2],
 }
 
 impl Default for Metrics {
     fn default() -> Self {
-        let gen_ai = [
-            "gen_ai_operation_name",
-            "gen_ai_provider_name",
-            "gen_ai_request_model",
-            "gen_ai_response_model",
-        ];
-        let [op, provider, req, resp] = gen_ai;
         Metrics {
             requests: Family::new(["ingress", "model", "outcome"], Counter::default),
-            attempts: Family::new(["channel", "model", "outcome_class"], Counter::default),
-            failovers: Family::new(["model", "from_channel", "reason"], Counter::default),
-            duration: Family::new([op, provider, req, resp, "error_type"], || {
-                Histogram::new(&OPERATION)
-            }),
-            tokens: Family::new([op, provider, req, resp, "gen_ai_token_type"], || {
-                Histogram::new(&TOKENS)
-            }),
-            first_token: Family::new(gen_ai, || Histogram::new(&FIRST_TOKEN)),
-            per_token: Family::new(gen_ai, || Histogram::new(&PER_TOKEN)),
+            calls: Family::new(
+                [
+                    "gen_ai_operation_name",
+                    "gen_ai_provider_name",
+                    "channel",
+                    "model",
+                    "gen_ai_response_model",
+                ],
+                Calls::default,
+            ),
+            skips: Family::new(["model", "from_channel", "reason"], Counter::default),
             semantic: Family::new(["router", "instance"], Counter::default),
             cost: Family::new(["key", "model"], Counter::default),
             trimmed: Counter::default(),
-            overhead: Family::new(["stream"], || Histogram::new(&OVERHEAD)),
+            overhead: [Histogram::new(&OVERHEAD), Histogram::new(&OVERHEAD)],
         }
     }
 }
@@ -170,8 +205,7 @@ impl Metrics {
             self.trimmed.add(1);
         }
         if let Some(d) = f.overhead {
-            let stream = if row.stream { "true" } else { "false" };
-            self.overhead.with([stream], |h| h.observe(ns(d)));
+            self.overhead[usize::from(row.stream)].observe(ns(d));
         }
     }
 
@@ -182,55 +216,66 @@ impl Metrics {
             return;
         }
         let moved_on = next.is_some_and(|n| n.channel != a.channel);
-        let served = a.skip.is_none() && a.class.is_none();
-        if moved_on && !served {
-            let reason = a
-                .skip
-                .map_or_else(|| a.class.map_or("unknown", |c| c.as_str()), |s| s.as_str());
-            self.failovers
-                .with([&a.model, &a.channel, reason], |c| c.add(1));
-        }
         let Some(t) = a.timing else {
+            if let (true, Some(skip)) = (moved_on, a.skip) {
+                self.skips
+                    .with([&a.model, &a.channel, skip.as_str()], |c| c.add(1));
+            }
             return;
         };
-        let class = a.class.map_or("ok", |c| c.as_str());
-        self.attempts
-            .with([&a.channel, &a.model, class], |c| c.add(1));
-        let gen_ai = [
-            operation(f.row.endpoint, a.provider),
-            provider_name(a.provider),
-            &*a.model,
-            a.upstream_model.as_deref().unwrap_or(&a.model),
-        ];
-        let [op, provider, req, resp] = gen_ai;
+        let served = a.class.is_none();
+        let outcome = outcome_index(a.class);
         // A served stream's call lasts until the stream ends; its first content came at `took`.
         let took = if served && f.row.stream {
             f.ended.saturating_duration_since(t.started)
         } else {
             t.took
         };
-        let error = a.class.map_or("", |c| c.as_str());
-        self.duration
-            .with([op, provider, req, resp, error], |h| h.observe(ns(took)));
-        if !served {
-            return;
-        }
-        for (kind, n) in [
-            ("input", f.row.input_tokens),
-            ("output", f.row.output_tokens),
-        ] {
-            if let Some(n) = n {
-                self.tokens
-                    .with([op, provider, req, resp, kind], |h| h.observe(n));
+        let route = [
+            operation(f.row.endpoint, a.provider),
+            provider_name(a.provider),
+            &*a.channel,
+            &*a.model,
+            a.upstream_model.as_deref().unwrap_or(&a.model),
+        ];
+        self.calls.with(route, |c| {
+            c.outcomes[outcome].add(1);
+            c.duration[outcome].observe(&OPERATION, ns(took));
+            if moved_on && !served {
+                c.failovers[outcome].add(1);
             }
-        }
-        if f.row.stream {
-            self.first_token.with(gen_ai, |h| h.observe(ns(t.took)));
-            let out = f.row.output_tokens.unwrap_or(0);
-            if out > 1 {
-                let after = ns(took.saturating_sub(t.took)) / (out - 1);
-                self.per_token.with(gen_ai, |h| h.observe(after));
+            if !served {
+                return;
             }
+            if let Some(n) = f.row.input_tokens {
+                c.input.observe(&TOKENS, n);
+            }
+            if let Some(n) = f.row.output_tokens {
+                c.output.observe(&TOKENS, n);
+            }
+            if f.row.stream {
+                c.first_token.observe(&FIRST_TOKEN, ns(t.took));
+                let out = f.row.output_tokens.unwrap_or(0);
+                if out > 1 {
+                    c.per_token
+                        .observe(&PER_TOKEN, ns(took.saturating_sub(t.took)) / (out - 1));
+                }
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcome_indices_name_ok_and_every_class_once() {
+        assert_eq!(outcome_name(outcome_index(None)), "ok");
+        for c in OutcomeClass::ALL {
+            assert_eq!(outcome_name(outcome_index(Some(c))), c.as_str());
         }
+        let names: std::collections::BTreeSet<_> = (0..OUTCOMES).map(outcome_name).collect();
+        assert_eq!(names.len(), OUTCOMES);
     }
 }

@@ -8,6 +8,8 @@ pub mod expose;
 mod family;
 pub mod metrics;
 mod otlp;
+mod series;
+mod spans;
 pub mod trace;
 
 use std::sync::Arc;
@@ -61,7 +63,7 @@ impl Telemetry {
     }
 
     /// A request has ended: its series, and its spans if it is sampled.
-    pub fn finish(&self, f: &Finished<'_>, trace: Option<&RequestTrace>, answer: &Answered) {
+    pub fn finish(&self, f: &Finished<'_>, trace: Option<&RequestTrace>, answer: Answered) {
         if f.snap.metrics.enabled {
             self.metrics.observe(f);
         }
@@ -70,20 +72,19 @@ impl Telemetry {
         }
     }
 
-    /// Spans handed to the exporter, and exports that failed.
-    pub fn trace_counts(&self) -> [u64; 2] {
-        self.tracer.as_ref().map_or([0, 0], |t| {
-            [
-                t.counts.spans.load(Ordering::Relaxed),
-                t.counts.failed.load(Ordering::Relaxed),
-            ]
+    /// Spans handed to the exporter, exports that failed, and requests whose spans were
+    /// dropped.
+    pub fn trace_counts(&self) -> [u64; 3] {
+        self.tracer.as_ref().map_or([0; 3], |t| {
+            let c = &t.counts;
+            [&c.spans, &c.failed, &c.dropped].map(|n| n.load(Ordering::Relaxed))
         })
     }
 
-    /// Exports the spans still queued (at shutdown).
+    /// Builds and exports the spans still queued (at shutdown; tests), waiting at most 10 s.
     pub fn flush(&self) {
         if let Some(t) = &self.tracer {
-            t.flush();
+            t.flush(std::time::Duration::from_secs(10));
         }
     }
 }

@@ -163,12 +163,9 @@ pub fn tracer(s: &TelemetrySettings) -> Result<Option<Tracer>, TraceSetupError> 
     let mut processor = BatchSpanProcessor::builder(exporter).build();
     processor.set_resource(&resource());
     let sampler = opentelemetry_sdk::trace::Config::default().sampler;
-    Ok(Some(Tracer::new(
-        processor,
-        sampler,
-        s.capture_content,
-        counts,
-    )))
+    Tracer::new(processor, sampler, s.capture_content, counts)
+        .map(Some)
+        .map_err(TraceSetupError::Runtime)
 }
 
 #[cfg(test)]

@@ -416,7 +416,10 @@ async fn session_bindings_on_redis_are_every_replicas() {
         lines.contains(&"switchyard_session_bindings 2.0"),
         "{lines:?}"
     );
-    assert!(lines.contains(&"switchyard_state_connected 1.0"), "{lines:?}");
+    assert!(
+        lines.contains(&"switchyard_state_connected 1.0"),
+        "{lines:?}"
+    );
 }
 
 /// Every metric `docs/observability.md` lists is one `/metrics` has, and the other way round.

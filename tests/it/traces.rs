@@ -350,7 +350,19 @@ async fn the_standard_variables_choose_the_endpoint_and_the_sampler() {
         assert_eq!(sent.len(), 1, "{sent:?}");
         assert!(sent[0].ends_with(flags), "{sampler}: {sent:?}");
         assert_eq!(sent[0].contains(trace), sampler == "always_off", "{sent:?}");
-        let counted = sample(&url, "switchyard_trace_spans_total").await;
-        assert_eq!(counted, Some(spans), "{sampler}");
+        // Spans are built on their own thread: counted a moment after the answer.
+        until(
+            &format!("{sampler}: {spans} spans"),
+            std::time::Duration::from_secs(10),
+            async || {
+                let counted = sample(&url, "switchyard_trace_spans_total").await;
+                if counted == Some(spans) {
+                    Ok(())
+                } else {
+                    Err(format!("{counted:?}"))
+                }
+            },
+        )
+        .await;
     }
 }
