@@ -20,9 +20,10 @@ use crate::secret::Secret;
 /// so gateways chained into each other detect a loop (`server.max_hops`).
 pub const HOPS_HEADER: &str = "x-switchyard-hops";
 
-/// W3C Trace Context: the attempt's span as the upstream's parent.
-const TRACEPARENT: &str = "traceparent";
-const TRACESTATE: &str = "tracestate";
+/// W3C Trace Context: the attempt's span as the upstream's parent (names made once, not parsed
+/// per call).
+static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+static TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 
 /// Largest upstream error body kept (for a 400 passed back to the client).
 const MAX_ERROR_BODY: usize = 64 * 1024;
@@ -143,9 +144,9 @@ pub fn post_json(
     // The attempt's trace context, so the upstream's spans join the client's trace.
     let rb = match trace {
         Some(t) => {
-            let rb = rb.header(TRACEPARENT, t.traceparent.clone());
+            let rb = rb.header(TRACEPARENT.clone(), t.traceparent.clone());
             match &t.tracestate {
-                Some(s) => rb.header(TRACESTATE, s.clone()),
+                Some(s) => rb.header(TRACESTATE.clone(), s.clone()),
                 None => rb,
             }
         }

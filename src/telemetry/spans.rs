@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, sync_channel};
 use std::time::{Duration, Instant, SystemTime};
 
 use opentelemetry::trace::{
@@ -19,6 +19,9 @@ use super::metrics::{Finished, operation, provider_name};
 use super::trace::{Answered, RequestTrace, TraceCounts, span_name};
 use crate::config::Snapshot;
 use crate::exec::AttemptRecord;
+
+/// How often the span thread drains its queue.
+const TICK: Duration = Duration::from_millis(50);
 
 pub enum Msg {
     Job(Box<Job>),
@@ -111,17 +114,24 @@ struct Builder {
 }
 
 impl Builder {
+    /// Wakes every tick and drains the queue: a request never wakes this thread (waking it
+    /// per request would cost a syscall each).
     fn run(self, rx: Receiver<Msg>) {
-        while let Ok(msg) = rx.recv() {
-            match msg {
-                Msg::Job(job) => self.spans(&job),
-                Msg::Flush(ack) => {
-                    let _ = self.processor.force_flush();
-                    let _ = ack.send(());
+        loop {
+            std::thread::sleep(TICK);
+            loop {
+                match rx.try_recv() {
+                    Ok(Msg::Job(job)) => self.spans(&job),
+                    Ok(Msg::Flush(ack)) => {
+                        let _ = self.processor.force_flush();
+                        let _ = ack.send(());
+                    }
+                    Err(TryRecvError::Empty) => break,
+                    // Every sender is gone: the processor exports what it holds as it drops.
+                    Err(TryRecvError::Disconnected) => return,
                 }
             }
         }
-        // The processor exports what it holds when it drops (its shutdown).
     }
 
     fn send(&self, span: SpanData) {

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{SyncSender, TrySendError};
 use std::time::{Duration, SystemTime};
 
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderName};
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::{SpanKind, TraceContextExt, TraceId};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
@@ -49,6 +49,10 @@ pub struct TraceCounts {
     pub failed: AtomicU64,
     pub dropped: AtomicU64,
 }
+
+/// The W3C headers a request may carry (names made once: looking one up by `&str` parses it).
+static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+static TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 
 /// Requests waiting for their spans to be built, at most; more are dropped and counted.
 const QUEUE: usize = 4096;
@@ -102,7 +106,7 @@ impl Tracer {
             r.decision == SamplingDecision::RecordAndSample
         };
         // Most requests carry no trace: no context to extract, a root decision.
-        let (trace_id, parent, sampled) = if headers.contains_key("traceparent") {
+        let (trace_id, parent, sampled) = if headers.contains_key(&TRACEPARENT) {
             let cx = self
                 .propagator
                 .extract(&opentelemetry_http::HeaderExtractor(headers));
@@ -126,7 +130,7 @@ impl Tracer {
             ctx: TraceContext {
                 trace_id: u128::from_be_bytes(trace_id.to_bytes()),
                 sampled,
-                tracestate: headers.get("tracestate").cloned(),
+                tracestate: headers.get(&TRACESTATE).cloned(),
             },
             span_id: fastrand::u64(1..),
             parent,

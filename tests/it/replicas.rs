@@ -248,14 +248,6 @@ impl Drop for OwnRedis {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[tokio::test]
 async fn redis_lost_mid_test_requests_still_succeed_and_sharing_resumes() {
     let port = free_port();

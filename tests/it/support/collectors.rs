@@ -41,6 +41,13 @@ fn program(var: &str, default: &str, hint: &str) -> Option<String> {
     Some(bin)
 }
 
+/// `GET url?params` as JSON, or what went wrong.
+pub async fn fetch(url: &str, params: &[(&str, &str)]) -> Result<Value, String> {
+    let url = reqwest::Url::parse_with_params(url, params).map_err(|e| e.to_string())?;
+    let r = client().get(url).send().await.map_err(|e| e.to_string())?;
+    r.json().await.map_err(|e| e.to_string())
+}
+
 /// Waits until `url` answers 200.
 async fn answers(url: &str, within: Duration) {
     let http = client();
@@ -102,19 +109,7 @@ impl Prometheus {
 
     /// An instant query: each series' labels and value.
     pub async fn query(&self, expr: &str) -> Result<Vec<(Value, f64)>, String> {
-        let url = reqwest::Url::parse_with_params(
-            &format!("{}/api/v1/query", self.url),
-            [("query", expr)],
-        )
-        .map_err(|e| e.to_string())?;
-        let v: Value = client()
-            .get(url)
-            .send()
-            .await
-            .map_err(|e| e.to_string())?
-            .json()
-            .await
-            .map_err(|e| e.to_string())?;
+        let v = fetch(&format!("{}/api/v1/query", self.url), &[("query", expr)]).await?;
         if v["status"] != "success" {
             return Err(v.to_string());
         }
@@ -185,19 +180,8 @@ impl Phoenix {
 
     /// The spans Phoenix holds of one trace (OTLP JSON), in `project`.
     pub async fn spans(&self, project: &str, trace_id: &str) -> Result<Vec<Value>, String> {
-        let url = reqwest::Url::parse_with_params(
-            &format!("{}/v1/projects/{project}/spans/otlpv1", self.url),
-            [("trace_id", trace_id), ("limit", "100")],
-        )
-        .map_err(|e| e.to_string())?;
-        let v: Value = client()
-            .get(url)
-            .send()
-            .await
-            .map_err(|e| e.to_string())?
-            .json()
-            .await
-            .map_err(|e| e.to_string())?;
+        let url = format!("{}/v1/projects/{project}/spans/otlpv1", self.url);
+        let v = fetch(&url, &[("trace_id", trace_id), ("limit", "100")]).await?;
         v["data"].as_array().cloned().ok_or_else(|| v.to_string())
     }
 
