@@ -5,8 +5,8 @@
 # same store without limits: its request log and ledger go to PostgreSQL too), one after the
 # other in one run.
 # Pinned as bench/load.sh is: the gateway on CPU 0, the mock and wrk on CPU 1. Prints, per
-# mode, requests/s and p50 at 1 connection and at $CONNS, the gateway's CPU per request, and
-# what each adds over `none`.
+# mode, requests/s, p50 and the gateway's own time at 1 connection, requests/s and p50 at
+# $CONNS, the gateway's CPU per request, and what each adds over `none`.
 #
 #   bench/budgets.sh                     # 10 s per run
 #   DURATION=5 CONNS=32 bench/budgets.sh
@@ -54,22 +54,27 @@ config() { # mode -> $work/bench.toml
   esac
 }
 
-printf '%-9s | %9s %9s | %9s %9s %11s | %13s %13s\n' mode "rps c=1" "p50 us" "rps c=$CONNS" "p50 us" "cpu us/req" "added p50 us" "added cpu us"
+# "own us": the gateway's own time per request at c=1 as its overhead histogram says; its
+# "added own us" is to be set beside "added p50 us" (the histogram moves with the latency).
+printf '%-9s | %9s %9s %9s | %9s %9s %11s | %13s %13s %13s\n' mode "rps c=1" "p50 us" "own us" "rps c=$CONNS" "p50 us" "cpu us/req" "added p50 us" "added cpu us" "added own us"
 for mode in none memory redis pg-none postgres; do
   config "$mode"
   taskset -c 0 "$BIN" --log-level error serve --config "$work/bench.toml" >/dev/null &
   gw=$!
   wait_port "$GW_PORT"
   taskset -c 1 wrk -t1 -c4 -d2s -s "$work/post.lua" "http://127.0.0.1:$GW_PORT/v1/chat/completions" >/dev/null
+  o0=$(own_time "$GW_PORT" false)
   read -r r1 p1 _ < <(wrk_post 1)
+  own=$(own_us "$o0" "$(own_time "$GW_PORT" false)")
   t0=$(cpu_ticks "$gw")
   read -r rn pn n < <(wrk_post "$CONNS")
   t1=$(cpu_ticks "$gw")
   cpu=$(awk -v t="$(( (t1 - t0) * TICK_US ))" -v n="$n" 'BEGIN {printf "%.1f", t / n}')
   # Each mode against its baseline: the same log backend without limits.
-  if [ "$mode" = none ] || [ "$mode" = pg-none ]; then base_p1=$p1; base_cpu=$cpu; fi
-  awk -v m="$mode" -v r1="$r1" -v p1="$p1" -v rn="$rn" -v pn="$pn" -v cpu="$cpu" -v bp="$base_p1" -v bc="$base_cpu" 'BEGIN {
-    printf "%-9s | %9.0f %9.0f | %9.0f %9.0f %11.1f | %13.0f %13.1f\n", m, r1, p1, rn, pn, cpu, p1 - bp, cpu - bc
+  if [ "$mode" = none ] || [ "$mode" = pg-none ]; then base_p1=$p1; base_cpu=$cpu; base_own=$own; fi
+  awk -v m="$mode" -v r1="$r1" -v p1="$p1" -v rn="$rn" -v pn="$pn" -v cpu="$cpu" -v bp="$base_p1" -v bc="$base_cpu" \
+    -v own="$own" -v bo="$base_own" 'BEGIN {
+    printf "%-9s | %9.0f %9.0f %9.1f | %9.0f %9.0f %11.1f | %13.0f %13.1f %13.1f\n", m, r1, p1, own, rn, pn, cpu, p1 - bp, cpu - bc, own - bo
   }'
   kill "$gw"
   wait "$gw" 2>/dev/null || true

@@ -65,6 +65,18 @@ models = [${models%, }]
 TOML
 }
 
+# The gateway on port $1's own time as it reports it (switchyard_overhead_seconds, stream=$2):
+# "sum_seconds count" so far; two readings around a run give its mean per request.
+own_time() {
+  curl -s "http://127.0.0.1:$1/metrics" | awk -v s="$2" '
+    index($1, "switchyard_overhead_seconds_sum{stream=\"" s "\"}") == 1 { sum = $2 }
+    index($1, "switchyard_overhead_seconds_count{stream=\"" s "\"}") == 1 { n = $2 }
+    END { printf "%s %s\n", sum + 0, n + 0 }'
+}
+
+# Microseconds per request between two own_time readings ("sum count" each).
+own_us() { awk -v a="$1" -v b="$2" 'BEGIN { split(a, x); split(b, y); d = y[2] - x[2]; printf "%.1f", (d > 0 ? (y[1] - x[1]) / d * 1e6 : 0) }'; }
+
 # A process's CPU so far, in clock ticks of TICK_US microseconds (user + system).
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 TICK_US=$((1000000 / $(getconf CLK_TCK)))

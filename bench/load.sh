@@ -58,14 +58,6 @@ run() { # url lua conns -> "rps p50_us p99_us requests"
   echo "$rps $(to_us "$p50") $(to_us "$p99") $n"
 }
 
-# The gateway's own time as it reports it (switchyard_overhead_seconds): "sum count" so far.
-own_time() {
-  curl -s "http://127.0.0.1:$GW_PORT/metrics" | awk -v s="$1" '
-    index($1, "switchyard_overhead_seconds_sum{stream=\"" s "\"}") == 1 { sum = $2 }
-    index($1, "switchyard_overhead_seconds_count{stream=\"" s "\"}") == 1 { n = $2 }
-    END { printf "%s %s\n", sum + 0, n + 0 }'
-}
-
 # The last columns: the gateway's CPU per request, steadier than rps on a noisy VM (compare
 # builds by it), and its own time per request as its overhead histogram says (the mean over the
 # run), to set beside the added latency measured from outside.
@@ -75,11 +67,11 @@ for stream in false true; do
   mode=$([ "$stream" = true ] && echo stream || echo non-stream)
   for c in $CONCURRENCY; do
     read -r drps dp50 dp99 _ < <(run "http://127.0.0.1:$MOCK_PORT/v1/chat/completions" "$work/post_$stream.lua" "$c")
-    read -r os0 on0 < <(own_time "$stream")
+    read -r os0 on0 < <(own_time "$GW_PORT" "$stream")
     t0=$(cpu_ticks)
     read -r grps gp50 gp99 gn < <(run "http://127.0.0.1:$GW_PORT/v1/chat/completions" "$work/post_$stream.lua" "$c")
     t1=$(cpu_ticks)
-    read -r os1 on1 < <(own_time "$stream")
+    read -r os1 on1 < <(own_time "$GW_PORT" "$stream")
     awk -v m="$mode" -v c="$c" -v dr="$drps" -v d5="$dp50" -v d9="$dp99" -v gr="$grps" -v g5="$gp50" -v g9="$gp99" \
       -v cpu="$(( (t1 - t0) * TICK_US ))" -v n="$gn" -v os="$os0 $os1" -v on="$on0 $on1" 'BEGIN {
       split(os, s); split(on, k); own = (k[2] > k[1]) ? (s[2] - s[1]) / (k[2] - k[1]) * 1e6 : 0

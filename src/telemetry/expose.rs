@@ -44,16 +44,15 @@ pub struct ChannelGauge {
 /// Per channel of `snap`: its worst score and circuit over its (channel, model) entries, and
 /// its credentials' availability.
 pub fn channel_gauges(snap: &Snapshot, health: &Health) -> Vec<ChannelGauge> {
-    let entries = health.gauges(&snap.health);
+    let mut worst: std::collections::HashMap<Arc<str>, (f64, u8)> = Default::default();
+    for (channel, score, circuit) in health.gauges(&snap.health) {
+        let w = worst.entry(channel).or_insert((100.0, 0));
+        *w = (w.0.min(score), w.1.max(circuit));
+    }
     snap.channels
         .iter()
         .map(|ch| {
-            let (score, circuit) = entries
-                .iter()
-                .filter(|(c, _, _)| *c == ch.name)
-                .fold((100.0_f64, 0u8), |(s, c), (_, es, ec)| {
-                    (s.min(*es), c.max(*ec))
-                });
+            let (score, circuit) = worst.get(&ch.name).copied().unwrap_or((100.0, 0));
             let creds = ch.credentials.len();
             let available = if creds == 0 {
                 0
@@ -72,12 +71,13 @@ pub fn channel_gauges(snap: &Snapshot, health: &Health) -> Vec<ChannelGauge> {
 }
 
 /// Every key's budget that this scrape reads: keys with a label of their own only (an `other`
-/// budget has no meaning), each within `timeout` of the shared counters.
+/// budget has no meaning), all within `timeout` of the shared counters (the rest are left out).
 pub async fn budgets(
     snap: &Snapshot,
     meter: &crate::spend::Meter,
     timeout: Duration,
 ) -> Vec<(String, u64, u64)> {
+    let deadline = tokio::time::Instant::now() + timeout;
     let mut out = Vec::new();
     for (i, k) in snap.keys.iter().enumerate() {
         let Some(b) = k.quota.budget else { continue };
@@ -85,8 +85,9 @@ pub async fn budgets(
         if label == OTHER {
             continue;
         }
-        let standing = tokio::time::timeout(timeout, meter.standing(&k.scope, &k.quota)).await;
-        if let Ok(Some(s)) = standing {
+        let standing = tokio::time::timeout_at(deadline, meter.standing(&k.scope, &k.quota));
+        let Ok(standing) = standing.await else { break };
+        if let Some(s) = standing {
             out.push((
                 label.to_string(),
                 b.micros,

@@ -157,6 +157,16 @@ async fn a_client_gone_before_commit_cancels_the_upstream_call() {
     assert_eq!(rows[0]["status"], 499);
     assert_eq!(rows[0]["outcome"], "client_closed");
     assert_eq!(rows[0]["key_name"], "team-a");
+    // Counted, but with no overhead measure: the request stopped half way.
+    let m = &gw.running.state.telemetry.metrics;
+    let closed = m.requests.series();
+    assert!(
+        closed
+            .iter()
+            .any(|(l, c)| &*l.0[2] == "client_closed" && c.get() == 1)
+    );
+    let measured: u64 = m.overhead.iter().map(|h| h.read().1).sum();
+    assert_eq!(measured, 0);
 }
 
 #[tokio::test]
