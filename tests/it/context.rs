@@ -154,6 +154,8 @@ async fn an_openai_request_is_trimmed_only_when_asked_and_keeps_system_and_lates
     assert_eq!(rows[0]["trimmed_turns"], turns);
     assert_eq!(rows[0]["prompt_tokens"], tokens);
     assert!(rows[1]["trimmed_turns"].is_null());
+    // `switchyard_trimmed_requests_total` counts the trimmed one only.
+    assert_eq!(gw.running.state.telemetry.metrics.trimmed.get(), 1);
 
     // A bad value is the client's mistake, in its envelope.
     let resp = gw
