@@ -132,6 +132,7 @@ pub async fn start_with_clock(
         semantic: Arc::new(crate::semantic::Semantic::default()),
         store,
         admin_failures: Arc::default(),
+        signed_out: Arc::default(),
         meter,
         events,
         telemetry: Arc::new(crate::telemetry::Telemetry::new(&snapshot_telemetry)?),

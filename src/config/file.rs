@@ -245,6 +245,9 @@ pub struct ServerSection {
     pub hold_ttl_ms: NonZeroU64,
     /// The reply tokens a budget reserves for a request that sets no `max_tokens`.
     pub reserve_output_tokens: NonZeroU64,
+    /// Addresses or networks (`10.0.0.0/8`) of proxies whose `X-Forwarded-Proto` is believed
+    /// (the console's cookie is `Secure` when the client's scheme is https).
+    pub trusted_proxies: Vec<String>,
 }
 
 /// `[server.retry_budget]`: attempts after a request's first (retries and failovers) stay
@@ -282,6 +285,7 @@ impl Default for ServerSection {
             retry_budget: RetryBudgetConfig::default(),
             hold_ttl_ms: nz64(600_000),
             reserve_output_tokens: nz64(4_096),
+            trusted_proxies: Vec::new(),
         }
     }
 }

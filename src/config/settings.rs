@@ -23,6 +23,8 @@ pub struct ServerSettings {
     pub retry_budget: BudgetSettings,
     pub hold_ttl: Duration,
     pub reserve_output_tokens: u64,
+    /// Proxies whose `X-Forwarded-Proto` is believed.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
 }
 
 /// What an admin may do: `admin` everything, `viewer` read (never a secret).

@@ -23,6 +23,12 @@ pub struct RetryBudget {
     buckets: Mutex<VecDeque<Bucket>>,
 }
 
+/// Retries the window allows after `requests`: the ratio, or the floor when that is more.
+fn limit(s: &BudgetSettings, requests: u64) -> f64 {
+    let floor = u64::from(s.min_per_second) * s.window.as_secs().max(1);
+    (s.ratio * requests as f64).max(floor as f64)
+}
+
 impl RetryBudget {
     pub fn new(clock: Arc<dyn Clock>) -> Self {
         RetryBudget {
@@ -46,15 +52,24 @@ impl RetryBudget {
         let (requests, retries) = q
             .iter()
             .fold((0u64, 0u64), |(a, b), x| (a + x.requests, b + x.retries));
-        let floor = u64::from(s.min_per_second) * s.window.as_secs().max(1);
-        let limit = (s.ratio * requests as f64).max(floor as f64);
-        if (retries as f64) < limit
+        if (retries as f64) < limit(s, requests)
             && let Some(cur) = q.back_mut()
         {
             cur.retries += 1;
             allowed = true;
         }
         allowed
+    }
+
+    /// The window as it stands: requests, retries taken and the limit on retries (for the
+    /// admin API; takes nothing).
+    pub fn standing(&self, s: &BudgetSettings) -> (u64, u64, u64) {
+        self.with_current(s, |_| {});
+        let q = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        let (requests, retries) = q
+            .iter()
+            .fold((0u64, 0u64), |(a, b), x| (a + x.requests, b + x.retries));
+        (requests, retries, limit(s, requests) as u64)
     }
 
     fn with_current(&self, s: &BudgetSettings, f: impl FnOnce(&mut Bucket)) {

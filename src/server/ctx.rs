@@ -42,6 +42,8 @@ pub struct Ctx {
     pub hops: u32,
     pub requested_model: Option<String>,
     pub stream: bool,
+    /// Sent with `x-switchyard-test`: logged as test traffic, which log readers may hide.
+    pub test: bool,
     pub report: Report,
     /// The session's short hash, and what the request did to its binding.
     pub session: Option<String>,
@@ -121,6 +123,7 @@ impl Ctx {
             hops: 0,
             requested_model: None,
             stream: false,
+            test: false,
             report: Report::default(),
             session: None,
             affinity: None,
@@ -267,6 +270,8 @@ impl Ctx {
             affinity: self.affinity,
             prompt_tokens: self.report.context.map(|c| c.prompt_tokens),
             trimmed_turns: self.report.context.map(|c| c.trimmed_turns as u64),
+            attempt_count: self.report.tried() as u32,
+            test: self.test,
             ..LogRow::default()
         }
     }
@@ -305,10 +310,24 @@ impl Ctx {
             return Err(ApiError::Unauthorized);
         };
         self.key = Some(key.name.clone());
+        self.test = headers
+            .get(&super::headers::hdr::TEST)
+            .is_some_and(|v| matches!(v.as_bytes(), b"1" | b"true"));
         self.key_idx = self.snap.keys.iter().position(|k| std::ptr::eq(k, key));
         // A loop is refused before anything is read or routed.
         self.hops = hops(headers, self.snap.server.max_hops)?;
         Ok(())
+    }
+
+    /// Acts for the key named `name` without its secret (the admin API's route preview);
+    /// false when no key has that name.
+    pub fn act_as(&mut self, name: &str) -> bool {
+        let Some(i) = self.snap.keys.iter().position(|k| *k.name == *name) else {
+            return false;
+        };
+        self.key = Some(self.snap.keys[i].name.clone());
+        self.key_idx = Some(i);
+        true
     }
 
     /// The exec error with the attempts made, for the client's envelope.

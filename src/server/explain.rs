@@ -177,8 +177,19 @@ async fn preview(
     ctx: &mut super::ctx::Ctx,
     body: axum::body::Body,
 ) -> Result<Value, super::ApiError> {
+    let value = super::body::read_json(ctx, headers, body).await?;
+    plan(state, headers, ctx, value).await
+}
+
+/// The plan for a request body already read, as the key `ctx` holds sees it (the admin API's
+/// preview names the key instead of presenting it).
+pub async fn plan(
+    state: &super::AppState,
+    headers: &axum::http::HeaderMap,
+    ctx: &mut super::ctx::Ctx,
+    mut value: Value,
+) -> Result<Value, super::ApiError> {
     use crate::protocol::{InvalidRequest, anthropic, openai};
-    let mut value = super::body::read_json(ctx, headers, body).await?;
     let spec = super::ingress::openai::take_chain(&mut value)?;
     let model = value
         .get("model")

@@ -6,7 +6,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::ctx::Ctx;
 
-/// Response header names, made at compile time (`from_static` at run time parses the name on
+/// Header names, made at compile time (`from_static` at run time parses the name on
 /// every call, several times per request).
 pub mod hdr {
     use axum::http::HeaderName;
@@ -16,6 +16,8 @@ pub mod hdr {
     pub const REQUESTED_MODEL: HeaderName = HeaderName::from_static("x-switchyard-requested-model");
     pub const ATTEMPTS: HeaderName = HeaderName::from_static("x-switchyard-attempts");
     pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+    /// Marks a request as test traffic in the log (`1` or `true`).
+    pub const TEST: HeaderName = HeaderName::from_static("x-switchyard-test");
     pub const TRANSLATION: HeaderName = HeaderName::from_static("x-switchyard-translation");
     pub const AFFINITY: HeaderName = HeaderName::from_static("x-switchyard-affinity");
     pub const SEMANTIC_ROUTE: HeaderName = HeaderName::from_static("x-switchyard-semantic-route");

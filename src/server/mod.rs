@@ -9,6 +9,7 @@ mod admin;
 mod admission;
 mod affinity;
 mod body;
+mod console;
 mod continuation;
 mod ctx;
 mod error;
@@ -50,6 +51,8 @@ pub struct AppState {
     pub store: Option<Arc<crate::store::Store>>,
     /// Failed admin attempts by address (for the 429 after ten a minute).
     pub admin_failures: Arc<admin::Failures>,
+    /// Console sessions signed out on this replica.
+    pub signed_out: Arc<admin::SignedOut>,
     /// Where budgets and limits are counted: Redis, the PostgreSQL store, or this process.
     pub meter: Arc<crate::spend::Meter>,
     /// Routing events: where they are emitted, and the recent ones without a store.

@@ -14,7 +14,10 @@ mod rotate;
 pub mod seal;
 
 pub use db::{Db, DbError, MigrationState};
-pub use log::{Charge, GroupBy, LogRow, PRUNE_EVERY, RequestLog, StoreError, Window, ledger};
+pub use log::{
+    Charge, Cursor, GroupBy, LogQuery, LogRow, PRUNE_EVERY, RequestLog, Sample, StoreError, Window,
+    ledger,
+};
 pub use open::{MasterEnv, OpenError, Store};
 pub use overlay::OverlayError;
 pub use rotate::{RotateError, Rotated};

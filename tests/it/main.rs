@@ -7,6 +7,7 @@ mod anthropic;
 mod budgets;
 mod chains;
 mod cli;
+mod console;
 mod context;
 mod control;
 mod control_ops;

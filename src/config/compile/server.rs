@@ -130,6 +130,21 @@ fn server(cfg: &FileConfig) -> Result<ServerSettings, FieldError> {
         })?),
         None => None,
     };
+    let trusted_proxies = s
+        .trusted_proxies
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            p.parse::<ipnet::IpNet>()
+                .or_else(|_| p.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                .map_err(|_| {
+                    field(
+                        &format!("server.trusted_proxies[{i}]"),
+                        format!("expected an IP address or a network (10.0.0.0/8), got {p:?}"),
+                    )
+                })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let rb = &s.retry_budget;
     if !(0.0..=10.0).contains(&rb.ratio) {
         return Err(field("server.retry_budget.ratio", "must be in [0, 10]"));
@@ -146,6 +161,7 @@ fn server(cfg: &FileConfig) -> Result<ServerSettings, FieldError> {
         max_hops: s.max_hops,
         hold_ttl: Duration::from_millis(s.hold_ttl_ms.get()),
         reserve_output_tokens: s.reserve_output_tokens.get(),
+        trusted_proxies,
         retry_budget: BudgetSettings {
             ratio: rb.ratio,
             min_per_second: rb.min_per_second,

@@ -118,6 +118,83 @@ fn network(ip: IpAddr) -> String {
     }
 }
 
+/// Whether a request only reads: GET and HEAD, and the route preview (a POST that changes
+/// nothing), which a viewer may make.
+fn reads(method: &Method, path: &str) -> bool {
+    matches!(*method, Method::GET | Method::HEAD)
+        || (*method == Method::POST && path == "/admin/route/explain")
+}
+
+/// Why a token was not taken.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// The address failed too often this minute: seconds until it may try again.
+    Blocked(u64),
+    Wrong,
+}
+
+/// The index in `server.admins` of the admin whose token `presented` is: every token compared
+/// in constant time (no early exit: the time says nothing about which one is close), after the
+/// address's failed-attempt limit; a failure counts against the address. The admin API and the
+/// console's sign-in share it.
+pub fn sign_in(
+    snap: &Snapshot,
+    failures: &Failures,
+    presented: &str,
+    peer: IpAddr,
+) -> Result<usize, Refused> {
+    let now = Instant::now();
+    if let Some(secs) = failures.blocked(peer, now) {
+        return Err(Refused::Blocked(secs));
+    }
+    let mut found = None;
+    for (i, a) in snap.server.admins.iter().enumerate() {
+        if a.token.matches(presented.as_bytes()) {
+            found = Some(i);
+        }
+    }
+    match found {
+        Some(i) if !presented.is_empty() => Ok(i),
+        _ => {
+            failures.failed(peer, now);
+            Err(Refused::Wrong)
+        }
+    }
+}
+
+/// The caller a console session names, for an admin API request that carries the session
+/// instead of a token: a write needs the session's CSRF token in `x-csrf-token` too (403
+/// `csrf_failed` without it), and a viewer still only reads.
+pub fn session_caller(
+    snap: &Snapshot,
+    s: &super::session::Session,
+    headers: &HeaderMap,
+    method: &Method,
+    path: &str,
+) -> Result<Caller, ApiError> {
+    let admin = snap
+        .server
+        .admins
+        .get(s.admin)
+        .ok_or(ApiError::Unauthorized)?;
+    if !matches!(*method, Method::GET | Method::HEAD) {
+        let presented = headers
+            .get(super::session::CSRF_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        if !super::session::csrf_matches(s, presented) {
+            return Err(ControlError::Csrf.into());
+        }
+        if admin.role == Role::Viewer && !reads(method, path) {
+            return Err(ControlError::Forbidden.into());
+        }
+    }
+    Ok(Caller {
+        name: admin.name.clone(),
+        groups: admin.groups.clone(),
+    })
+}
+
 /// The caller, or why not: 404 when no admin is configured (the admin API does not exist),
 /// 429 for an address over its failures, 401 for a wrong token, 403 for a viewer writing.
 pub fn guard(
@@ -131,25 +208,16 @@ pub fn guard(
     if snap.server.admins.is_empty() {
         return Err(ApiError::NotFound(path.to_string()));
     }
-    let now = Instant::now();
-    if let Some(secs) = failures.blocked(peer, now) {
-        return Err(ControlError::RateLimited(secs).into());
-    }
     let presented = bearer(headers).unwrap_or("");
-    let mut found = None;
-    // Every token compared, no early exit: the time says nothing about which one is close.
-    for a in &snap.server.admins {
-        if a.token.matches(presented.as_bytes()) {
-            found = Some(a);
+    let admin = match sign_in(snap, failures, presented, peer) {
+        Ok(i) => &snap.server.admins[i],
+        Err(Refused::Blocked(secs)) => return Err(ControlError::RateLimited(secs).into()),
+        Err(Refused::Wrong) => {
+            tracing::warn!(network = %network(peer), path, "admin API: a wrong or missing token");
+            return Err(ApiError::Unauthorized);
         }
-    }
-    let Some(admin) = found else {
-        failures.failed(peer, now);
-        tracing::warn!(network = %network(peer), path, "admin API: a wrong or missing token");
-        return Err(ApiError::Unauthorized);
     };
-    let reading = matches!(*method, Method::GET | Method::HEAD);
-    if !reading && admin.role == Role::Viewer {
+    if admin.role == Role::Viewer && !reads(method, path) {
         return Err(ControlError::Forbidden.into());
     }
     Ok(Caller {

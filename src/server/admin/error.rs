@@ -15,6 +15,8 @@ pub enum ControlError {
     Missing { section: String, id: String },
     #[error("this admin may only read (role viewer)")]
     Forbidden,
+    #[error("a console write needs the session's CSRF token in x-csrf-token")]
+    Csrf,
     #[error("{0}")]
     OutOfScope(String),
     #[error("too many failed admin attempts from this address; try again in {0} s")]
@@ -51,7 +53,7 @@ impl ControlError {
             | ControlError::Busy => 409,
             ControlError::KeyReused => 422,
             ControlError::Missing { .. } => 404,
-            ControlError::Forbidden | ControlError::OutOfScope(_) => 403,
+            ControlError::Forbidden | ControlError::Csrf | ControlError::OutOfScope(_) => 403,
             ControlError::RateLimited(_) => 429,
             ControlError::Invalid { .. } | ControlError::NoMasterKey => 400,
             ControlError::Store(_) => 503,
@@ -64,6 +66,7 @@ impl ControlError {
             ControlError::Exists { .. } => "already_exists",
             ControlError::Missing { .. } => "not_found",
             ControlError::Forbidden => "forbidden",
+            ControlError::Csrf => "csrf_failed",
             ControlError::OutOfScope(_) => "out_of_scope",
             ControlError::RateLimited(_) => "too_many_attempts",
             ControlError::Invalid { .. } => "invalid_value",

@@ -12,11 +12,15 @@ mod events;
 pub mod mask;
 mod objects;
 mod ops;
+mod preview;
+pub mod session;
+mod stats;
 mod usage;
 
 pub use apply::{refresh, reload};
-pub use auth::Failures;
+pub use auth::{Failures, Refused, sign_in};
 pub use error::ControlError;
+pub use session::SignedOut;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -27,7 +31,7 @@ use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get, post};
 
-use super::AppState;
+use super::{ApiError, AppState};
 use crate::config::Snapshot;
 
 /// Every admin route: its method, path and handler. The OpenAPI document is checked against
@@ -37,7 +41,10 @@ fn table() -> Vec<(&'static str, &'static str, MethodRouter<AppState>)> {
         ("get", "/admin/requests", get(ops::requests)),
         ("post", "/admin/reload", post(ops::reload)),
         ("get", "/admin/health", get(ops::health)),
+        ("get", "/admin/stats", get(stats::stats)),
+        ("post", "/admin/route/explain", post(preview::explain)),
         ("get", "/admin/usage", get(usage::usage)),
+        ("get", "/admin/budgets", get(usage::budgets)),
         ("get", "/admin/usage/requests/{id}", get(usage::request)),
         ("get", "/admin/config", get(docs::config)),
         ("get", "/admin/audit", get(docs::audit)),
@@ -71,12 +78,13 @@ pub fn route_list() -> Vec<(&'static str, &'static str)> {
     table().into_iter().map(|(m, p, _)| (m, p)).collect()
 }
 
+/// The admin API and the console, which is its web face.
 pub fn routes() -> Router<AppState> {
     let mut r = Router::new();
     for (_, path, handler) in table() {
         r = r.route(path, handler);
     }
-    r
+    r.merge(super::console::routes())
 }
 
 /// An authenticated admin request: the caller, the snapshot it was checked against, the state.
@@ -105,6 +113,23 @@ impl FromRequestParts<AppState> for Admin {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
         let snap = state.live.load();
+        // No token but a console session: the session names the caller.
+        if crate::server::ctx::bearer(&parts.headers).is_none()
+            && let Some(value) = session::cookie(&parts.headers)
+        {
+            let now = crate::clock::unix_ms().max(0) as u64 / 1000;
+            let Some(s) = session::open(&snap, value, now, &state.signed_out) else {
+                return Err(ApiError::Unauthorized.into_response());
+            };
+            let path = parts.uri.path();
+            let caller = auth::session_caller(&snap, &s, &parts.headers, &parts.method, path)
+                .map_err(IntoResponse::into_response)?;
+            return Ok(Admin {
+                caller,
+                snap,
+                state: state.clone(),
+            });
+        }
         let peer = parts
             .extensions
             .get::<ConnectInfo<SocketAddr>>()

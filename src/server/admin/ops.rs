@@ -7,29 +7,94 @@ use serde_json::{Value, json};
 
 use super::{Admin, ControlError};
 use crate::server::ApiError;
+use crate::store::{Cursor, LogQuery};
 
-#[derive(Deserialize)]
-pub struct RecentQuery {
-    limit: Option<u32>,
+/// `GET /admin/requests`'s query, as written: every value checked in [`log_query`].
+#[derive(Deserialize, Default)]
+pub struct RequestsQuery {
+    limit: Option<String>,
+    before: Option<String>,
+    id: Option<String>,
+    key: Option<String>,
+    model: Option<String>,
+    channel: Option<String>,
+    status: Option<String>,
+    outcome: Option<String>,
+    failed_over: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+    hide_test: Option<String>,
 }
 
+fn invalid(param: &'static str, why: &'static str) -> ApiError {
+    ApiError::Invalid(crate::protocol::InvalidRequest::new(param, why))
+}
+
+fn flag(v: Option<&str>, param: &'static str) -> Result<bool, ApiError> {
+    match v {
+        None | Some("" | "0" | "false") => Ok(false),
+        Some("1" | "true") => Ok(true),
+        Some(_) => Err(invalid(param, "expected true or false")),
+    }
+}
+
+fn number<T: std::str::FromStr>(
+    v: Option<&str>,
+    param: &'static str,
+) -> Result<Option<T>, ApiError> {
+    v.filter(|s| !s.is_empty())
+        .map(|s| {
+            s.parse()
+                .map_err(|_| invalid(param, "expected a non-negative integer"))
+        })
+        .transpose()
+}
+
+/// The page a query asks for; 400 naming the first parameter that is not what it should be.
+fn log_query(q: RequestsQuery) -> Result<LogQuery, ApiError> {
+    let text = |v: Option<String>| v.filter(|s| !s.is_empty());
+    let before = match q.before.as_deref().filter(|s| !s.is_empty()) {
+        Some(c) => Some(
+            Cursor::parse(c).ok_or_else(|| invalid("before", "expected a cursor from `next`"))?,
+        ),
+        None => None,
+    };
+    Ok(LogQuery {
+        limit: number::<u32>(q.limit.as_deref(), "limit")?
+            .unwrap_or(50)
+            .clamp(1, 1000),
+        before,
+        status: number(q.status.as_deref(), "status")?,
+        failed_over: flag(q.failed_over.as_deref(), "failed_over")?,
+        hide_test: flag(q.hide_test.as_deref(), "hide_test")?,
+        since_ms: number(q.since.as_deref(), "since")?,
+        until_ms: number(q.until.as_deref(), "until")?,
+        id: text(q.id),
+        key: text(q.key),
+        model: text(q.model),
+        channel: text(q.channel),
+        outcome: text(q.outcome),
+    })
+}
+
+/// A page of the request log, newest first, filtered; `next` is the cursor of the page after.
 pub async fn requests(
     admin: Admin,
-    query: Result<Query<RecentQuery>, axum::extract::rejection::QueryRejection>,
+    query: Result<Query<RequestsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
     let state = &admin.state;
     let Ok(Query(q)) = query else {
-        return ApiError::Invalid(crate::protocol::InvalidRequest::new(
-            "limit",
-            "expected a non-negative integer",
-        ))
-        .into_response();
+        return invalid("query", "could not be read").into_response();
     };
-    let limit = q.limit.unwrap_or(50).min(1000);
-    match state.log.recent(limit).await {
-        Ok(mut rows) => {
+    let q = match log_query(q) {
+        Ok(q) => q,
+        Err(e) => return e.into_response(),
+    };
+    match state.log.page(q).await {
+        Ok((mut rows, next)) => {
             rows.retain(|r| admin.sees_key_named(r["key_name"].as_str()));
-            axum::Json(json!({"object": "list", "data": rows})).into_response()
+            axum::Json(json!({"object": "list", "data": rows, "next": next.map(Cursor::text)}))
+                .into_response()
         }
         Err(e) => {
             tracing::error!(error = %e, "reading the request log failed");
@@ -129,9 +194,18 @@ pub async fn health(admin: Admin) -> Response {
         Some(store) => store.db.outbox_pending().await.ok(),
         None => None,
     };
+    let rb = &snap.server.retry_budget;
+    let (requests, retries, limit) = state.health.retries.standing(rb);
     axum::Json(json!({
         "object": "list",
         "data": rows,
+        "retry_budget": {
+            "window_seconds": rb.window.as_secs(),
+            "ratio": rb.ratio,
+            "requests": requests,
+            "retries": retries,
+            "limit": limit,
+        },
         "state": state.state.describe(),
         "budgets": state.meter.describe(),
         "events": {

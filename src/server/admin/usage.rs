@@ -135,3 +135,39 @@ pub async fn request(admin: Admin, Path(id): Path<String>) -> Response {
     }))
     .into_response()
 }
+
+/// Every budget the caller sees, keys' and channels', with what is spent and held of it in
+/// its current period and the headroom left.
+pub async fn budgets(admin: Admin) -> Response {
+    let snap = admin.snap.clone();
+    let meter = &admin.state.meter;
+    let mut rows = Vec::new();
+    let keys = snap.keys.iter().filter(|k| {
+        let g: Vec<&str> = k.groups.iter().map(|g| &**g).collect();
+        admin.caller.sees_key(&g)
+    });
+    let channels = snap.channels.iter().filter(|c| {
+        let g: Vec<&str> = c.groups.iter().map(|g| &**g).collect();
+        admin.caller.sees(&g)
+    });
+    let scopes = keys
+        .map(|k| ("key", &k.name, &k.scope, &k.quota))
+        .chain(channels.map(|c| ("channel", &c.name, &c.scope, &c.quota)));
+    for (kind, name, scope, quota) in scopes {
+        let Some(b) = quota.budget else {
+            continue;
+        };
+        let at = meter.standing(scope, quota).await;
+        let used = at.map(|s| s.spent + s.reserved);
+        rows.push(json!({
+            "scope": kind,
+            "name": &**name,
+            "period": b.period.as_str(),
+            "budget_micros": b.micros,
+            "spent_micros": at.map(|s| s.spent),
+            "reserved_micros": at.map(|s| s.reserved),
+            "headroom_micros": used.map(|u| b.micros.saturating_sub(u)),
+        }));
+    }
+    axum::Json(json!({"object": "list", "data": rows})).into_response()
+}

@@ -7,9 +7,11 @@
 
 pub mod ledger;
 mod postgres;
+pub mod query;
 mod sqlite;
 
 pub use ledger::{Charge, GroupBy, Sum, Window};
+pub use query::{Cursor, LogQuery, Sample};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -73,6 +75,10 @@ pub struct LogRow {
     pub trimmed_turns: Option<u64>,
     /// What the request cost, every attempt's charge summed (`None`: no upstream call).
     pub cost_micros: Option<u64>,
+    /// Upstream calls made (more than one: the request failed over).
+    pub attempt_count: u32,
+    /// Sent with `x-switchyard-test`: test traffic, which log readers may hide.
+    pub test: bool,
     /// The ledger's rows for this request, one per upstream attempt.
     pub charges: Vec<Charge>,
 }
@@ -196,12 +202,34 @@ impl RequestLog {
 
     /// The most recent rows, newest first, in the same JSON shape on both backends.
     pub async fn recent(&self, limit: u32) -> Result<Vec<Value>, StoreError> {
+        let q = LogQuery {
+            limit,
+            ..LogQuery::default()
+        };
+        Ok(self.page(q).await?.0)
+    }
+
+    /// A page of rows matching `q`, newest first, and the cursor of the next page when this
+    /// one is full.
+    pub async fn page(&self, q: LogQuery) -> Result<(Vec<Value>, Option<Cursor>), StoreError> {
         match &self.backend {
             Backend::Sqlite(path) => {
                 let path = path.clone();
-                tokio::task::spawn_blocking(move || sqlite::recent(&path, limit)).await?
+                tokio::task::spawn_blocking(move || sqlite::page(&path, &q)).await?
             }
-            Backend::Postgres(pool) => postgres::recent(pool, limit).await,
+            Backend::Postgres(pool) => postgres::page(pool, &q).await,
+        }
+    }
+
+    /// The newest `limit` requests since `since_ms` (test traffic left out), for the
+    /// performance figures.
+    pub async fn samples(&self, since_ms: i64, limit: u32) -> Result<Vec<Sample>, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(path) => {
+                let path = path.clone();
+                tokio::task::spawn_blocking(move || sqlite::samples(&path, since_ms, limit)).await?
+            }
+            Backend::Postgres(pool) => postgres::samples(pool, since_ms, limit).await,
         }
     }
 

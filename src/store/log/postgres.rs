@@ -5,11 +5,12 @@
 use std::collections::HashSet;
 use std::sync::mpsc::Receiver;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use sqlx::Row;
 use sqlx::postgres::{PgPool, PgRow};
 
 use super::ledger::{COLUMNS, ChargeRow, charge_json, rates_json};
+use super::query::{Cursor, Dialect, LogQuery, Param, Row as LogRead, Sample, samples_sql};
 use super::{GroupBy, LogMsg, LogRow, PRUNE_BATCH, StoreError, Sum, TICK, Window, drain};
 
 /// Drains the queue every tick and writes the tick's rows in one statement; exits when every
@@ -40,11 +41,12 @@ pub(super) async fn writer(pool: PgPool, rx: Receiver<LogMsg>) {
 const INSERT: &str = "
 INSERT INTO requests (id, ts_ms, key_name, endpoint, requested_model, served_model, channel,
     status, outcome, attempts, stream, total_ms, ttfb_ms, input_tokens, output_tokens,
-    tokens_per_s, translation, session, affinity, prompt_tokens, trimmed_turns, cost_micros)
+    tokens_per_s, translation, session, affinity, prompt_tokens, trimmed_turns, cost_micros,
+    attempt_count, test)
 SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[],
     $7::text[], $8::int[], $9::text[], $10::text[], $11::bool[], $12::bigint[], $13::bigint[],
     $14::bigint[], $15::bigint[], $16::float8[], $17::text[], $18::text[], $19::text[],
-    $20::bigint[], $21::bigint[], $22::bigint[])
+    $20::bigint[], $21::bigint[], $22::bigint[], $23::int[], $24::bool[])
 ON CONFLICT (id) DO UPDATE SET ts_ms = EXCLUDED.ts_ms, key_name = EXCLUDED.key_name,
     endpoint = EXCLUDED.endpoint, requested_model = EXCLUDED.requested_model,
     served_model = EXCLUDED.served_model, channel = EXCLUDED.channel, status = EXCLUDED.status,
@@ -54,7 +56,8 @@ ON CONFLICT (id) DO UPDATE SET ts_ms = EXCLUDED.ts_ms, key_name = EXCLUDED.key_n
     tokens_per_s = EXCLUDED.tokens_per_s, translation = EXCLUDED.translation,
     session = EXCLUDED.session, affinity = EXCLUDED.affinity,
     prompt_tokens = EXCLUDED.prompt_tokens, trimmed_turns = EXCLUDED.trimmed_turns,
-    cost_micros = EXCLUDED.cost_micros";
+    cost_micros = EXCLUDED.cost_micros, attempt_count = EXCLUDED.attempt_count,
+    test = EXCLUDED.test";
 
 const INSERT_CHARGES: &str = "
 INSERT INTO ledger (request_id, attempt, ts_ms, key_name, channel, credential, model,
@@ -192,53 +195,90 @@ async fn write_requests(tx: &mut Tx, rows: &[LogRow]) -> Result<(), sqlx::Error>
         .bind(num(|r| int(r.prompt_tokens)))
         .bind(num(|r| int(r.trimmed_turns)))
         .bind(num(|r| int(r.cost_micros)))
+        .bind(
+            last.iter()
+                .map(|r| r.attempt_count as i32)
+                .collect::<Vec<_>>(),
+        )
+        .bind(last.iter().map(|r| r.test).collect::<Vec<_>>())
         .execute(&mut **tx)
         .await
         .map(|_| ())
 }
 
-/// The most recent rows, newest first (`seq`, the insertion order, breaks ties as SQLite's
-/// rowid does), in the JSON shape the SQLite log gives.
-pub(super) async fn recent(pool: &PgPool, limit: u32) -> Result<Vec<Value>, StoreError> {
-    let rows = sqlx::query(
-        "SELECT id, ts_ms, key_name, endpoint, requested_model, served_model, channel, status,
-                outcome, attempts, stream, total_ms, ttfb_ms, input_tokens, output_tokens,
-                tokens_per_s, translation, session, affinity, prompt_tokens, trimmed_turns,
-                cost_micros
-         FROM requests ORDER BY ts_ms DESC, seq DESC LIMIT $1",
-    )
-    .bind(i64::from(limit))
-    .fetch_all(pool)
-    .await?;
-    Ok(rows.iter().map(row_json).collect::<Result<Vec<_>, _>>()?)
+/// A page of the log, newest first (`seq`, the insertion order, breaks ties as SQLite's rowid
+/// does), in the JSON shape the SQLite log gives, and the cursor after its last row.
+pub(super) async fn page(
+    pool: &PgPool,
+    q: &LogQuery,
+) -> Result<(Vec<Value>, Option<Cursor>), StoreError> {
+    let (sql, params) = q.sql(Dialect::Postgres);
+    let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+    for p in params {
+        query = match p {
+            Param::Int(i) => query.bind(i),
+            Param::Text(t) => query.bind(t),
+        };
+    }
+    let rows = query.fetch_all(pool).await?;
+    let rows = rows
+        .iter()
+        .map(|r| Ok((read_row(r)?, r.try_get::<i64, _>("seq")?)))
+        .collect::<Result<Vec<_>, sqlx::Error>>()?;
+    Ok(super::query::finish(q, rows))
 }
 
-fn row_json(r: &PgRow) -> Result<Value, sqlx::Error> {
-    let attempts: String = r.try_get("attempts")?;
-    Ok(json!({
-        "id": r.try_get::<String, _>("id")?,
-        "ts_ms": r.try_get::<i64, _>("ts_ms")?,
-        "key_name": r.try_get::<Option<String>, _>("key_name")?,
-        "endpoint": r.try_get::<String, _>("endpoint")?,
-        "requested_model": r.try_get::<Option<String>, _>("requested_model")?,
-        "served_model": r.try_get::<Option<String>, _>("served_model")?,
-        "channel": r.try_get::<Option<String>, _>("channel")?,
-        "status": i64::from(r.try_get::<i32, _>("status")?),
-        "outcome": r.try_get::<String, _>("outcome")?,
-        "attempts": serde_json::from_str::<Value>(&attempts).unwrap_or(Value::Null),
-        "stream": r.try_get::<bool, _>("stream")?,
-        "total_ms": r.try_get::<i64, _>("total_ms")?,
-        "ttfb_ms": r.try_get::<Option<i64>, _>("ttfb_ms")?,
-        "input_tokens": r.try_get::<Option<i64>, _>("input_tokens")?,
-        "output_tokens": r.try_get::<Option<i64>, _>("output_tokens")?,
-        "tokens_per_s": r.try_get::<Option<f64>, _>("tokens_per_s")?,
-        "translation": r.try_get::<Option<String>, _>("translation")?,
-        "session": r.try_get::<Option<String>, _>("session")?,
-        "affinity": r.try_get::<Option<String>, _>("affinity")?,
-        "prompt_tokens": r.try_get::<Option<i64>, _>("prompt_tokens")?,
-        "trimmed_turns": r.try_get::<Option<i64>, _>("trimmed_turns")?,
-        "cost_micros": r.try_get::<Option<i64>, _>("cost_micros")?,
-    }))
+/// The newest `limit` samples since `since_ms`.
+pub(super) async fn samples(
+    pool: &PgPool,
+    since_ms: i64,
+    limit: u32,
+) -> Result<Vec<Sample>, StoreError> {
+    let rows = sqlx::query(sqlx::AssertSqlSafe(samples_sql(Dialect::Postgres)))
+        .bind(since_ms)
+        .bind(i64::from(limit))
+        .fetch_all(pool)
+        .await?;
+    let read = |r: &PgRow| -> Result<Sample, sqlx::Error> {
+        Ok(Sample {
+            ts_ms: r.try_get("ts_ms")?,
+            channel: r.try_get("channel")?,
+            model: r.try_get("served_model")?,
+            ttfb_ms: r.try_get("ttfb_ms")?,
+            tokens_per_s: r.try_get("tokens_per_s")?,
+            attempts: r.try_get("attempts")?,
+        })
+    };
+    Ok(rows.iter().map(read).collect::<Result<Vec<_>, _>>()?)
+}
+
+fn read_row(r: &PgRow) -> Result<LogRead, sqlx::Error> {
+    Ok(LogRead {
+        id: r.try_get("id")?,
+        ts_ms: r.try_get("ts_ms")?,
+        key_name: r.try_get("key_name")?,
+        endpoint: r.try_get("endpoint")?,
+        requested_model: r.try_get("requested_model")?,
+        served_model: r.try_get("served_model")?,
+        channel: r.try_get("channel")?,
+        status: i64::from(r.try_get::<i32, _>("status")?),
+        outcome: r.try_get("outcome")?,
+        attempts: r.try_get("attempts")?,
+        stream: r.try_get("stream")?,
+        total_ms: r.try_get("total_ms")?,
+        ttfb_ms: r.try_get("ttfb_ms")?,
+        input_tokens: r.try_get("input_tokens")?,
+        output_tokens: r.try_get("output_tokens")?,
+        tokens_per_s: r.try_get("tokens_per_s")?,
+        translation: r.try_get("translation")?,
+        session: r.try_get("session")?,
+        affinity: r.try_get("affinity")?,
+        prompt_tokens: r.try_get("prompt_tokens")?,
+        trimmed_turns: r.try_get("trimmed_turns")?,
+        cost_micros: r.try_get("cost_micros")?,
+        attempt_count: i64::from(r.try_get::<i32, _>("attempt_count")?),
+        test: r.try_get("test")?,
+    })
 }
 
 /// The ledger's sums by `(key, group)` over `w`.

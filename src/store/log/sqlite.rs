@@ -7,8 +7,9 @@ use std::path::Path;
 use std::sync::mpsc::Receiver;
 
 use rusqlite::{Connection, OpenFlags, params};
-use serde_json::{Value, json};
+use serde_json::Value;
 
+use super::query::{Cursor, Dialect, LogQuery, Param, Row, Sample, samples_sql};
 use super::{GroupBy, LogMsg, LogRow, PRUNE_BATCH, StoreError, Sum, TICK, Window, drain};
 
 const SCHEMA: &str = "
@@ -31,6 +32,13 @@ CREATE TABLE IF NOT EXISTS requests (
     tokens_per_s REAL
 );
 CREATE INDEX IF NOT EXISTS requests_ts ON requests (ts_ms);
+";
+
+/// The filters a log reader uses most, each entered at the page's cursor (`query.rs`).
+const INDEXES: &str = "
+CREATE INDEX IF NOT EXISTS requests_key_ts ON requests (key_name, ts_ms);
+CREATE INDEX IF NOT EXISTS requests_channel_ts ON requests (channel, ts_ms);
+CREATE INDEX IF NOT EXISTS requests_model_ts ON requests (requested_model, ts_ms);
 ";
 
 /// The ledger (one row per upstream attempt) and the price versions its rows name. Keyed by
@@ -67,7 +75,7 @@ CREATE TABLE IF NOT EXISTS prices (
 ";
 
 /// Columns added after the first schema, for databases created before them.
-const MIGRATIONS: [(&str, &str); 6] = [
+const MIGRATIONS: [(&str, &str); 8] = [
     (
         "translation",
         "ALTER TABLE requests ADD COLUMN translation TEXT",
@@ -85,6 +93,14 @@ const MIGRATIONS: [(&str, &str); 6] = [
     (
         "cost_micros",
         "ALTER TABLE requests ADD COLUMN cost_micros INTEGER",
+    ),
+    (
+        "attempt_count",
+        "ALTER TABLE requests ADD COLUMN attempt_count INTEGER NOT NULL DEFAULT 1",
+    ),
+    (
+        "test",
+        "ALTER TABLE requests ADD COLUMN test INTEGER NOT NULL DEFAULT 0",
     ),
 ];
 
@@ -114,6 +130,7 @@ pub(super) fn open(path: &Path) -> Result<Connection, StoreError> {
             conn.execute_batch(alter).map_err(&sqlite)?;
         }
     }
+    conn.execute_batch(INDEXES).map_err(&sqlite)?;
     Ok(conn)
 }
 
@@ -151,9 +168,9 @@ fn write_batch(
         let mut stmt = tx.prepare_cached(
             "INSERT OR REPLACE INTO requests (id, ts_ms, key_name, endpoint, requested_model, served_model,
                 channel, status, outcome, attempts, stream, total_ms, ttfb_ms, input_tokens, output_tokens, tokens_per_s,
-                translation, session, affinity, prompt_tokens, trimmed_turns, cost_micros)
+                translation, session, affinity, prompt_tokens, trimmed_turns, cost_micros, attempt_count, test)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19,
-                ?20, ?21, ?22)",
+                ?20, ?21, ?22, ?23, ?24)",
         )?;
         for r in rows {
             stmt.execute(params![
@@ -179,6 +196,8 @@ fn write_batch(
                 r.prompt_tokens.map(|v| v as i64),
                 r.trimmed_turns.map(|v| v as i64),
                 r.cost_micros.map(|v| v as i64),
+                r.attempt_count,
+                r.test,
             ])?;
         }
         write_charges(&tx, rows, prices)?;
@@ -237,45 +256,76 @@ fn write_charges(
     Ok(())
 }
 
-/// The most recent rows, newest first. Blocking: the caller runs it on the blocking pool.
-pub(super) fn recent(path: &Path, limit: u32) -> Result<Vec<Value>, StoreError> {
+/// A query's parameters as rusqlite binds them.
+fn bind(params: &[Param]) -> Vec<&dyn rusqlite::ToSql> {
+    params
+        .iter()
+        .map(|p| match p {
+            Param::Int(i) => i as &dyn rusqlite::ToSql,
+            Param::Text(t) => t as &dyn rusqlite::ToSql,
+        })
+        .collect()
+}
+
+/// A page of the log, newest first, and the cursor after its last row. Blocking: the caller
+/// runs it on the blocking pool.
+pub(super) fn page(path: &Path, q: &LogQuery) -> Result<(Vec<Value>, Option<Cursor>), StoreError> {
+    let sqlite = sqlite_err(path);
+    let conn = read_only(path)?;
+    let (sql, params) = q.sql(Dialect::Sqlite);
+    let mut stmt = conn.prepare(&sql).map_err(&sqlite)?;
+    let rows = stmt
+        .query_map(bind(&params).as_slice(), |r| {
+            let row = Row {
+                id: r.get(0)?,
+                ts_ms: r.get(1)?,
+                key_name: r.get(2)?,
+                endpoint: r.get(3)?,
+                requested_model: r.get(4)?,
+                served_model: r.get(5)?,
+                channel: r.get(6)?,
+                status: r.get(7)?,
+                outcome: r.get(8)?,
+                attempts: r.get(9)?,
+                stream: r.get(10)?,
+                total_ms: r.get(11)?,
+                ttfb_ms: r.get(12)?,
+                input_tokens: r.get(13)?,
+                output_tokens: r.get(14)?,
+                tokens_per_s: r.get(15)?,
+                translation: r.get(16)?,
+                session: r.get(17)?,
+                affinity: r.get(18)?,
+                prompt_tokens: r.get(19)?,
+                trimmed_turns: r.get(20)?,
+                cost_micros: r.get(21)?,
+                attempt_count: r.get(22)?,
+                test: r.get(23)?,
+            };
+            Ok((row, r.get::<_, i64>(24)?))
+        })
+        .map_err(&sqlite)?;
+    let rows = rows.collect::<Result<Vec<_>, _>>().map_err(&sqlite)?;
+    Ok(super::query::finish(q, rows))
+}
+
+/// The newest `limit` samples since `since_ms`. Blocking.
+pub(super) fn samples(path: &Path, since_ms: i64, limit: u32) -> Result<Vec<Sample>, StoreError> {
     let sqlite = sqlite_err(path);
     let conn = read_only(path)?;
     let mut stmt = conn
-        .prepare(
-            "SELECT id, ts_ms, key_name, endpoint, requested_model, served_model, channel, status,
-                    outcome, attempts, stream, total_ms, ttfb_ms, input_tokens, output_tokens, tokens_per_s,
-                    translation, session, affinity, prompt_tokens, trimmed_turns, cost_micros
-             FROM requests ORDER BY ts_ms DESC, rowid DESC LIMIT ?1",
-        )
+        .prepare(&samples_sql(Dialect::Sqlite))
         .map_err(&sqlite)?;
     let rows = stmt
-        .query_map(params![limit], |r| {
-            let attempts: String = r.get(9)?;
-            Ok(json!({
-                "id": r.get::<_, String>(0)?,
-                "ts_ms": r.get::<_, i64>(1)?,
-                "key_name": r.get::<_, Option<String>>(2)?,
-                "endpoint": r.get::<_, String>(3)?,
-                "requested_model": r.get::<_, Option<String>>(4)?,
-                "served_model": r.get::<_, Option<String>>(5)?,
-                "channel": r.get::<_, Option<String>>(6)?,
-                "status": r.get::<_, i64>(7)?,
-                "outcome": r.get::<_, String>(8)?,
-                "attempts": serde_json::from_str::<Value>(&attempts).unwrap_or(Value::Null),
-                "stream": r.get::<_, bool>(10)?,
-                "total_ms": r.get::<_, i64>(11)?,
-                "ttfb_ms": r.get::<_, Option<i64>>(12)?,
-                "input_tokens": r.get::<_, Option<i64>>(13)?,
-                "output_tokens": r.get::<_, Option<i64>>(14)?,
-                "tokens_per_s": r.get::<_, Option<f64>>(15)?,
-                "translation": r.get::<_, Option<String>>(16)?,
-                "session": r.get::<_, Option<String>>(17)?,
-                "affinity": r.get::<_, Option<String>>(18)?,
-                "prompt_tokens": r.get::<_, Option<i64>>(19)?,
-                "trimmed_turns": r.get::<_, Option<i64>>(20)?,
-                "cost_micros": r.get::<_, Option<i64>>(21)?,
-            }))
+        .query_map(params![since_ms, limit], |r| {
+            Ok(Sample {
+                ts_ms: r.get(0)?,
+                channel: r.get(1)?,
+                model: r.get(2)?,
+                ttfb_ms: r.get(3)?,
+                tokens_per_s: r.get(4)?,
+                attempts: r.get(5)?,
+            })
         })
         .map_err(&sqlite)?;
     rows.collect::<Result<Vec<_>, _>>().map_err(&sqlite)
@@ -461,5 +511,70 @@ mod tests {
         });
         log.flush().await;
         assert_eq!(log.recent(1).await.unwrap()[0]["translation"], "lossless");
+    }
+
+    /// A deep page and each indexed filter start at the cursor in an index: no page scans the
+    /// table from the newest row (what keeps a page at a million rows as fast as the first).
+    #[test]
+    fn every_page_enters_an_index_at_its_cursor() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = open(&dir.path().join("log.db")).unwrap();
+        let before = Some(Cursor { ts_ms: 5, seq: 3 });
+        let text = |s: &str| Some(s.to_string());
+        let base = LogQuery {
+            limit: 50,
+            before,
+            ..LogQuery::default()
+        };
+        let cases = [
+            ("requests_ts", base.clone()),
+            (
+                "requests_key_ts",
+                LogQuery {
+                    key: text("k"),
+                    ..base.clone()
+                },
+            ),
+            (
+                "requests_channel_ts",
+                LogQuery {
+                    channel: text("c"),
+                    ..base.clone()
+                },
+            ),
+            (
+                "requests_model_ts",
+                LogQuery {
+                    model: text("m"),
+                    ..base.clone()
+                },
+            ),
+            (
+                "requests_ts",
+                LogQuery {
+                    hide_test: true,
+                    failed_over: true,
+                    ..base.clone()
+                },
+            ),
+        ];
+        for (index, q) in cases {
+            let (sql, params) = q.sql(Dialect::Sqlite);
+            let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+            let plan: Vec<String> = stmt
+                .query_map(bind(&params).as_slice(), |r| r.get::<_, String>(3))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            let search = format!("SEARCH requests USING INDEX {index} (");
+            assert!(
+                plan.iter().any(|p| p.starts_with(&search)),
+                "{q:?}: {plan:?}"
+            );
+            assert!(
+                !plan.iter().any(|p| p.contains("TEMP B-TREE")),
+                "{q:?}: no sort: {plan:?}"
+            );
+        }
     }
 }

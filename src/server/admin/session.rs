@@ -1,0 +1,239 @@
+//! The console's sessions: a cookie naming the admin, when the session began and when it was
+//! last used, and a random nonce, signed with a key derived from that admin's token. Any
+//! replica with the same config checks it without shared state, and changing or removing the
+//! token ends every session made with it. A session lasts 12 h at most and 30 min idle (the
+//! cookie is re-signed as it is used). Writes need the session's CSRF token as well, in
+//! `x-csrf-token`: the cookie alone never authorises one. Signing out is remembered by this
+//! replica until the session would have ended anyway.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Mutex;
+
+use axum::http::{HeaderMap, header};
+use ring::hmac;
+
+use crate::config::Admin;
+use crate::config::Snapshot;
+
+pub const COOKIE: &str = "sy_session";
+pub const CSRF_HEADER: &str = "x-csrf-token";
+/// A session ends this long after its last use...
+pub const IDLE_S: u64 = 30 * 60;
+/// ...and this long after it began, whatever its use.
+pub const LIFETIME_S: u64 = 12 * 3600;
+/// A session used this long after its cookie was signed gets a fresh cookie.
+const RESIGN_S: u64 = 60;
+
+/// A signed-in console session.
+#[derive(Debug, Clone)]
+pub struct Session {
+    /// The admin's index in `server.admins`.
+    pub admin: usize,
+    pub nonce: String,
+    pub issued: u64,
+    /// The session's CSRF token: what a write must carry in `x-csrf-token`.
+    pub csrf: String,
+    /// A re-signed cookie value, when the one presented is older than [`RESIGN_S`].
+    pub resigned: Option<String>,
+}
+
+/// The key an admin's sessions are signed with, derived from its token.
+fn key(admin: &Admin) -> hmac::Key {
+    let root = hmac::Key::new(hmac::HMAC_SHA256, admin.token.expose().as_bytes());
+    let derived = hmac::sign(&root, b"switchyard console session v1");
+    hmac::Key::new(hmac::HMAC_SHA256, derived.as_ref())
+}
+
+fn signed(admin: &Admin, issued: u64, seen: u64, nonce: &str) -> String {
+    let name = crate::secret::hex(admin.name.as_bytes());
+    let body = format!("{name}.{issued}.{seen}.{nonce}");
+    let mac = hmac::sign(&key(admin), body.as_bytes());
+    format!("{body}.{}", crate::secret::hex(mac.as_ref()))
+}
+
+fn csrf(admin: &Admin, nonce: &str) -> String {
+    let mac = hmac::sign(&key(admin), format!("csrf.{nonce}").as_bytes());
+    crate::secret::hex(mac.as_ref())
+}
+
+/// A new session's cookie value for `admin`, begun at `now` (seconds since the epoch).
+pub fn issue(admin: &Admin, now: u64) -> Option<String> {
+    let mut nonce = [0u8; 16];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut nonce).ok()?;
+    Some(signed(admin, now, now, &crate::secret::hex(&nonce)))
+}
+
+/// The session a cookie value carries, if its signature holds under a current admin's token,
+/// it has not ended, and it was not signed out.
+pub fn open(snap: &Snapshot, value: &str, now: u64, out: &SignedOut) -> Option<Session> {
+    let mut parts = value.split('.');
+    let (name, issued, seen, nonce) = (
+        parts.next()?,
+        parts.next()?.parse::<u64>().ok()?,
+        parts.next()?.parse::<u64>().ok()?,
+        parts.next()?,
+    );
+    // The signature is the fifth part: checked below, with the whole value.
+    if parts.next().is_none() || parts.next().is_some() || nonce.len() != 32 {
+        return None;
+    }
+    let (admin, a) = snap
+        .server
+        .admins
+        .iter()
+        .enumerate()
+        .find(|(_, a)| crate::secret::hex(a.name.as_bytes()) == name)?;
+    let expected = signed(a, issued, seen, nonce);
+    let presented = value.as_bytes();
+    let same = expected.len() == presented.len()
+        && subtle::ConstantTimeEq::ct_eq(expected.as_bytes(), presented).into();
+    if !same
+        || seen < issued
+        || now >= issued.saturating_add(LIFETIME_S)
+        || now >= seen.saturating_add(IDLE_S)
+        || out.has(nonce, now)
+    {
+        return None;
+    }
+    Some(Session {
+        admin,
+        nonce: nonce.to_string(),
+        issued,
+        csrf: csrf(a, nonce),
+        resigned: (now >= seen + RESIGN_S).then(|| signed(a, issued, now, nonce)),
+    })
+}
+
+/// Whether `presented` is the session's CSRF token (compared in constant time).
+pub fn csrf_matches(s: &Session, presented: &str) -> bool {
+    s.csrf.len() == presented.len()
+        && subtle::ConstantTimeEq::ct_eq(s.csrf.as_bytes(), presented.as_bytes()).into()
+}
+
+/// The session cookie's value among the request's cookies.
+pub fn cookie(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|c| c.trim().strip_prefix(COOKIE)?.strip_prefix('='))
+}
+
+/// Whether the client reached us over https: `X-Forwarded-Proto` from a trusted proxy says so;
+/// nothing else can (the gateway itself speaks plain HTTP).
+pub fn https(snap: &Snapshot, headers: &HeaderMap, peer: IpAddr) -> bool {
+    snap.server
+        .trusted_proxies
+        .iter()
+        .any(|n| n.contains(&peer))
+        && headers
+            .get("x-forwarded-proto")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("https"))
+}
+
+/// The `Set-Cookie` for a session value (empty with `max_age` 0: the cookie removed).
+/// `Secure` unless the browser is on this machine talking plain HTTP (a browser keeps a
+/// `Secure` cookie over https only, and over http only for localhost).
+pub fn set_cookie(value: &str, max_age: u64, secure: bool) -> String {
+    format!(
+        "{COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age}{}",
+        if secure { "; Secure" } else { "" }
+    )
+}
+
+/// Whether the cookie must be `Secure`: always, except plain HTTP from this machine.
+pub fn secure(snap: &Snapshot, headers: &HeaderMap, peer: IpAddr) -> bool {
+    https(snap, headers, peer) || !peer.is_loopback()
+}
+
+/// Sessions signed out on this replica, by nonce, until they would have ended anyway.
+#[derive(Default)]
+pub struct SignedOut(Mutex<HashMap<String, u64>>);
+
+/// Sessions remembered before the ended ones are swept.
+const REMEMBERED: usize = 4096;
+
+impl SignedOut {
+    pub fn add(&self, s: &Session) {
+        let mut m = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = crate::clock::unix_ms() as u64 / 1000;
+        if m.len() >= REMEMBERED {
+            m.retain(|_, until| *until > now);
+        }
+        m.insert(s.nonce.clone(), s.issued.saturating_add(LIFETIME_S));
+    }
+
+    fn has(&self, nonce: &str, now: u64) -> bool {
+        let m = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        m.get(nonce).is_some_and(|until| *until > now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Role;
+
+    fn snap(token: &str) -> Snapshot {
+        let toml = format!(
+            "[[admins]]\nname = \"ops\"\ntoken = \"{token}\"\nrole = \"admin\"\n[[channels]]\nname = \"c\"\nprovider = \"mock\"\nmodels = [\"m\"]\n"
+        );
+        let clients = crate::provider::HttpClients::default();
+        crate::config::load_str(&toml, "t.toml", &|_| None, &clients).unwrap()
+    }
+
+    #[test]
+    fn a_session_holds_until_idle_lifetime_sign_out_or_a_new_token() {
+        let s = snap("a-token-of-16-chars-or-more");
+        let admin = &s.server.admins[0];
+        assert_eq!(admin.role, Role::Admin);
+        let out = SignedOut::default();
+        let v = issue(admin, 1000).unwrap();
+        let open_at = |snap: &Snapshot, v: &str, t| open(snap, v, t, &out);
+        let got = open_at(&s, &v, 1010).unwrap();
+        assert!(got.resigned.is_none());
+        assert_eq!(got.csrf.len(), 64);
+        // Idle: refused after 30 min unused; a re-signed cookie moves the idle clock.
+        assert!(open_at(&s, &v, 1000 + IDLE_S).is_none());
+        let later = open_at(&s, &v, 1000 + RESIGN_S).unwrap().resigned.unwrap();
+        assert!(open_at(&s, &later, 1000 + IDLE_S).is_some());
+        assert!(
+            open_at(&s, &later, 1000 + LIFETIME_S).is_none(),
+            "12 h at most"
+        );
+        // A changed byte, a changed token: refused.
+        let mut forged = v.clone().into_bytes();
+        let last = forged.len() - 1;
+        forged[last] = if forged[last] == b'0' { b'1' } else { b'0' };
+        assert!(open_at(&s, std::str::from_utf8(&forged).unwrap(), 1010).is_none());
+        assert!(open_at(&snap("another-token-of-16-chars"), &v, 1010).is_none());
+        // Signed out: refused here.
+        out.add(&got);
+        assert!(open_at(&s, &v, 1010).is_none());
+    }
+
+    #[test]
+    fn the_cookie_is_found_among_others_and_secure_off_loopback_only() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::COOKIE,
+            "a=1; sy_session=abc.1; b=2".parse().unwrap(),
+        );
+        assert_eq!(cookie(&h), Some("abc.1"));
+        let s = snap("a-token-of-16-chars-or-more");
+        let lo: IpAddr = "127.0.0.1".parse().unwrap();
+        let far: IpAddr = "203.0.113.7".parse().unwrap();
+        assert!(!secure(&s, &h, lo) && secure(&s, &h, far));
+        let c = set_cookie("v", 60, true);
+        assert!(c.contains("HttpOnly") && c.contains("SameSite=Strict") && c.ends_with("Secure"));
+    }
+}

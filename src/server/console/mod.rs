@@ -1,0 +1,250 @@
+//! The console (`/console/*`): a web UI over the admin API, served by the gateway itself.
+//! Sign-in turns an `[[admins]]` token into a session cookie (`admin/session.rs`); each page is
+//! server-rendered HTML (`pages.rs`, `forms.rs`) whose script (`assets/`) reads and writes the
+//! admin API with the session and its CSRF token. It exists where the admin API does, and only
+//! when an admin is configured. Nothing here is on the request path.
+
+mod assets;
+mod forms;
+mod pages;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+use axum::Router;
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Form};
+use serde::Deserialize;
+
+use super::AppState;
+use super::admin::session::{self, Session};
+use crate::config::Role;
+
+/// No inline script or style, nothing from elsewhere, never framed.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+    connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'";
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/console", get(home))
+        .route("/console/", get(home))
+        .route("/console/sign-in", post(sign_in))
+        .route("/console/sign-out", post(sign_out))
+        .route("/console/activity", post(activity))
+        .route("/console/assets/{file}", get(assets::serve))
+        .route("/console/{page}", get(page))
+}
+
+fn now_s() -> u64 {
+    crate::clock::unix_ms().max(0) as u64 / 1000
+}
+
+fn peer(c: Option<Extension<ConnectInfo<SocketAddr>>>) -> IpAddr {
+    c.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |c| c.0.0.ip())
+}
+
+/// Every console answer: the page and the headers that keep it from being framed, sniffed,
+/// cached or leaking its address.
+fn guarded(status: StatusCode, body: String) -> Response {
+    let mut r = (status, Html(body)).into_response();
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+fn redirect(to: &'static str) -> Response {
+    let mut r = StatusCode::SEE_OTHER.into_response();
+    r.headers_mut()
+        .insert(header::LOCATION, HeaderValue::from_static(to));
+    r
+}
+
+fn with_cookie(mut r: Response, cookie: &str) -> Response {
+    if let Ok(v) = HeaderValue::from_str(cookie) {
+        r.headers_mut().append(header::SET_COOKIE, v);
+    }
+    r
+}
+
+/// The session the request carries, if any (opened against the current config).
+fn current(state: &AppState, headers: &HeaderMap) -> Option<Session> {
+    let value = session::cookie(headers)?;
+    session::open(&state.live.load(), value, now_s(), &state.signed_out)
+}
+
+/// Without an admin configured there is no console, as there is no admin API.
+fn exists(state: &AppState) -> bool {
+    !state.live.load().server.admins.is_empty()
+}
+
+async fn home(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    if !exists(&state) {
+        return super::ApiError::NotFound("/console".into()).into_response();
+    }
+    match current(&state, &headers) {
+        Some(_) => redirect("/console/channels"),
+        None => guarded(StatusCode::OK, pages::sign_in(None).into_string()),
+    }
+}
+
+#[derive(Deserialize)]
+struct SignIn {
+    token: String,
+}
+
+async fn sign_in(
+    State(state): State<AppState>,
+    conn: Option<Extension<ConnectInfo<SocketAddr>>>,
+    headers: HeaderMap,
+    form: Result<Form<SignIn>, axum::extract::rejection::FormRejection>,
+) -> Response {
+    let snap = state.live.load();
+    if snap.server.admins.is_empty() {
+        return super::ApiError::NotFound("/console/sign-in".into()).into_response();
+    }
+    let ip = peer(conn);
+    let presented = form.map(|Form(f)| f.token).unwrap_or_default();
+    // The admin API's own check: its failed-attempt limit, every token compared.
+    let found = super::admin::sign_in(&snap, &state.admin_failures, &presented, ip);
+    let admin = match found {
+        Ok(i) => &snap.server.admins[i],
+        Err(super::admin::Refused::Blocked(secs)) => {
+            let m = format!("Too many failed attempts from this address; try again in {secs} s.");
+            return guarded(
+                StatusCode::TOO_MANY_REQUESTS,
+                pages::sign_in(Some(&m)).into_string(),
+            );
+        }
+        Err(super::admin::Refused::Wrong) => {
+            let page = pages::sign_in(Some("That token is not an admin's or viewer's token."));
+            return guarded(StatusCode::UNAUTHORIZED, page.into_string());
+        }
+    };
+    let Some(value) = session::issue(admin, now_s()) else {
+        return guarded(
+            StatusCode::SERVICE_UNAVAILABLE,
+            pages::sign_in(Some("No randomness for a session; try again.")).into_string(),
+        );
+    };
+    tracing::info!(admin = %admin.name, "console: signed in");
+    let secure = session::secure(&snap, &headers, ip);
+    with_cookie(
+        redirect("/console/channels"),
+        &session::set_cookie(&value, session::LIFETIME_S, secure),
+    )
+}
+
+#[derive(Deserialize)]
+struct SignOut {
+    csrf: String,
+}
+
+async fn sign_out(
+    State(state): State<AppState>,
+    conn: Option<Extension<ConnectInfo<SocketAddr>>>,
+    headers: HeaderMap,
+    form: Result<Form<SignOut>, axum::extract::rejection::FormRejection>,
+) -> Response {
+    let snap = state.live.load();
+    let secure = session::secure(&snap, &headers, peer(conn));
+    if let (Some(s), Ok(Form(f))) = (current(&state, &headers), form) {
+        // A sign-out is a write: it needs the session's CSRF token like any other.
+        if !session::csrf_matches(&s, &f.csrf) {
+            return guarded(
+                StatusCode::FORBIDDEN,
+                pages::sign_in(Some("Sign-out refused: stale page; reload and try again."))
+                    .into_string(),
+            );
+        }
+        state.signed_out.add(&s);
+    }
+    with_cookie(redirect("/console"), &session::set_cookie("", 0, secure))
+}
+
+/// A page for a signed-in admin, its session's cookie re-signed when due (using the console
+/// is what keeps a session from idling out); without a session, the sign-in form.
+async fn page(
+    State(state): State<AppState>,
+    Path(slug): Path<String>,
+    conn: Option<Extension<ConnectInfo<SocketAddr>>>,
+    headers: HeaderMap,
+) -> Response {
+    let snap = state.live.load();
+    if snap.server.admins.is_empty() {
+        return super::ApiError::NotFound(format!("/console/{slug}")).into_response();
+    }
+    let Some(s) = current(&state, &headers) else {
+        return redirect("/console");
+    };
+    let Some(admin) = snap.server.admins.get(s.admin) else {
+        return redirect("/console");
+    };
+    let who = pages::Viewer {
+        name: &admin.name,
+        admin: admin.role == Role::Admin,
+        csrf: &s.csrf,
+    };
+    let Some(markup) = pages::page(&slug, &who) else {
+        return guarded(StatusCode::NOT_FOUND, pages::not_found(&slug).into_string());
+    };
+    resigned(
+        guarded(StatusCode::OK, markup.into_string()),
+        &s,
+        &snap,
+        &headers,
+        conn,
+    )
+}
+
+/// The answer with the session's re-signed cookie, when it has one.
+fn resigned(
+    r: Response,
+    s: &Session,
+    snap: &crate::config::Snapshot,
+    headers: &HeaderMap,
+    conn: Option<Extension<ConnectInfo<SocketAddr>>>,
+) -> Response {
+    match &s.resigned {
+        Some(v) => {
+            let secure = session::secure(snap, headers, peer(conn));
+            with_cookie(r, &session::set_cookie(v, session::LIFETIME_S, secure))
+        }
+        None => r,
+    }
+}
+
+/// `POST /console/activity`: the page tells the gateway its user is active (a click or a key,
+/// at most once a minute), so a session in use on one page does not idle out; 401 when the
+/// session has ended. Background refreshes do not call it: they are not activity.
+async fn activity(
+    State(state): State<AppState>,
+    conn: Option<Extension<ConnectInfo<SocketAddr>>>,
+    headers: HeaderMap,
+) -> Response {
+    let snap = state.live.load();
+    let Some(s) = current(&state, &headers) else {
+        return StatusCode::UNAUTHORIZED.into_response();
+    };
+    resigned(
+        StatusCode::NO_CONTENT.into_response(),
+        &s,
+        &snap,
+        &headers,
+        conn,
+    )
+}

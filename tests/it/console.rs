@@ -1,0 +1,601 @@
+//! The console over HTTP: sign-in and its session cookie, CSRF on every write, the headers that
+//! guard each page, sign-out, a removed token, the sign-in limit; the admin API the pages read
+//! (the log's filters and cursor, per-channel figures, the route preview, budgets); and the
+//! whole console in a real browser (Playwright driving Debian's Chromium, tests/browser/).
+
+use serde_json::{Value, json};
+
+use switchyard::provider::mock::MockServer;
+
+use crate::support::*;
+
+const VIEWER: &str = "viewer-token-0123456789";
+
+fn viewer_admin() -> String {
+    format!("[[admins]]\nname = \"viewer\"\ntoken = \"{VIEWER}\"\nrole = \"viewer\"\n\n")
+}
+
+/// A client that shows redirects instead of following them.
+fn browserless() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client")
+}
+
+/// Signs in with `token`: the answer's status and its `Set-Cookie`.
+async fn sign_in(gw: &Gateway, token: &str, headers: &[(&str, &str)]) -> (u16, String) {
+    let mut rb = browserless()
+        .post(format!("{}/console/sign-in", gw.url))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={token}"));
+    for (k, v) in headers {
+        rb = rb.header(*k, *v);
+    }
+    let r = rb.send().await.expect("sign in");
+    let cookie = header(&r, "set-cookie").to_string();
+    (r.status().as_u16(), cookie)
+}
+
+/// The `name=value` part of a `Set-Cookie`.
+fn pair(set_cookie: &str) -> String {
+    set_cookie.split(';').next().unwrap_or("").to_string()
+}
+
+/// A console page with a cookie: status, body.
+async fn page(gw: &Gateway, path: &str, cookie: &str) -> (u16, String, reqwest::header::HeaderMap) {
+    let r = browserless()
+        .get(format!("{}{path}", gw.url))
+        .header("cookie", cookie)
+        .send()
+        .await
+        .expect("page");
+    let (s, h) = (r.status().as_u16(), r.headers().clone());
+    (s, r.text().await.unwrap_or_default(), h)
+}
+
+/// The CSRF token a page carries in its `<meta>`.
+fn csrf_of(html: &str) -> String {
+    let at = html
+        .find("name=\"csrf-token\" content=\"")
+        .expect("csrf meta")
+        + 27;
+    html[at..].split('"').next().unwrap_or("").to_string()
+}
+
+/// An admin API call with a session cookie (and a CSRF token when given).
+async fn with_session(
+    gw: &Gateway,
+    method: reqwest::Method,
+    path: &str,
+    cookie: &str,
+    csrf: Option<&str>,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut rb = browserless()
+        .request(method, format!("{}{path}", gw.url))
+        .header("cookie", cookie);
+    if let Some(c) = csrf {
+        rb = rb.header("x-csrf-token", c);
+    }
+    if let Some(b) = body {
+        rb = rb.json(&b);
+    }
+    let r = rb.send().await.expect("admin call");
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+/// A gateway on a store at `url` (its request log there too, with PostgreSQL), with the
+/// test key, an admin, a viewer, and `rest`.
+async fn on(url: &str, server_extra: &str, rest: &str) -> Gateway {
+    let store = store_section(url, Some(&master_key(7)));
+    gateway_full(server_extra, &store, &format!("{}{rest}", viewer_admin())).await
+}
+
+/// As [`on`], on an SQLite store in a temp dir.
+async fn console_gateway(server_extra: &str, rest: &str) -> (Gateway, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("dir");
+    let url = format!("sqlite://{}", dir.path().join("store.db").display());
+    (on(&url, server_extra, rest).await, dir)
+}
+
+#[tokio::test]
+async fn a_session_is_a_guarded_cookie_and_every_write_needs_its_csrf_token() {
+    let up = mock(text_spec("hello")).await;
+    let (gw, _dir) = console_gateway("", &openai_channel("one", &up.base_url(), 0, "")).await;
+
+    // Without a session: the sign-in form, one secret field, guarded headers.
+    let (s, html, h) = page(&gw, "/console", "").await;
+    assert_eq!(s, 200);
+    assert_eq!(html.matches("type=\"password\"").count(), 1, "{html}");
+    assert_eq!(html.matches("<input").count(), 1, "one field: the secret");
+    let csp = h["content-security-policy"].to_str().unwrap();
+    assert!(
+        csp.contains("frame-ancestors 'none'") && csp.contains("script-src 'self'"),
+        "{csp}"
+    );
+    assert!(!csp.contains("unsafe-inline"));
+    assert_eq!(
+        page(&gw, "/console/keys", "").await.0,
+        303,
+        "a page needs a session"
+    );
+
+    assert_eq!(sign_in(&gw, "not-a-token-at-all", &[]).await.0, 401);
+    let (s, set) = sign_in(&gw, ADMIN, &[]).await;
+    assert_eq!(s, 303);
+    for attr in ["HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(set.contains(attr), "{set}");
+    }
+    assert!(!set.contains("Secure"), "plain HTTP on loopback: {set}");
+    let cookie = pair(&set);
+
+    // Every page: 200, one h1 naming it, the CSRF token in its head.
+    for (slug, title) in [
+        ("channels", "Channels"),
+        ("keys", "Keys"),
+        ("logs", "Request log"),
+        ("performance", "Performance"),
+        ("health", "Health"),
+        ("usage", "Usage"),
+        ("playground", "Route playground"),
+        ("audit", "Audit and events"),
+    ] {
+        let (s, html, h) = page(&gw, &format!("/console/{slug}"), &cookie).await;
+        assert_eq!(s, 200, "{slug}");
+        assert_eq!(html.matches("<h1").count(), 1, "{slug}");
+        assert!(html.contains(&format!("<h1>{title}</h1>")), "{slug}");
+        assert_eq!(h["x-frame-options"], "DENY");
+        assert!(
+            !html.contains(ADMIN),
+            "{slug}: the token is never in a page"
+        );
+    }
+    assert_eq!(page(&gw, "/console/nothing-here", &cookie).await.0, 404);
+    let (_, html, _) = page(&gw, "/console/keys", &cookie).await;
+    let csrf = csrf_of(&html);
+    assert_eq!(csrf.len(), 64);
+
+    // Reads with the session; a write needs the CSRF token too.
+    let read = with_session(
+        &gw,
+        reqwest::Method::GET,
+        "/admin/channels",
+        &cookie,
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(read.0, 200);
+    let body = json!({"name": "made-here"});
+    let forged = with_session(
+        &gw,
+        reqwest::Method::POST,
+        "/admin/keys",
+        &cookie,
+        None,
+        Some(body.clone()),
+    )
+    .await;
+    assert_eq!(code(&forged), (403, "csrf_failed"));
+    let wrong = with_session(
+        &gw,
+        reqwest::Method::POST,
+        "/admin/keys",
+        &cookie,
+        Some(&"0".repeat(64)),
+        Some(body.clone()),
+    )
+    .await;
+    assert_eq!(code(&wrong), (403, "csrf_failed"));
+    let made = with_session(
+        &gw,
+        reqwest::Method::POST,
+        "/admin/keys",
+        &cookie,
+        Some(&csrf),
+        Some(body),
+    )
+    .await;
+    assert_eq!(made.0, 201, "{made:?}");
+
+    // A viewer: every page, no write control, no write.
+    let (_, vset) = sign_in(&gw, VIEWER, &[]).await;
+    let vcookie = pair(&vset);
+    let (_, vhtml, _) = page(&gw, "/console/channels", &vcookie).await;
+    assert!(!vhtml.contains("New channel") && !vhtml.contains("channel-form"));
+    let (_, khtml, _) = page(&gw, "/console/keys", &vcookie).await;
+    assert!(!khtml.contains("New key"));
+    let refused = with_session(
+        &gw,
+        reqwest::Method::POST,
+        "/admin/keys",
+        &vcookie,
+        Some(&csrf_of(&khtml)),
+        Some(json!({"name": "v"})),
+    )
+    .await;
+    assert_eq!(code(&refused), (403, "forbidden"));
+    // The route preview is a POST that changes nothing: a viewer may make it.
+    let preview = json!({"key": "team-a", "model": "m"});
+    let vcsrf = csrf_of(&khtml);
+    let read_only = with_session(
+        &gw,
+        reqwest::Method::POST,
+        "/admin/route/explain",
+        &vcookie,
+        Some(&vcsrf),
+        Some(preview),
+    )
+    .await;
+    assert_eq!(read_only.0, 200, "{read_only:?}");
+
+    // Signing out needs the CSRF token; afterwards the cookie opens nothing on this replica.
+    let out = browserless()
+        .post(format!("{}/console/sign-out", gw.url))
+        .header("cookie", &cookie)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("csrf={csrf}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.status().as_u16(), 303);
+    assert!(header(&out, "set-cookie").contains("Max-Age=0"));
+    assert_eq!(page(&gw, "/console/keys", &cookie).await.0, 303);
+    let activity = |c: String| {
+        browserless()
+            .post(format!("{}/console/activity", gw.url))
+            .header("cookie", c)
+            .send()
+    };
+    assert_eq!(activity(cookie.clone()).await.unwrap().status(), 401);
+    assert_eq!(
+        activity(vcookie.clone()).await.unwrap().status(),
+        204,
+        "a live session"
+    );
+    let after = with_session(
+        &gw,
+        reqwest::Method::GET,
+        "/admin/channels",
+        &cookie,
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(after.0, 401);
+
+    // A token taken out of the config ends its sessions at once.
+    let text = std::fs::read_to_string(&gw.config_path).unwrap();
+    std::fs::write(
+        &gw.config_path,
+        text.replace(VIEWER, "a-new-viewer-token-0123456"),
+    )
+    .unwrap();
+    assert_eq!(gw.reload().await.status(), 200);
+    assert_eq!(page(&gw, "/console/keys", &vcookie).await.0, 303);
+}
+
+#[tokio::test]
+async fn the_cookie_is_secure_behind_a_trusted_proxy_and_sign_in_is_limited() {
+    let up = mock(text_spec("hello")).await;
+    let channel = openai_channel("one", &up.base_url(), 0, "");
+    let (gw, _d) = console_gateway("trusted_proxies = [\"127.0.0.0/8\"]", &channel).await;
+    let (_, set) = sign_in(&gw, ADMIN, &[("x-forwarded-proto", "https")]).await;
+    assert!(set.contains("; Secure"), "{set}");
+    let (_, set) = sign_in(&gw, ADMIN, &[]).await;
+    assert!(!set.contains("Secure"), "{set}");
+    // Not a trusted proxy: its X-Forwarded-Proto is not believed.
+    let (plain, _d2) = console_gateway("", &channel).await;
+    let (_, set) = sign_in(&plain, ADMIN, &[("x-forwarded-proto", "https")]).await;
+    assert!(!set.contains("Secure"), "{set}");
+    // Failures count with the admin API's: the eleventh in a minute is refused unread.
+    for _ in 0..10 {
+        assert_eq!(sign_in(&plain, "wrong-token-wrong-token", &[]).await.0, 401);
+    }
+    assert_eq!(sign_in(&plain, ADMIN, &[]).await.0, 429);
+    let (s, _) = as_admin(&plain, "GET", "/admin/channels", None).await;
+    assert_eq!(s, 429, "the same limit as the admin API's");
+}
+
+/// Three requests, each failed over from `flaky` (500) to `steady`, the last marked as test
+/// traffic, on a gateway whose store (and request log) is at `url`.
+async fn traffic(url: &str) -> (Gateway, Vec<String>, [MockServer; 2]) {
+    let up = mock(text_spec("hello")).await;
+    let broken = mock(faulty("x", status(500))).await;
+    let channels = format!(
+        "{}{}",
+        openai_channel(
+            "flaky",
+            &broken.base_url(),
+            0,
+            "circuit_breaker = { enabled = false }"
+        ),
+        openai_channel("steady", &up.base_url(), 1, ""),
+    );
+    let gw = on(url, "", &channels).await;
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let mut rb = client()
+            .post(gw.chat_url())
+            .bearer_auth(KEY)
+            .json(&chat_body(false));
+        if i == 2 {
+            rb = rb.header("x-switchyard-test", "1");
+        }
+        let r = rb.send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        ids.push(header(&r, "x-request-id").to_string());
+    }
+    gw.flush_log().await;
+    (gw, ids, [up, broken])
+}
+
+async fn requests(gw: &Gateway, query: &str) -> (u16, Value) {
+    as_admin(gw, "GET", &format!("/admin/requests?{query}"), None).await
+}
+
+/// On both backends: the log's pages walk every row once by cursor, and each filter keeps
+/// the rows it names.
+#[tokio::test]
+async fn the_log_api_filters_and_pages_by_cursor() {
+    let stores = Stores::new("console_log").await;
+    for url in stores.urls() {
+        log_pages(&url).await;
+    }
+}
+
+async fn log_pages(url: &str) {
+    let (gw, ids, _up) = traffic(url).await;
+    let ids_of = |v: &Value| -> Vec<String> {
+        v["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    // Pages of one, newest first, each after the last's cursor: every row once.
+    let mut seen = Vec::new();
+    let mut cursor = String::new();
+    loop {
+        let (s, page) = requests(&gw, &format!("limit=1&before={cursor}")).await;
+        assert_eq!(s, 200, "{page}");
+        seen.extend(ids_of(&page));
+        match page["next"].as_str() {
+            Some(n) => cursor = n.to_string(),
+            None => break,
+        }
+        assert!(seen.len() <= 3, "{seen:?}");
+    }
+    let newest_first: Vec<String> = ids.iter().rev().cloned().collect();
+    assert_eq!(seen, newest_first);
+    // Filters, table-driven: the query and the rows it must give, newest first.
+    let cases: [(&str, Vec<String>); 7] = [
+        ("hide_test=true", vec![ids[1].clone(), ids[0].clone()]),
+        (&format!("id={}", ids[1]), vec![ids[1].clone()]),
+        ("failed_over=true", newest_first.clone()),
+        ("channel=steady&status=200", newest_first.clone()),
+        ("channel=flaky", vec![]),
+        ("key=team-a&model=m&outcome=ok", newest_first.clone()),
+        ("since=0&until=1", vec![]),
+    ];
+    for (q, want) in &cases {
+        let (s, page) = requests(&gw, q).await;
+        assert_eq!(s, 200, "{q}: {page}");
+        assert_eq!(&ids_of(&page), want, "{q}");
+    }
+    let (_, one) = requests(&gw, &format!("id={}", ids[0])).await;
+    let row = &one["data"][0];
+    assert_eq!(row["attempt_count"], 2);
+    assert_eq!(row["attempts"][0]["reason"], "server_error");
+    assert_eq!(row["test"], false);
+    for bad in [
+        "before=yesterday",
+        "status=teapot",
+        "failed_over=maybe",
+        "limit=-1",
+    ] {
+        let r = requests(&gw, bad).await;
+        assert_eq!(code(&r).0, 400, "{bad}: {:?}", r.1);
+    }
+}
+
+#[tokio::test]
+async fn stats_count_each_channels_calls_and_the_preview_and_budgets_answer_for_a_named_key() {
+    let dir = tempfile::tempdir().expect("dir");
+    let url = format!("sqlite://{}", dir.path().join("store.db").display());
+    let (gw, _ids, _up) = traffic(&url).await;
+    let (s, stats) = as_admin(&gw, "GET", "/admin/stats?window=3600", None).await;
+    assert_eq!(s, 200, "{stats}");
+    let series = |ch: &str| {
+        stats["series"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["channel"] == ch)
+            .cloned()
+            .unwrap()
+    };
+    // Test traffic left out: two requests, each a failed call on flaky and a served one on steady.
+    let (flaky, steady) = (series("flaky"), series("steady"));
+    assert_eq!(
+        (
+            flaky["total"]["calls"].as_u64(),
+            flaky["total"]["errors"].as_u64()
+        ),
+        (Some(2), Some(2))
+    );
+    assert_eq!(flaky["total"]["error_rate"], 1.0);
+    assert_eq!(
+        (
+            steady["total"]["calls"].as_u64(),
+            steady["total"]["errors"].as_u64()
+        ),
+        (Some(2), Some(0))
+    );
+    assert!(steady["total"]["ttfb_p95_ms"].is_i64());
+    assert_eq!(stats["requests"], 2);
+    assert!(stats["overhead"]["non_stream"]["count"].as_u64() >= Some(3));
+    assert_eq!(
+        code(&as_admin(&gw, "GET", "/admin/stats?window=soon", None).await).0,
+        400
+    );
+
+    let body =
+        json!({"key": "team-a", "model": "m", "messages": [{"role": "user", "content": "hi"}]});
+    let (s, plan) = as_admin(&gw, "POST", "/admin/route/explain", Some(body)).await;
+    assert_eq!(s, 200, "{plan}");
+    assert_eq!(plan["key"], "team-a");
+    let names: Vec<&str> = plan["chain"][0]["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["channel"].as_str())
+        .collect();
+    assert_eq!(names, ["flaky", "steady"]);
+    let missing = as_admin(
+        &gw,
+        "POST",
+        "/admin/route/explain",
+        Some(json!({"key": "nobody", "model": "m"})),
+    )
+    .await;
+    assert_eq!(code(&missing), (404, "not_found"));
+    let nameless = as_admin(
+        &gw,
+        "POST",
+        "/admin/route/explain",
+        Some(json!({"model": "m"})),
+    )
+    .await;
+    assert_eq!(code(&nameless).0, 400);
+    let (_, before) = as_admin(&gw, "GET", "/admin/requests?limit=1", None).await;
+    assert_eq!(
+        before["data"].as_array().unwrap().len(),
+        1,
+        "a preview is not logged"
+    );
+
+    let (s, made) = as_admin(
+        &gw,
+        "POST",
+        "/admin/keys",
+        Some(json!({"name": "budgeted", "budget": {"usd": 2.5, "period": "day"}})),
+    )
+    .await;
+    assert_eq!(s, 201, "{made}");
+    let (s, budgets) = as_admin(&gw, "GET", "/admin/budgets", None).await;
+    assert_eq!(s, 200);
+    let b = budgets["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["name"] == "budgeted")
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        (
+            b["scope"].as_str(),
+            b["budget_micros"].as_u64(),
+            b["headroom_micros"].as_u64()
+        ),
+        (Some("key"), Some(2_500_000), Some(2_500_000))
+    );
+}
+
+/// The console in a real browser, as `tests/browser/console.py` drives it. Needs the Python
+/// with Playwright (`SWITCHYARD_PY`, which `.ci/run` sets) and `/usr/bin/chromium`; without
+/// them it says so and passes, except under `CI` (or `SWITCHYARD_BROWSER_REQUIRED`, which
+/// `.ci/run` sets).
+#[tokio::test]
+async fn console_in_a_browser() {
+    let py = std::env::var("SWITCHYARD_PY").unwrap_or_default();
+    let ready = !py.is_empty()
+        && std::path::Path::new("/usr/bin/chromium").exists()
+        && std::process::Command::new(&py)
+            .args(["-c", "import playwright, openai"])
+            .status()
+            .is_ok_and(|s| s.success());
+    if !ready {
+        assert!(
+            std::env::var_os("SWITCHYARD_BROWSER_REQUIRED").is_none()
+                && std::env::var_os("CI").is_none(),
+            "the browser test cannot run here"
+        );
+        eprintln!("skipped: SWITCHYARD_PY with playwright and /usr/bin/chromium are needed");
+        return;
+    }
+    let up = mock(text_spec("hello from the mock")).await;
+    let broken = mock(faulty("x", status(500))).await;
+    let channels = format!(
+        "{}{}",
+        models_channel(
+            "flaky",
+            &broken.base_url(),
+            &["fo-model"],
+            "priority = 0\ncircuit_breaker = { enabled = false }"
+        ),
+        models_channel("steady", &up.base_url(), &["fo-model"], "priority = 1"),
+    );
+    let (gw, _dir) = console_gateway("", &channels).await;
+    // A few requests so that the charts have points before the browser looks.
+    for _ in 0..3 {
+        let r = gw
+            .chat(json!({"model": "fo-model", "messages": [{"role": "user", "content": "hi"}]}))
+            .await;
+        assert_eq!(r.status(), 200);
+    }
+    gw.flush_log().await;
+    let shots = concat!(env!("CARGO_TARGET_TMPDIR"), "/console-screenshots");
+    let _ = std::fs::remove_dir_all(shots);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/browser/console.py");
+    // `timeout` bounds the run; the test's own runtime keeps serving the gateway meanwhile.
+    let (gw_url, up_url) = (gw.url.clone(), up.base_url());
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("timeout")
+            .args(["240", &py, script])
+            .env("SY_BASE", gw_url)
+            .env("SY_ADMIN", ADMIN)
+            .env("SY_VIEWER", VIEWER)
+            .env("SY_KEY", KEY)
+            .env("SY_UPSTREAM", up_url)
+            .env("SY_SHOTS", shots)
+            .output()
+    })
+    .await
+    .expect("the browser run's thread")
+    .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "browser run failed:\n{stdout}\n{stderr}"
+    );
+    let last: Value = serde_json::from_str(stdout.lines().last().unwrap_or("{}")).unwrap();
+    assert_eq!(last["ok"], true);
+    let names: Vec<&str> = last["screenshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    for slug in [
+        "channels",
+        "keys",
+        "logs",
+        "performance",
+        "health",
+        "usage",
+        "playground",
+        "audit",
+    ] {
+        assert!(
+            names.contains(&format!("admin-{slug}-1280x800.png").as_str()),
+            "{names:?}"
+        );
+    }
+    eprintln!("screenshots in {shots}: {names:?}");
+}
