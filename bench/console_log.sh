@@ -3,7 +3,8 @@
 # 1,000,000; spread over 30 days, 4 keys, 6 models, 5 channels, 1 in 20 failed over, 1 in 10
 # test traffic), starts the gateway on it, and times `GET /admin/requests` (what the log page
 # calls) for the first page, a deep page (the cursor of the row 90 % of the way back), and
-# filtered first and deep pages. Each figure is the median of REPEAT calls, in ms, measured
+# filtered first and deep pages; and `GET /admin/stats` (the performance page) over an hour and
+# over 7 days. Each figure is the median of REPEAT calls, in ms, measured
 # with curl against a release build.
 #
 #   bash bench/console_log.sh                 # 1M rows (about a minute to fill)
@@ -89,12 +90,13 @@ PY
 echo "filled $ROWS rows in $((SECONDS - fill_started)) s ($(du -h "$work/log.db" | cut -f1))"
 start
 
-# The median of REPEAT timed calls of a query, in ms.
+# The median of REPEAT timed calls of a path (a log query unless it starts with /), in ms.
 timed() {
   local q=$1 t=()
+  [ "${q:0:1}" = / ] || q="/admin/requests?$q"
   for _ in $(seq 1 "$REPEAT"); do
     t+=("$(curl -s -o /dev/null -w '%{time_total}' -H "Authorization: Bearer $ADMIN" \
-      "http://127.0.0.1:$GW_PORT/admin/requests?$q")")
+      "http://127.0.0.1:$GW_PORT$q")")
   done
   printf '%s\n' "${t[@]}" | sort -n | awk '{ a[NR] = $1 } END { printf "%.1f", a[int((NR + 1) / 2)] * 1000 }'
 }
@@ -124,3 +126,5 @@ printf '%-44s %10s\n' "first page, key=ci" "$(timed 'limit=50&key=ci')"
 printf '%-44s %10s\n' "deep page, key=ci" "$(timed "limit=50&key=ci&before=$deep")"
 printf '%-44s %10s\n' "first page, channel=vllm&failed_over" "$(timed 'limit=50&channel=vllm&failed_over=true')"
 printf '%-44s %10s\n' "one request by id" "$(timed "id=$deep_id")"
+printf '%-44s %10s\n' "GET /admin/stats, last hour" "$(timed '/admin/stats?window=3600')"
+printf '%-44s %10s\n' "GET /admin/stats, last 7 days (100k newest)" "$(timed '/admin/stats?window=604800')"

@@ -197,6 +197,22 @@ def explain_a_route(page):
     expect(rows.nth(0).locator("td").nth(4)).to_have_text(f"{first['first_try_share'] * 100:.1f} %")
 
 
+def send_a_test_event(page):
+    """The audit page's "Send test": the delivery shows up in the webhook's log."""
+    page.goto(BASE + "/console/audit")
+    page.get_by_role("button", name="Send a test event to ops").click()
+    expect(page.locator("p.status")).to_contain_text("Test event queued for ops")
+    for _ in range(40):
+        page.reload()
+        expect(page.locator("p.status")).to_contain_text("Updated")
+        if page.locator("#deliveries-ops tbody tr", has_text="webhook.test").count():
+            break
+        time.sleep(0.5)
+    row = page.locator("#deliveries-ops tbody tr", has_text="webhook.test").first
+    expect(row).to_contain_text("delivered")
+    expect(page.locator("#events tbody tr", has_text="webhook.test").first).to_be_visible()
+
+
 def viewer_has_no_write_controls(page):
     for slug, absent in [("channels", "New channel"), ("keys", "New key")]:
         page.goto(f"{BASE}/console/{slug}")
@@ -253,6 +269,8 @@ def main():
         steps.append("charts draw, values match the API")
         explain_a_route(page)
         steps.append("the playground explains a route")
+        send_a_test_event(page)
+        steps.append("a webhook's test event sent and its delivery listed")
 
         forged = api(page, "/admin/keys", "POST", {"name": "forged"}, csrf=False)
         assert forged["status"] == 403 and forged["body"]["error"]["code"] == "csrf_failed", forged

@@ -538,9 +538,17 @@ async fn console_in_a_browser() {
             &["fo-model"],
             "priority = 0\ncircuit_breaker = { enabled = false }"
         ),
-        models_channel("steady", &up.base_url(), &["fo-model"], "priority = 1"),
+        // Priced, so that spend, usage and the charge have figures to show.
+        models_channel(
+            "steady",
+            &up.base_url(),
+            &["fo-model"],
+            "priority = 1\nprice = { input = 2000, output = 8000 }"
+        ),
     );
-    let (gw, _dir) = console_gateway("", &channels).await;
+    let rx = receiver(&[]).await;
+    let hooks = webhook_config("ops", &rx.url, &whsec(3), "\"webhook.test\"", 10);
+    let (gw, _dir) = console_gateway("", &format!("{channels}{hooks}")).await;
     // A few requests so that the charts have points before the browser looks.
     for _ in 0..3 {
         let r = gw
@@ -597,5 +605,12 @@ async fn console_in_a_browser() {
             "{names:?}"
         );
     }
+    // The "Send test" button reached the receiver, signed.
+    let sent = rx.delivered();
+    assert!(
+        sent.iter().any(|r| r.body.contains("webhook.test")),
+        "{:?}",
+        sent.len()
+    );
     eprintln!("screenshots in {shots}: {names:?}");
 }
