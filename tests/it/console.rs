@@ -158,7 +158,8 @@ async fn a_session_is_a_guarded_cookie_and_every_write_needs_its_csrf_token() {
     let csrf = csrf_of(&html);
     assert_eq!(csrf.len(), 64);
 
-    // Reads with the session; a write needs the CSRF token too.
+    // Reads with the session; a write needs the CSRF token too. A viewer: every page, no write
+    // control, no write, but the route preview (a POST that changes nothing).
     let read = with_session(
         &gw,
         reqwest::Method::GET,
@@ -169,68 +170,60 @@ async fn a_session_is_a_guarded_cookie_and_every_write_needs_its_csrf_token() {
     )
     .await;
     assert_eq!(read.0, 200);
-    let body = json!({"name": "made-here"});
-    let forged = with_session(
-        &gw,
-        reqwest::Method::POST,
-        "/admin/keys",
-        &cookie,
-        None,
-        Some(body.clone()),
-    )
-    .await;
-    assert_eq!(code(&forged), (403, "csrf_failed"));
-    let wrong = with_session(
-        &gw,
-        reqwest::Method::POST,
-        "/admin/keys",
-        &cookie,
-        Some(&"0".repeat(64)),
-        Some(body.clone()),
-    )
-    .await;
-    assert_eq!(code(&wrong), (403, "csrf_failed"));
-    let made = with_session(
-        &gw,
-        reqwest::Method::POST,
-        "/admin/keys",
-        &cookie,
-        Some(&csrf),
-        Some(body),
-    )
-    .await;
-    assert_eq!(made.0, 201, "{made:?}");
-
-    // A viewer: every page, no write control, no write.
     let (_, vset) = sign_in(&gw, VIEWER, &[]).await;
     let vcookie = pair(&vset);
     let (_, vhtml, _) = page(&gw, "/console/channels", &vcookie).await;
     assert!(!vhtml.contains("New channel") && !vhtml.contains("channel-form"));
     let (_, khtml, _) = page(&gw, "/console/keys", &vcookie).await;
     assert!(!khtml.contains("New key"));
-    let refused = with_session(
-        &gw,
-        reqwest::Method::POST,
-        "/admin/keys",
-        &vcookie,
-        Some(&csrf_of(&khtml)),
-        Some(json!({"name": "v"})),
-    )
-    .await;
-    assert_eq!(code(&refused), (403, "forbidden"));
-    // The route preview is a POST that changes nothing: a viewer may make it.
+    let (vcsrf, zeros) = (csrf_of(&khtml), "0".repeat(64));
+    let key = json!({"name": "made-here"});
     let preview = json!({"key": "team-a", "model": "m"});
-    let vcsrf = csrf_of(&khtml);
-    let read_only = with_session(
-        &gw,
-        reqwest::Method::POST,
-        "/admin/route/explain",
-        &vcookie,
-        Some(&vcsrf),
-        Some(preview),
-    )
-    .await;
-    assert_eq!(read_only.0, 200, "{read_only:?}");
+    let writes = [
+        (&cookie, None, "/admin/keys", &key, (403, "csrf_failed")),
+        (
+            &cookie,
+            Some(&zeros),
+            "/admin/keys",
+            &key,
+            (403, "csrf_failed"),
+        ),
+        (
+            &cookie,
+            Some(&vcsrf),
+            "/admin/keys",
+            &key,
+            (403, "csrf_failed"),
+        ),
+        (&cookie, Some(&csrf), "/admin/keys", &key, (201, "")),
+        (
+            &vcookie,
+            Some(&vcsrf),
+            "/admin/keys",
+            &key,
+            (403, "forbidden"),
+        ),
+        (
+            &vcookie,
+            Some(&vcsrf),
+            "/admin/route/explain",
+            &preview,
+            (200, ""),
+        ),
+    ];
+    for (c, token, path, body, want) in writes {
+        let method = reqwest::Method::POST;
+        let got = with_session(
+            &gw,
+            method,
+            path,
+            c,
+            token.map(String::as_str),
+            Some(body.clone()),
+        )
+        .await;
+        assert_eq!(code(&got), want, "{path} {token:?}: {:?}", got.1);
+    }
 
     // Signing out needs the CSRF token; afterwards the cookie opens nothing on this replica.
     let out = browserless()

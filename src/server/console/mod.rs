@@ -67,6 +67,11 @@ fn guarded(status: StatusCode, body: String) -> Response {
     r
 }
 
+/// The sign-in form again, saying why.
+fn refused(status: StatusCode, why: &str) -> Response {
+    guarded(status, pages::sign_in(Some(why)).into_string())
+}
+
 fn redirect(to: &'static str) -> Response {
     let mut r = StatusCode::SEE_OTHER.into_response();
     r.headers_mut()
@@ -125,20 +130,17 @@ async fn sign_in(
         Ok(i) => &snap.server.admins[i],
         Err(super::admin::Refused::Blocked(secs)) => {
             let m = format!("Too many failed attempts from this address; try again in {secs} s.");
-            return guarded(
-                StatusCode::TOO_MANY_REQUESTS,
-                pages::sign_in(Some(&m)).into_string(),
-            );
+            return refused(StatusCode::TOO_MANY_REQUESTS, &m);
         }
         Err(super::admin::Refused::Wrong) => {
-            let page = pages::sign_in(Some("That token is not an admin's or viewer's token."));
-            return guarded(StatusCode::UNAUTHORIZED, page.into_string());
+            let m = "That token is not an admin's or viewer's token.";
+            return refused(StatusCode::UNAUTHORIZED, m);
         }
     };
     let Some(value) = session::issue(admin, now_s()) else {
-        return guarded(
+        return refused(
             StatusCode::SERVICE_UNAVAILABLE,
-            pages::sign_in(Some("No randomness for a session; try again.")).into_string(),
+            "No randomness for a session; try again.",
         );
     };
     tracing::info!(admin = %admin.name, "console: signed in");
@@ -165,11 +167,8 @@ async fn sign_out(
     if let (Some(s), Ok(Form(f))) = (current(&state, &headers), form) {
         // A sign-out is a write: it needs the session's CSRF token like any other.
         if !session::csrf_matches(&s, &f.csrf) {
-            return guarded(
-                StatusCode::FORBIDDEN,
-                pages::sign_in(Some("Sign-out refused: stale page; reload and try again."))
-                    .into_string(),
-            );
+            let m = "Sign-out refused: stale page; reload and try again.";
+            return refused(StatusCode::FORBIDDEN, m);
         }
         state.signed_out.add(&s);
     }

@@ -71,26 +71,37 @@ fn head(title: &str, script: Option<&str>, csrf: Option<&str>) -> Markup {
     }
 }
 
-/// The sign-in page: one secret field, `type=password`.
-pub fn sign_in(message: Option<&str>) -> Markup {
+/// A page outside the console's navigation (signing in, a path that is no page): its title
+/// as its one `<h1>`, then `body`.
+fn lone(title: &str, body: Markup) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
-            (head("Sign in", None, None))
+            (head(title, None, None))
             body.signin {
                 main id="main" {
-                    h1 { "Sign in" }
-                    p.lede { "Switchyard console. Use an admin or viewer token from " code { "[[admins]]" } "." }
-                    @if let Some(m) = message { p.error role="alert" { (m) } }
-                    form method="post" action="/console/sign-in" {
-                        label for="token" { "Token" }
-                        input id="token" name="token" type="password" autocomplete="current-password" required autofocus;
-                        button type="submit" { "Sign in" }
-                    }
+                    h1 { (title) }
+                    (body)
                 }
             }
         }
     }
+}
+
+/// The sign-in page: one secret field, `type=password`.
+pub fn sign_in(message: Option<&str>) -> Markup {
+    lone(
+        "Sign in",
+        html! {
+            p.lede { "Switchyard console. Use an admin or viewer token from " code { "[[admins]]" } "." }
+            @if let Some(m) = message { p.error role="alert" { (m) } }
+            form method="post" action="/console/sign-in" {
+                label for="token" { "Token" }
+                input id="token" name="token" type="password" autocomplete="current-password" required autofocus;
+                button type="submit" { "Sign in" }
+            }
+        },
+    )
 }
 
 fn nav(current: &str, who: &Viewer) -> Markup {
@@ -297,16 +308,10 @@ fn audit(admin: bool) -> Markup {
 
 /// A console path that is no page.
 pub fn not_found(slug: &str) -> Markup {
-    html! {
-        (DOCTYPE)
-        html lang="en" {
-            (head("Not found", None, None))
-            body.signin {
-                main id="main" {
-                    h1 { "Not found" }
-                    p { "The console has no page " code { (slug) } ". " a href="/console/channels" { "Channels" } }
-                }
-            }
-        }
-    }
+    lone(
+        "Not found",
+        html! {
+            p { "The console has no page " code { (slug) } ". " a href="/console/channels" { "Channels" } }
+        },
+    )
 }
