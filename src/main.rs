@@ -44,6 +44,26 @@ enum AuditAction {
 }
 
 #[derive(Subcommand)]
+enum SemanticAction {
+    /// Route every prompt of a labelled set as a request would be routed, and report accuracy,
+    /// precision and recall per instance, the confusion table, the scores' spread and the
+    /// thresholds that would maximise accuracy on the set (printed, never applied).
+    Eval {
+        #[arg(long, short)]
+        config: PathBuf,
+        /// The router's virtual model (`auto`).
+        #[arg(long)]
+        router: String,
+        /// JSON lines of `{"text": ..., "instance": ...}` (the catchall's name is a label too).
+        #[arg(long)]
+        labelled: PathBuf,
+        /// The report as JSON (`accuracy` between 0 and 1 at the top).
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
 enum Command {
     /// Run the gateway. Without --config: the embedded demo (mock channels, demo key, loopback).
     Serve {
@@ -85,6 +105,11 @@ enum Command {
     RotateMasterKey {
         #[arg(long, short)]
         config: PathBuf,
+    },
+    /// Semantic routers: `eval` measures one against a labelled set of prompts.
+    Semantic {
+        #[command(subcommand)]
+        action: SemanticAction,
     },
     /// The admin audit: `verify` checks its tamper-evident chain.
     Audit {
@@ -156,6 +181,15 @@ async fn run(cmd: Command) -> Result<(), Box<dyn std::error::Error>> {
             prompt,
         } => explain(config.as_deref(), &key, &model, prompt).await,
         Command::Serve { config, listen } => serve(config.as_deref(), listen).await,
+        Command::Semantic {
+            action:
+                SemanticAction::Eval {
+                    config,
+                    router,
+                    labelled,
+                    json,
+                },
+        } => semantic_eval(&config, &router, &labelled, json).await,
         Command::Mock {
             port,
             host,
@@ -259,6 +293,24 @@ async fn audit_verify(config: &Path) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// `switchyard explain`: the plan for one key and model (or chain), printed as JSON.
+async fn semantic_eval(
+    config: &Path,
+    router: &str,
+    labelled: &Path,
+    json: bool,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let snap = switchyard::app::load(Some(config), &HttpClients::default())?;
+    let lines =
+        std::fs::read_to_string(labelled).map_err(|e| format!("{}: {e}", labelled.display()))?;
+    let report = switchyard::semantic::eval::run(&snap, router, &lines).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", switchyard::semantic::eval::text(&report));
+    }
+    Ok(())
+}
+
 async fn explain(
     config: Option<&Path>,
     key: &str,

@@ -4,6 +4,7 @@ use std::num::{NonZeroU32, NonZeroU64, NonZeroUsize};
 
 use serde::Deserialize;
 
+pub use super::routers::{EmbedderConfig, InstanceConfig, RouterConfig, RouterFailover};
 use crate::provider::ProviderKind;
 use crate::provider::mock::MockSpec;
 
@@ -94,68 +95,6 @@ pub struct ModelConfig {
     pub context_fallbacks: Vec<String>,
     /// USD per 1M tokens, over the built-in family's price.
     pub price: Option<crate::pricing::PriceConfig>,
-}
-
-/// `[[routers]]`: a virtual model whose instances describe, by examples, the prompts they serve.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RouterConfig {
-    pub model: String,
-    /// Cosine similarity the best instance must reach (its own `threshold` wins).
-    #[serde(default = "default_router_threshold")]
-    pub threshold: f64,
-    #[serde(default)]
-    pub expose_scores: bool,
-    #[serde(default)]
-    pub failover: RouterFailover,
-    pub embedder: Option<EmbedderConfig>,
-    /// The longest a request waits for its prompt's embedding before the catchall serves.
-    #[serde(default = "default_embed_timeout")]
-    pub timeout_ms: NonZeroU64,
-    pub instances: NonEmpty<InstanceConfig>,
-}
-
-fn default_router_threshold() -> f64 {
-    0.5
-}
-
-fn default_embed_timeout() -> NonZeroU64 {
-    nz64(2_000)
-}
-
-/// What a semantic decision becomes: `ranked` = the winner, the other instances that cleared
-/// their thresholds by score, then the catchall; `catchall` = the winner then the catchall;
-/// `none` = the winner alone.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RouterFailover {
-    #[default]
-    Ranked,
-    Catchall,
-    None,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, tag = "kind", rename_all = "lowercase")]
-pub enum EmbedderConfig {
-    /// A sentence-embedding model run in-process (not in this build yet: routes fail open).
-    Local { model_dir: String },
-    /// Any channel that serves OpenAI `/v1/embeddings`.
-    Channel { channel: String, model: String },
-    /// Hashed character n-grams: deterministic and weak; the fallback when nothing is set.
-    Hashed,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct InstanceConfig {
-    pub name: String,
-    pub model: String,
-    #[serde(default)]
-    pub examples: Vec<String>,
-    pub threshold: Option<f64>,
-    #[serde(default)]
-    pub catchall: bool,
 }
 
 /// `[affinity]`: keeping a conversation on the channel that served its first turn.

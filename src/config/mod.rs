@@ -9,6 +9,7 @@ pub mod quota;
 mod read;
 #[cfg(test)]
 mod read_tests;
+pub mod routers;
 mod settings;
 mod snapshot;
 pub mod telemetry;
@@ -21,8 +22,8 @@ pub use settings::{
     ProbeKind, ProbeSettings, Role, ServerSettings, StateSettings, StoreSettings,
 };
 pub use snapshot::{
-    Channel, DEFAULT_GROUP, EmbedderSpec, FailoverDefaults, GatewayKey, Instance, ModelRoute,
-    Redirect, SemanticRouter, Snapshot,
+    Channel, DEFAULT_GROUP, EmbedderSpec, FailoverDefaults, GatewayKey, Instance, Level,
+    ModelRoute, Redirect, SemanticRouter, Snapshot,
 };
 
 pub use crate::secret::Secret;

@@ -168,7 +168,10 @@ pub struct Snapshot {
 #[derive(Debug)]
 pub struct SemanticRouter {
     pub model: Arc<str>,
-    pub threshold: f32,
+    /// The instances' threshold unless their own is set.
+    pub threshold: Level,
+    /// The lead that wins below a threshold, and under which two instances are too close.
+    pub margin: Level,
     pub expose_scores: bool,
     pub failover: RouterFailover,
     pub embedder: EmbedderSpec,
@@ -184,7 +187,16 @@ pub struct Instance {
     pub name: Arc<str>,
     pub model: Arc<str>,
     pub examples: Vec<String>,
-    pub threshold: Option<f32>,
+    /// `None`: the router's.
+    pub threshold: Option<Level>,
+}
+
+/// A similarity level: fixed in the config, or derived from the examples when they are
+/// embedded (`semantic::rule`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Level {
+    Auto,
+    Fixed(f32),
 }
 
 #[derive(Debug, Clone)]

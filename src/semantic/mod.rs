@@ -4,10 +4,13 @@
 //! Every embedding problem fails open to the catchall: routing never turns it into a 5xx.
 
 mod embed;
+pub mod eval;
 #[cfg(feature = "local-embedder")]
 pub mod local;
+pub mod rule;
 
 pub use embed::{EmbedError, hashed};
+pub use rule::Rule;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -31,6 +34,8 @@ pub struct Decision {
     pub scores: Vec<(Arc<str>, f32)>,
     /// Kept from the session's first routed turn (no embedding this time).
     pub kept: bool,
+    /// The levels it was decided by (none when kept or when embedding failed).
+    pub rule: Option<Arc<Rule>>,
 }
 
 impl Decision {
@@ -50,6 +55,7 @@ impl Decision {
             winner: Some(router.instances[i].name.clone()),
             scores: Vec::new(),
             kept: true,
+            rule: None,
         })
     }
 
@@ -76,8 +82,13 @@ impl Decision {
     }
 }
 
-/// Each router's instances' example embeddings, normalised: (instance index, vectors).
-type References = Vec<(usize, Vec<Vec<f32>>)>;
+/// A router's instances' example embeddings, normalised (instance index, vectors), and the
+/// rule they calibrate.
+#[derive(Debug)]
+pub struct References {
+    pub vectors: Vec<(usize, Vec<Vec<f32>>)>,
+    pub rule: Arc<Rule>,
+}
 
 /// One router's references for one config version: computed by one request while the others
 /// wait (never a batch per concurrent request); a failure is not retried for a while.
@@ -203,8 +214,8 @@ impl Semantic {
             None => Err(EmbedError::NoPrompt),
         };
         match scored {
-            Ok(scores) => {
-                let d = decision(router, scores);
+            Ok((scores, refs)) => {
+                let d = rule::decide(router, &refs.rule, scores);
                 if d.winner.is_none() {
                     tracing::warn!(
                         router = &*router.model,
@@ -220,7 +231,7 @@ impl Semantic {
                     error = %e,
                     "semantic routing failed open: the catchall serves"
                 );
-                fallback(router, Vec::new())
+                rule::fallback(router, Vec::new(), None)
             }
         }
     }
@@ -234,14 +245,15 @@ impl Semantic {
         }
     }
 
-    /// (instance index, score) for every instance with examples, highest first.
-    async fn score(
+    /// (instance index, score) for every instance with examples, highest first, and the
+    /// references they were scored against (with their rule).
+    pub async fn score(
         &self,
         snap: &Snapshot,
         health: &Health,
         idx: usize,
         prompt: &str,
-    ) -> Result<Vec<(usize, f32)>, EmbedError> {
+    ) -> Result<(Vec<(usize, f32)>, Arc<References>), EmbedError> {
         let router = &snap.routers[idx];
         let refs = self.references(snap, health, idx).await?;
         let q = embed::embed(
@@ -256,8 +268,8 @@ impl Semantic {
         .pop()
         .ok_or(EmbedError::Malformed("no vector for the prompt".into()))?;
         let q = normalize(q).ok_or(EmbedError::Malformed("a zero vector for the prompt".into()))?;
-        let mut scores = Vec::with_capacity(refs.len());
-        for (i, vectors) in refs.iter() {
+        let mut scores = Vec::with_capacity(refs.vectors.len());
+        for (i, vectors) in refs.vectors.iter() {
             if vectors.first().is_some_and(|v| v.len() != q.len()) {
                 return Err(EmbedError::Dimension {
                     got: q.len(),
@@ -272,10 +284,11 @@ impl Semantic {
             scores.push((*i, best));
         }
         scores.sort_by(|a, b| b.1.total_cmp(&a.1));
-        Ok(scores)
+        Ok((scores, refs))
     }
 
-    async fn references(
+    /// Router `idx`'s references for this config version: embedded once, then cached.
+    pub async fn references(
         &self,
         snap: &Snapshot,
         health: &Health,
@@ -340,7 +353,7 @@ impl Semantic {
                 texts.len()
             )));
         }
-        let mut refs: References = Vec::new();
+        let mut refs: Vec<(usize, Vec<Vec<f32>>)> = Vec::new();
         let mut dims = None;
         for (owner, v) in owners.into_iter().zip(vectors) {
             if *dims.get_or_insert(v.len()) != v.len() {
@@ -356,62 +369,15 @@ impl Semantic {
                 None => refs.push((owner, vec![v])),
             }
         }
-        Ok(Arc::new(refs))
+        let rule = Arc::new(rule::calibrate(router, &refs));
+        Ok(Arc::new(References {
+            vectors: refs,
+            rule,
+        }))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, RefCache> {
         self.refs.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-/// The decision from scores: the best instance that clears its threshold wins; the chain
-/// follows the router's `failover`.
-fn decision(router: &SemanticRouter, scores: Vec<(usize, f32)>) -> Decision {
-    let threshold = |i: usize| router.instances[i].threshold.unwrap_or(router.threshold);
-    let cleared: Vec<usize> = scores
-        .iter()
-        .filter(|(i, s)| *s >= threshold(*i))
-        .map(|(i, _)| *i)
-        .collect();
-    let named = scores
-        .iter()
-        .map(|(i, s)| (router.instances[*i].name.clone(), *s))
-        .collect();
-    let Some(&winner) = cleared.first() else {
-        return fallback(router, named);
-    };
-    let mut order = vec![winner];
-    match router.failover {
-        RouterFailover::Ranked => {
-            order.extend(cleared.iter().skip(1));
-            order.push(router.catchall);
-        }
-        RouterFailover::Catchall => order.push(router.catchall),
-        RouterFailover::None => {}
-    }
-    let mut models: Vec<Arc<str>> = Vec::new();
-    for i in order {
-        let m = &router.instances[i].model;
-        if !models.contains(m) {
-            models.push(m.clone());
-        }
-    }
-    Decision {
-        router: router.model.clone(),
-        models,
-        winner: Some(router.instances[winner].name.clone()),
-        scores: named,
-        kept: false,
-    }
-}
-
-fn fallback(router: &SemanticRouter, scores: Vec<(Arc<str>, f32)>) -> Decision {
-    Decision {
-        router: router.model.clone(),
-        models: vec![router.instances[router.catchall].model.clone()],
-        winner: None,
-        scores,
-        kept: false,
     }
 }
 
@@ -473,11 +439,21 @@ mod tests {
     #[test]
     fn router_config_errors_name_their_field() {
         assert!(load(BASE).is_ok());
+        let auto = BASE.replace(
+            "model = \"auto\"",
+            "model = \"auto\"\nthreshold = \"auto\"\nmargin = 0.1",
+        );
+        assert_eq!(
+            load(&auto).unwrap().routers[0].margin,
+            crate::config::Level::Fixed(0.1)
+        );
         let cases = [
             (BASE.replace("examples = [\"prove this theorem\"]", ""), "routers[0].instances[0].examples"),
             (BASE.replace("\"prove this theorem\"", &vec!["\"x\""; 65].join(", ")), "routers[0].instances[0].examples"),
             (BASE.replace("examples = [\"prove this theorem\"]", "examples = [\"p\"]\ncatchall = true"), "routers[0].instances[1].catchall"),
             (BASE.replace("model = \"auto\"", "model = \"auto\"\nthreshold = 1.5"), "routers[0].threshold"),
+            (BASE.replace("model = \"auto\"", "model = \"auto\"\nthreshold = \"high\""), "routers[0].threshold"),
+            (BASE.replace("model = \"auto\"", "model = \"auto\"\nmargin = 2"), "routers[0].margin"),
             (BASE.replace("examples = [\"prove this theorem\"]", "examples = [\"p\"]\nthreshold = -2"), "routers[0].instances[0].threshold"),
             (BASE.replace("model = \"big\"", "model = \"huge\""), "routers[0].instances[0].model"),
             (BASE.replace("model = \"auto\"", "model = \"auto\"\nembedder = { kind = \"channel\", channel = \"nope\", model = \"e\" }"), "routers[0].embedder.channel"),
@@ -512,6 +488,19 @@ mod tests {
         &snap.routers[0]
     }
 
+    /// The rule with every threshold at 0.5 and a margin of 0.05.
+    fn decision(r: &SemanticRouter, scores: Vec<(usize, f32)>) -> Decision {
+        let n = r.instances.len();
+        // A margin written in the config: it applies to fixed thresholds too.
+        let fixed = Rule {
+            thresholds: vec![0.5; n],
+            derived: vec![false; n],
+            margin: 0.05,
+            margin_derived: false,
+        };
+        rule::decide(r, &Arc::new(fixed), scores)
+    }
+
     #[test]
     fn decisions_follow_thresholds_and_the_failover_mode() {
         let snap = load(&BASE.replace(
@@ -536,11 +525,14 @@ mod tests {
             .unwrap();
         let d = decision(router_of(&r2), vec![(0, 0.9)]);
         assert_eq!(d.models, [Arc::from("big")]);
-        // Nothing clears 0.5: the catchall alone.
-        let d = decision(r, vec![(0, 0.4), (1, 0.1)]);
+        // Nothing clears 0.5 and nothing leads by the margin: the catchall alone.
+        let d = decision(r, vec![(0, 0.4), (1, 0.38)]);
         assert_eq!(d.winner, None);
         assert_eq!(d.models, [Arc::from("small")]);
-        assert_eq!(d.scores_text(), "hard:0.4000,mid:0.1000");
+        assert_eq!(d.scores_text(), "hard:0.4000,mid:0.3800");
+        // A clear lead wins below the level.
+        let d = decision(r, vec![(0, 0.4), (1, 0.1)]);
+        assert_eq!(d.winner.as_deref(), Some("hard"));
     }
 
     #[test]

@@ -75,9 +75,26 @@ pub fn explain(
                         .iter()
                         .map(|(n, s)| json!({"instance": &**n, "score": s}))
                         .collect::<Vec<_>>(),
+                    "levels": levels(snap, d),
                 })
             })
             .collect::<Vec<_>>(),
+    })
+}
+
+/// The levels a semantic decision was made by: each instance's threshold (`derived` when it
+/// came from the examples, `"auto"`) and the router's margin.
+fn levels(snap: &Snapshot, d: &crate::semantic::Decision) -> Value {
+    let (Some(rule), Some((_, router))) = (&d.rule, snap.router(&d.router)) else {
+        return Value::Null;
+    };
+    json!({
+        "thresholds": router.instances.iter().zip(&rule.thresholds).zip(&rule.derived)
+            .filter(|((_, t), _)| t.is_finite())
+            .map(|((i, t), derived)| json!({"instance": &*i.name, "threshold": t, "derived": derived}))
+            .collect::<Vec<_>>(),
+        "margin": rule.margin,
+        "margin_derived": rule.margin_derived,
     })
 }
 

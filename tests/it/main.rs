@@ -28,6 +28,7 @@ mod responses;
 mod schemas;
 mod semantic;
 mod semantic_data;
+mod semantic_eval;
 mod spend;
 mod store;
 mod streaming;

@@ -6,10 +6,16 @@ use std::time::Duration;
 
 use super::FieldError;
 use crate::config::file::{EmbedderConfig, InstanceConfig, RouterConfig};
-use crate::config::snapshot::{Channel, EmbedderSpec, Instance, ModelRoute, SemanticRouter};
+use crate::config::routers::Threshold;
+use crate::config::snapshot::{Channel, EmbedderSpec, Instance, Level, ModelRoute, SemanticRouter};
 
-fn in_range(t: f64) -> bool {
-    (-1.0..=1.0).contains(&t)
+/// A level as compiled; a number out of [-1, 1] is refused.
+fn level(t: Threshold) -> Option<Level> {
+    match t {
+        Threshold::Auto => Some(Level::Auto),
+        Threshold::Fixed(n) if (-1.0..=1.0).contains(&n) => Some(Level::Fixed(n as f32)),
+        Threshold::Fixed(_) => None,
+    }
 }
 
 pub fn compile(
@@ -35,13 +41,19 @@ pub fn compile(
         if out.iter().any(|o| *o.model == *r.model) {
             return Err((at("model"), format!("two routers are named {:?}", r.model)));
         }
-        if !in_range(r.threshold) {
-            return Err((at("threshold"), "must be within [-1, 1]".into()));
-        }
+        let threshold =
+            level(r.threshold).ok_or_else(|| (at("threshold"), "must be within [-1, 1]".into()))?;
+        let margin = match r.margin {
+            Threshold::Fixed(n) if !(0.0..=1.0).contains(&n) => {
+                return Err((at("margin"), "must be within [0, 1]".into()));
+            }
+            m => level(m).unwrap_or(Level::Auto),
+        };
         let (instances, catchall) = instances(&r.instances, i, models)?;
         out.push(SemanticRouter {
             model: r.model.as_str().into(),
-            threshold: r.threshold as f32,
+            threshold,
+            margin,
             expose_scores: r.expose_scores,
             failover: r.failover,
             embedder: embedder(r, i, channels)?,
@@ -96,9 +108,12 @@ fn instances(
                 format!("at most 64 examples, got {}", inst.examples.len()),
             ));
         }
-        if inst.threshold.is_some_and(|t| !in_range(t)) {
-            return Err((at("threshold"), "must be within [-1, 1]".into()));
-        }
+        let threshold = match inst.threshold {
+            Some(t) => {
+                Some(level(t).ok_or_else(|| (at("threshold"), "must be within [-1, 1]".into()))?)
+            }
+            None => None,
+        };
         if inst.catchall {
             if catchall.is_some() {
                 return Err((
@@ -112,7 +127,7 @@ fn instances(
             name: inst.name.as_str().into(),
             model: inst.model.as_str().into(),
             examples: inst.examples.clone(),
-            threshold: inst.threshold.map(|t| t as f32),
+            threshold,
         });
     }
     Ok((out, catchall))
