@@ -270,4 +270,34 @@ fn eval_names_the_line_of_a_bad_label_and_prints_a_table_for_people() {
     ] {
         assert!(ran.out.contains(part), "{part}: {}", ran.out);
     }
+    // `switchyard explain` shows the levels the decision was made by.
+    let ran = run_bin(
+        &[
+            "--log-level",
+            "error",
+            "explain",
+            "--config",
+            EXAMPLE,
+            "--key",
+            "team-a",
+            "--model",
+            "auto",
+            "--prompt",
+            "Write a Rust function that parses a CSV line into fields",
+        ],
+        &env,
+    );
+    assert!(ran.ok, "{}", ran.err);
+    let plan: Value = serde_json::from_str(&ran.out).unwrap();
+    let levels = &plan["semantic"][0]["levels"];
+    assert_eq!(plan["semantic"][0]["winner"], "code");
+    assert_eq!(levels["thresholds"].as_array().unwrap().len(), 5);
+    assert!(
+        levels["thresholds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["derived"] == true)
+    );
+    assert!(levels["margin"].as_f64().is_some() && levels["margin_derived"] == true);
 }
