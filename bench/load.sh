@@ -41,8 +41,10 @@ LUA
 done
 
 
-# The gateway's CPU time so far (user + system), in clock ticks.
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$gw_pid/stat"; }
+# The gateway's CPU time so far, in clock ticks: user and system (the kernel's share: syscalls,
+# and on a VM the cost of waking a core that went idle, which dwarfs the gateway's own work when
+# it waits on a load generator or mock on another core).
+cpu_ticks() { awk '{print $14, $15}' "/proc/$gw_pid/stat"; }
 TICK_US=$((1000000 / $(getconf CLK_TCK)))
 
 run() { # url lua conns -> "rps p50_us p99_us requests"
@@ -61,21 +63,22 @@ run() { # url lua conns -> "rps p50_us p99_us requests"
 # The last columns: the gateway's CPU per request, steadier than rps on a noisy VM (compare
 # builds by it), and its own time per request as its overhead histogram says (the mean over the
 # run), to set beside the added latency measured from outside.
-printf '%-10s %5s | %10s %9s %9s | %10s %9s %9s | %12s %12s %8s %11s %11s\n' \
-  mode conns "direct rps" "p50 us" "p99 us" "gw rps" "p50 us" "p99 us" "added p50us" "added p99us" "rps ratio" "gw cpu us/r" "own us/r"
+printf '%-10s %5s | %10s %9s %9s | %10s %9s %9s | %12s %12s %8s %11s %9s %9s %11s\n' \
+  mode conns "direct rps" "p50 us" "p99 us" "gw rps" "p50 us" "p99 us" "added p50us" "added p99us" "rps ratio" "gw cpu us/r" "user" "sys" "own us/r"
 for stream in false true; do
   mode=$([ "$stream" = true ] && echo stream || echo non-stream)
   for c in $CONCURRENCY; do
     read -r drps dp50 dp99 _ < <(run "http://127.0.0.1:$MOCK_PORT/v1/chat/completions" "$work/post_$stream.lua" "$c")
     read -r os0 on0 < <(own_time "$GW_PORT" "$stream")
-    t0=$(cpu_ticks)
+    read -r u0 k0 < <(cpu_ticks)
     read -r grps gp50 gp99 gn < <(run "http://127.0.0.1:$GW_PORT/v1/chat/completions" "$work/post_$stream.lua" "$c")
-    t1=$(cpu_ticks)
+    read -r u1 k1 < <(cpu_ticks)
     read -r os1 on1 < <(own_time "$GW_PORT" "$stream")
     awk -v m="$mode" -v c="$c" -v dr="$drps" -v d5="$dp50" -v d9="$dp99" -v gr="$grps" -v g5="$gp50" -v g9="$gp99" \
-      -v cpu="$(( (t1 - t0) * TICK_US ))" -v n="$gn" -v os="$os0 $os1" -v on="$on0 $on1" 'BEGIN {
+      -v user="$(( (u1 - u0) * TICK_US ))" -v sys="$(( (k1 - k0) * TICK_US ))" \
+      -v n="$gn" -v os="$os0 $os1" -v on="$on0 $on1" 'BEGIN {
       split(os, s); split(on, k); own = (k[2] > k[1]) ? (s[2] - s[1]) / (k[2] - k[1]) * 1e6 : 0
-      printf "%-10s %5d | %10.0f %9.0f %9.0f | %10.0f %9.0f %9.0f | %12.0f %12.0f %8.2f %11.1f %11.1f\n", m, c, dr, d5, d9, gr, g5, g9, g5 - d5, g9 - d9, gr / dr, cpu / n, own
+      printf "%-10s %5d | %10.0f %9.0f %9.0f | %10.0f %9.0f %9.0f | %12.0f %12.0f %8.2f %11.1f %9.1f %9.1f %11.1f\n", m, c, dr, d5, d9, gr, g5, g9, g5 - d5, g9 - d9, gr / dr, (user + sys) / n, user / n, sys / n, own
     }'
   done
 done
