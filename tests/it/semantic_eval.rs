@@ -31,22 +31,36 @@ fn model_dir() -> Option<String> {
     }
 }
 
+/// `switchyard semantic eval` of router `router` in `config` on `labelled`, to the end.
+fn semantic_eval(
+    config: &str,
+    router: &str,
+    labelled: &str,
+    json: bool,
+    env: &[(&str, &str)],
+) -> Ran {
+    let mut args = vec![
+        "--log-level",
+        "error",
+        "semantic",
+        "eval",
+        "--config",
+        config,
+    ];
+    args.extend(["--router", router, "--labelled", labelled]);
+    if json {
+        args.push("--json");
+    }
+    run_bin(&args, env)
+}
+
 /// `semantic eval --json` on `config` (a path): the report.
 fn eval(config: &str, dir: &str) -> Value {
-    let ran = run_bin(
-        &[
-            "--log-level",
-            "error",
-            "semantic",
-            "eval",
-            "--config",
-            config,
-            "--router",
-            "auto",
-            "--labelled",
-            LABELLED,
-            "--json",
-        ],
+    let ran = semantic_eval(
+        config,
+        "auto",
+        LABELLED,
+        true,
         &[
             ("SWITCHYARD_EMBED_MODEL_DIR", dir),
             ("TEAM_A_KEY", "sk-team-a-0123456789"),
@@ -211,54 +225,32 @@ fn eval_names_the_line_of_a_bad_label_and_prints_a_table_for_people() {
         ("SWITCHYARD_EMBED_MODEL_DIR", dir.as_str()),
         ("TEAM_A_KEY", "sk-team-a-0123456789"),
     ];
-    let ran = run_bin(
-        &[
-            "semantic",
-            "eval",
-            "--config",
-            EXAMPLE,
-            "--router",
-            "auto",
-            "--labelled",
-            bad.to_str().unwrap(),
-        ],
-        &env,
-    );
+    let ran = semantic_eval(EXAMPLE, "auto", bad.to_str().unwrap(), false, &env);
     assert!(!ran.ok);
     assert!(
         ran.err.contains("line 2") && ran.err.contains("poetry") && ran.err.contains("writing"),
         "{}",
         ran.err
     );
-    let ran = run_bin(
-        &[
-            "semantic",
-            "eval",
-            "--config",
-            EXAMPLE,
-            "--router",
-            "nope",
-            "--labelled",
-            LABELLED,
-        ],
-        &env,
+    // An embedder that does not answer is an error here, never a fall to the catchall.
+    let down = tmp.path().join("down.toml");
+    let local = "embedder = { kind = \"local\", model_dir = \"${SWITCHYARD_EMBED_MODEL_DIR}\" }";
+    let text = std::fs::read_to_string(EXAMPLE).unwrap().replace(
+        local,
+        "embedder = { kind = \"channel\", channel = \"embeddings\", model = \"e\" }",
+    ) + "\n[[channels]]\nname = \"embeddings\"\nprovider = \"openai\"\n\
+         base_url = \"http://127.0.0.1:9/v1\"\napi_keys = [\"sk-unused-000000\"]\nmodels = [\"e\"]\n";
+    assert!(text.contains("kind = \"channel\""));
+    std::fs::write(&down, text).unwrap();
+    let ran = semantic_eval(down.to_str().unwrap(), "auto", LABELLED, false, &env);
+    assert!(
+        !ran.ok && ran.err.contains("could not be embedded"),
+        "{}",
+        ran.err
     );
+    let ran = semantic_eval(EXAMPLE, "nope", LABELLED, false, &env);
     assert!(!ran.ok && ran.err.contains("nope"), "{}", ran.err);
-    let ran = run_bin(
-        &[
-            "--log-level",
-            "error",
-            "semantic",
-            "eval",
-            "--config",
-            EXAMPLE,
-            "--router",
-            "auto",
-            "--labelled",
-            LABELLED,
-        ],
-        &env,
-    );
+    let ran = semantic_eval(EXAMPLE, "auto", LABELLED, false, &env);
     assert!(ran.ok, "{}", ran.err);
     for part in [
         "accuracy",
