@@ -38,7 +38,7 @@ fn semantic_eval(
     labelled: &str,
     json: bool,
     env: &[(&str, &str)],
-) -> Ran {
+) -> Finished {
     let mut args = vec![
         "--log-level",
         "error",

@@ -70,20 +70,20 @@ pub async fn spawn_listening_env(
 }
 
 /// What a run of the binary said: whether it succeeded, its stdout and its stderr.
-pub struct Ran {
+pub struct Finished {
     pub ok: bool,
     pub out: String,
     pub err: String,
 }
 
 /// Runs `switchyard <args>` to the end with `env` set (a command such as `audit verify`).
-pub fn run_bin(args: &[&str], env: &[(&str, &str)]) -> Ran {
+pub fn run_bin(args: &[&str], env: &[(&str, &str)]) -> Finished {
     let o = Command::new(BIN)
         .args(args)
         .envs(env.iter().copied())
         .output()
         .expect("binary runs");
-    Ran {
+    Finished {
         ok: o.status.success(),
         out: String::from_utf8_lossy(&o.stdout).into_owned(),
         err: String::from_utf8_lossy(&o.stderr).into_owned(),
