@@ -155,6 +155,12 @@ def open_in_log(page, request_id):
     page.get_by_role("button", name="Apply filters").click()
     row = page.locator("#log tbody tr", has_text=request_id)
     expect(row).to_have_count(1)
+    # The time in the browser's own zone (the context runs in Asia/Tokyo, never UTC here).
+    ts = api(page, "/admin/requests?id=" + request_id)["body"]["data"][0]["ts_ms"]
+    local = page.evaluate("(ts) => new Date(ts).toLocaleString()", ts)
+    utc = page.evaluate("(ts) => new Date(ts).toLocaleString('en-US', {timeZone: 'UTC'})", ts)
+    assert local != utc, (local, utc)
+    expect(row.locator("td").first).to_have_text(local)
     # The row shows the full id, and opens that request.
     row.get_by_role("button", name="Open request " + request_id).click()
     expect(page.locator("#detail")).to_be_visible()
@@ -232,7 +238,7 @@ def main():
     steps = []
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
-        ctx = browser.new_context(viewport={"width": 1280, "height": 800})
+        ctx = browser.new_context(viewport={"width": 1280, "height": 800}, timezone_id="Asia/Tokyo")
         page, problems = sign_in(ctx, ADMIN)
         steps.append("signed in as admin")
 

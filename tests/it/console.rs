@@ -148,6 +148,8 @@ async fn a_session_is_a_guarded_cookie_and_every_write_needs_its_csrf_token() {
         assert_eq!(html.matches("<h1").count(), 1, "{slug}");
         assert!(html.contains(&format!("<h1>{title}</h1>")), "{slug}");
         assert_eq!(h["x-frame-options"], "DENY");
+        assert_eq!(h["cache-control"], "no-store");
+        assert_eq!(h["referrer-policy"], "no-referrer");
         assert!(
             !html.contains(ADMIN),
             "{slug}: the token is never in a page"
