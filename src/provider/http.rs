@@ -77,7 +77,12 @@ impl HttpClients {
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy();
         let b = match mode {
-            Transport::Http1 => b.http1_only(),
+            // reqwest retries only HTTP/2's refusals (REFUSED_STREAM, a graceful GOAWAY), yet its
+            // retry layer clones every request (headers, extensions) in case: over HTTP/1 there
+            // is nothing it could retry, so it is told never to, and clones nothing.
+            Transport::Http1 => b
+                .http1_only()
+                .retry(reqwest::retry::never().max_retries_per_request(0)),
             Transport::Alpn => b,
             Transport::H2c => b.http2_prior_knowledge(),
         };
