@@ -25,8 +25,8 @@ use super::{Decision, dot};
 
 /// The share of half the examples' mean `same` taken off the midpoint, because a prompt is
 /// often further from the examples than they are from each other: with MiniLM on
-/// `examples/semantic.toml`, its prompts' median best score is 0.85–1.15 × their instance's
-/// mean `same`, and a quarter of them score below 0.8 ×; the level must sit under most of them.
+/// `examples/semantic.toml`, its prompts' median score for their own instance is 0.85–1.15 ×
+/// that instance's mean `same`, with a long tail below; the level must sit under most of them.
 const PROMPT_GAP: f32 = 0.35;
 /// The margin as a share of the examples' median lead of `same` over `other`, and its bounds.
 const MARGIN_SHARE: f32 = 0.25;
