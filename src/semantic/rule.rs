@@ -25,8 +25,9 @@ use super::{Decision, dot};
 
 /// The share of half the examples' mean `same` taken off the midpoint, because a prompt is
 /// often further from the examples than they are from each other: with MiniLM on
-/// `examples/semantic.toml` (as its examples were chosen), its prompts' median score for their own instance was 0.85–1.25 ×
-/// that instance's mean `same`, with a long tail below; the level must sit under most of them.
+/// `examples/semantic.toml` (as its examples were chosen), the prompts' median score for their
+/// own instance was 0.85–1.25 × that instance's mean `same`, with a long tail below; the level
+/// must sit under most of them.
 const PROMPT_GAP: f32 = 0.35;
 /// The margin as a share of the examples' median lead of `same` over `other`, and its bounds.
 const MARGIN_SHARE: f32 = 0.25;
