@@ -11,8 +11,14 @@ use crate::support::*;
 
 const VIEWER: &str = "viewer-token-0123456789";
 
+/// An admin of group `team-b`, which none of these tests' keys or channels is in.
+const SCOPED: &str = "scoped-token-0123456789";
+
 fn viewer_admin() -> String {
-    format!("[[admins]]\nname = \"viewer\"\ntoken = \"{VIEWER}\"\nrole = \"viewer\"\n\n")
+    format!(
+        "[[admins]]\nname = \"viewer\"\ntoken = \"{VIEWER}\"\nrole = \"viewer\"\n\n\
+         [[admins]]\nname = \"scoped\"\ntoken = \"{SCOPED}\"\nrole = \"admin\"\ngroups = [\"team-b\"]\n\n"
+    )
 }
 
 /// A client that shows redirects instead of following them.
@@ -499,6 +505,16 @@ async fn stats_count_each_channels_calls_and_the_preview_and_budgets_answer_for_
         ),
         (Some("key"), Some(2_500_000), Some(2_500_000))
     );
+
+    // An admin of another group sees none of it: no channel's figures, no budget, no key to
+    // preview (answered as missing).
+    let (_, theirs) = admin(&gw, "GET", "/admin/stats?window=3600", SCOPED, None).await;
+    assert_eq!(theirs["series"], json!([]), "{theirs}");
+    let (_, theirs) = admin(&gw, "GET", "/admin/budgets", SCOPED, None).await;
+    assert_eq!(theirs["data"], json!([]), "{theirs}");
+    let body = json!({"key": "team-a", "model": "m"});
+    let theirs = admin(&gw, "POST", "/admin/route/explain", SCOPED, Some(body)).await;
+    assert_eq!(code(&theirs), (404, "not_found"));
 }
 
 /// The console in a real browser, as `tests/browser/console.py` drives it. Needs the Python

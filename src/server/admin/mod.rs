@@ -101,10 +101,32 @@ impl Admin {
         if self.caller.groups.is_empty() {
             return true;
         }
-        key.and_then(|k| self.snap.key_named(k)).is_some_and(|k| {
-            let groups: Vec<&str> = k.groups.iter().map(|g| &**g).collect();
-            self.caller.sees_key(&groups)
-        })
+        key.and_then(|k| self.snap.key_named(k))
+            .is_some_and(|k| self.sees_key(k))
+    }
+
+    /// Whether `key` is the caller's (see [`auth::Caller::sees_key`]).
+    pub fn sees_key(&self, key: &crate::config::GatewayKey) -> bool {
+        let groups: Vec<&str> = key.groups.iter().map(|g| &**g).collect();
+        self.caller.sees_key(&groups)
+    }
+
+    /// Whether `channel` is in the caller's groups.
+    pub fn sees_channel(&self, channel: &crate::config::Channel) -> bool {
+        let groups: Vec<&str> = channel.groups.iter().map(|g| &**g).collect();
+        self.caller.sees(&groups)
+    }
+
+    /// Whether the caller sees the channel named `name`: every admin not limited to groups
+    /// does (a channel gone from the config too); one limited to groups, only its groups'.
+    pub fn sees_channel_named(&self, name: &str) -> bool {
+        self.caller.groups.is_empty()
+            || self
+                .snap
+                .channels
+                .iter()
+                .find(|c| *c.name == *name)
+                .is_some_and(|c| self.sees_channel(c))
     }
 }
 

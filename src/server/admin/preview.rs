@@ -37,10 +37,10 @@ pub async fn explain(admin: Admin, headers: HeaderMap, body: Bytes) -> Response 
         .into_response();
     };
     // A key the caller may not see is answered as one that does not exist.
-    let seen = admin.snap.key_named(&key).is_some_and(|k| {
-        let groups: Vec<&str> = k.groups.iter().map(|g| &**g).collect();
-        admin.caller.sees_key(&groups)
-    });
+    let seen = admin
+        .snap
+        .key_named(&key)
+        .is_some_and(|k| admin.sees_key(k));
     if !seen || !ctx.act_as(&key) {
         let missing = ControlError::Missing {
             section: "keys".into(),

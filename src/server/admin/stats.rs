@@ -199,18 +199,9 @@ pub async fn stats(
         }
     };
     let step_ms = step * 1000;
-    let visible = |channel: &str| {
-        admin.caller.groups.is_empty()
-            || admin.snap.channels.iter().any(|c| {
-                *c.name == *channel && {
-                    let g: Vec<&str> = c.groups.iter().map(|g| &**g).collect();
-                    admin.caller.sees(&g)
-                }
-            })
-    };
     let series: Vec<Value> = sum(&samples, from_ms, step_ms)
         .into_iter()
-        .filter(|((channel, _), _)| visible(channel))
+        .filter(|((channel, _), _)| admin.sees_channel_named(channel))
         .map(|((channel, model), (total, steps))| {
             let points: Vec<Value> = steps
                 .into_iter()

@@ -142,14 +142,8 @@ pub async fn budgets(admin: Admin) -> Response {
     let snap = admin.snap.clone();
     let meter = &admin.state.meter;
     let mut rows = Vec::new();
-    let keys = snap.keys.iter().filter(|k| {
-        let g: Vec<&str> = k.groups.iter().map(|g| &**g).collect();
-        admin.caller.sees_key(&g)
-    });
-    let channels = snap.channels.iter().filter(|c| {
-        let g: Vec<&str> = c.groups.iter().map(|g| &**g).collect();
-        admin.caller.sees(&g)
-    });
+    let keys = snap.keys.iter().filter(|k| admin.sees_key(k));
+    let channels = snap.channels.iter().filter(|c| admin.sees_channel(c));
     let scopes = keys
         .map(|k| ("key", &k.name, &k.scope, &k.quota))
         .chain(channels.map(|c| ("channel", &c.name, &c.scope, &c.quota)));
