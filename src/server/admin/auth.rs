@@ -182,7 +182,7 @@ pub fn session_caller(
             .get(super::session::CSRF_HEADER)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("");
-        if !super::session::csrf_matches(s, presented) {
+        if !s.csrf_matches(presented) {
             return Err(ControlError::Csrf.into());
         }
         if admin.role == Role::Viewer && !reads(method, path) {

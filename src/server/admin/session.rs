@@ -25,17 +25,38 @@ pub const LIFETIME_S: u64 = 12 * 3600;
 /// A session used this long after its cookie was signed gets a fresh cookie.
 const RESIGN_S: u64 = 60;
 
-/// A signed-in console session.
-#[derive(Debug, Clone)]
+/// A signed-in console session, as its cookie said.
+#[derive(Clone)]
 pub struct Session {
     /// The admin's index in `server.admins`.
     pub admin: usize,
     pub nonce: String,
     pub issued: u64,
+    seen: u64,
+    /// The admin's name as the cookie carries it (hex).
+    name: String,
+    /// The key its cookie and CSRF token are signed with (from the admin's token).
+    key: hmac::Key,
+}
+
+impl Session {
     /// The session's CSRF token: what a write must carry in `x-csrf-token`.
-    pub csrf: String,
-    /// A re-signed cookie value, when the one presented is older than [`RESIGN_S`].
-    pub resigned: Option<String>,
+    pub fn csrf(&self) -> String {
+        let mac = hmac::sign(&self.key, format!("csrf.{}", self.nonce).as_bytes());
+        crate::secret::hex(mac.as_ref())
+    }
+
+    /// Whether `presented` is the session's CSRF token (compared in constant time).
+    pub fn csrf_matches(&self, presented: &str) -> bool {
+        crate::secret::same(self.csrf().as_bytes(), presented.as_bytes())
+    }
+
+    /// A re-signed cookie value, when the one presented was signed [`RESIGN_S`] or more
+    /// before `now`: using the console restarts the idle clock.
+    pub fn resigned(&self, now: u64) -> Option<String> {
+        (now >= self.seen.saturating_add(RESIGN_S))
+            .then(|| value(&self.key, &self.name, self.issued, now, &self.nonce))
+    }
 }
 
 /// The key an admin's sessions are signed with, derived from its token.
@@ -45,29 +66,31 @@ fn key(admin: &Admin) -> hmac::Key {
     hmac::Key::new(hmac::HMAC_SHA256, derived.as_ref())
 }
 
-fn signed(admin: &Admin, issued: u64, seen: u64, nonce: &str) -> String {
-    let name = crate::secret::hex(admin.name.as_bytes());
+/// The cookie value: `name.issued.seen.nonce.signature`.
+fn value(key: &hmac::Key, name: &str, issued: u64, seen: u64, nonce: &str) -> String {
     let body = format!("{name}.{issued}.{seen}.{nonce}");
-    let mac = hmac::sign(&key(admin), body.as_bytes());
+    let mac = hmac::sign(key, body.as_bytes());
     format!("{body}.{}", crate::secret::hex(mac.as_ref()))
-}
-
-fn csrf(admin: &Admin, nonce: &str) -> String {
-    let mac = hmac::sign(&key(admin), format!("csrf.{nonce}").as_bytes());
-    crate::secret::hex(mac.as_ref())
 }
 
 /// A new session's cookie value for `admin`, begun at `now` (seconds since the epoch).
 pub fn issue(admin: &Admin, now: u64) -> Option<String> {
     let mut nonce = [0u8; 16];
     ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut nonce).ok()?;
-    Some(signed(admin, now, now, &crate::secret::hex(&nonce)))
+    let name = crate::secret::hex(admin.name.as_bytes());
+    Some(value(
+        &key(admin),
+        &name,
+        now,
+        now,
+        &crate::secret::hex(&nonce),
+    ))
 }
 
 /// The session a cookie value carries, if its signature holds under a current admin's token,
 /// it has not ended, and it was not signed out.
-pub fn open(snap: &Snapshot, value: &str, now: u64, out: &SignedOut) -> Option<Session> {
-    let mut parts = value.split('.');
+pub fn open(snap: &Snapshot, cookie: &str, now: u64, out: &SignedOut) -> Option<Session> {
+    let mut parts = cookie.split('.');
     let (name, issued, seen, nonce) = (
         parts.next()?,
         parts.next()?.parse::<u64>().ok()?,
@@ -84,11 +107,9 @@ pub fn open(snap: &Snapshot, value: &str, now: u64, out: &SignedOut) -> Option<S
         .iter()
         .enumerate()
         .find(|(_, a)| crate::secret::hex(a.name.as_bytes()) == name)?;
-    let expected = signed(a, issued, seen, nonce);
-    let presented = value.as_bytes();
-    let same = expected.len() == presented.len()
-        && subtle::ConstantTimeEq::ct_eq(expected.as_bytes(), presented).into();
-    if !same
+    let key = key(a);
+    let expected = value(&key, name, issued, seen, nonce);
+    if !crate::secret::same(expected.as_bytes(), cookie.as_bytes())
         || seen < issued
         || now >= issued.saturating_add(LIFETIME_S)
         || now >= seen.saturating_add(IDLE_S)
@@ -100,15 +121,10 @@ pub fn open(snap: &Snapshot, value: &str, now: u64, out: &SignedOut) -> Option<S
         admin,
         nonce: nonce.to_string(),
         issued,
-        csrf: csrf(a, nonce),
-        resigned: (now >= seen + RESIGN_S).then(|| signed(a, issued, now, nonce)),
+        seen,
+        name: name.to_string(),
+        key,
     })
-}
-
-/// Whether `presented` is the session's CSRF token (compared in constant time).
-pub fn csrf_matches(s: &Session, presented: &str) -> bool {
-    s.csrf.len() == presented.len()
-        && subtle::ConstantTimeEq::ct_eq(s.csrf.as_bytes(), presented.as_bytes()).into()
 }
 
 /// The session cookie's value among the request's cookies.
@@ -200,11 +216,13 @@ mod tests {
         let v = issue(admin, 1000).unwrap();
         let open_at = |snap: &Snapshot, v: &str, t| open(snap, v, t, &out);
         let got = open_at(&s, &v, 1010).unwrap();
-        assert!(got.resigned.is_none());
-        assert_eq!(got.csrf.len(), 64);
+        assert!(got.resigned(1010).is_none());
+        assert_eq!(got.csrf().len(), 64);
+        assert!(got.csrf_matches(&got.csrf()) && !got.csrf_matches(&"0".repeat(64)));
         // Idle: refused after 30 min unused; a re-signed cookie moves the idle clock.
         assert!(open_at(&s, &v, 1000 + IDLE_S).is_none());
-        let later = open_at(&s, &v, 1000 + RESIGN_S).unwrap().resigned.unwrap();
+        let at = 1000 + RESIGN_S;
+        let later = open_at(&s, &v, at).unwrap().resigned(at).unwrap();
         assert!(open_at(&s, &later, 1000 + IDLE_S).is_some());
         assert!(
             open_at(&s, &later, 1000 + LIFETIME_S).is_none(),

@@ -20,7 +20,7 @@ use serde::Deserialize;
 
 use super::AppState;
 use super::admin::session::{self, Session};
-use crate::config::Role;
+use crate::config::{Role, Snapshot};
 
 /// No inline script or style, nothing from elsewhere, never framed.
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
@@ -86,22 +86,20 @@ fn with_cookie(mut r: Response, cookie: &str) -> Response {
     r
 }
 
-/// The session the request carries, if any (opened against the current config).
-fn current(state: &AppState, headers: &HeaderMap) -> Option<Session> {
+/// The session the request carries, if any, opened against `snap` (the snapshot the handler
+/// reads the admin from: its index is into that snapshot's admins).
+fn current(state: &AppState, snap: &Snapshot, headers: &HeaderMap) -> Option<Session> {
     let value = session::cookie(headers)?;
-    session::open(&state.live.load(), value, now_s(), &state.signed_out)
+    session::open(snap, value, now_s(), &state.signed_out)
 }
 
 /// Without an admin configured there is no console, as there is no admin API.
-fn exists(state: &AppState) -> bool {
-    !state.live.load().server.admins.is_empty()
-}
-
 async fn home(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    if !exists(&state) {
+    let snap = state.live.load();
+    if snap.server.admins.is_empty() {
         return super::ApiError::NotFound("/console".into()).into_response();
     }
-    match current(&state, &headers) {
+    match current(&state, &snap, &headers) {
         Some(_) => redirect("/console/channels"),
         None => guarded(StatusCode::OK, pages::sign_in(None).into_string()),
     }
@@ -164,9 +162,9 @@ async fn sign_out(
 ) -> Response {
     let snap = state.live.load();
     let secure = session::secure(&snap, &headers, peer(conn));
-    if let (Some(s), Ok(Form(f))) = (current(&state, &headers), form) {
+    if let (Some(s), Ok(Form(f))) = (current(&state, &snap, &headers), form) {
         // A sign-out is a write: it needs the session's CSRF token like any other.
-        if !session::csrf_matches(&s, &f.csrf) {
+        if !s.csrf_matches(&f.csrf) {
             let m = "Sign-out refused: stale page; reload and try again.";
             return refused(StatusCode::FORBIDDEN, m);
         }
@@ -187,16 +185,17 @@ async fn page(
     if snap.server.admins.is_empty() {
         return super::ApiError::NotFound(format!("/console/{slug}")).into_response();
     }
-    let Some(s) = current(&state, &headers) else {
+    let Some(s) = current(&state, &snap, &headers) else {
         return redirect("/console");
     };
     let Some(admin) = snap.server.admins.get(s.admin) else {
         return redirect("/console");
     };
+    let csrf = s.csrf();
     let who = pages::Viewer {
         name: &admin.name,
         admin: admin.role == Role::Admin,
-        csrf: &s.csrf,
+        csrf: &csrf,
     };
     let Some(markup) = pages::page(&slug, &who) else {
         return guarded(StatusCode::NOT_FOUND, pages::not_found(&slug).into_string());
@@ -214,14 +213,14 @@ async fn page(
 fn resigned(
     r: Response,
     s: &Session,
-    snap: &crate::config::Snapshot,
+    snap: &Snapshot,
     headers: &HeaderMap,
     conn: Option<Extension<ConnectInfo<SocketAddr>>>,
 ) -> Response {
-    match &s.resigned {
+    match s.resigned(now_s()) {
         Some(v) => {
             let secure = session::secure(snap, headers, peer(conn));
-            with_cookie(r, &session::set_cookie(v, session::LIFETIME_S, secure))
+            with_cookie(r, &session::set_cookie(&v, session::LIFETIME_S, secure))
         }
         None => r,
     }
@@ -236,7 +235,7 @@ async fn activity(
     headers: HeaderMap,
 ) -> Response {
     let snap = state.live.load();
-    let Some(s) = current(&state, &headers) else {
+    let Some(s) = current(&state, &snap, &headers) else {
         return StatusCode::UNAUTHORIZED.into_response();
     };
     resigned(
