@@ -9,12 +9,12 @@ use crate::config::file::{EmbedderConfig, InstanceConfig, RouterConfig};
 use crate::config::routers::Threshold;
 use crate::config::snapshot::{Channel, EmbedderSpec, Instance, Level, ModelRoute, SemanticRouter};
 
-/// A level as compiled; a number out of [-1, 1] is refused.
-fn level(t: Threshold) -> Option<Level> {
+/// A level as compiled, or the field's error when its number is outside [`low`, 1].
+fn level(t: Threshold, low: f64, field: String) -> Result<Level, FieldError> {
     match t {
-        Threshold::Auto => Some(Level::Auto),
-        Threshold::Fixed(n) if (-1.0..=1.0).contains(&n) => Some(Level::Fixed(n as f32)),
-        Threshold::Fixed(_) => None,
+        Threshold::Auto => Ok(Level::Auto),
+        Threshold::Fixed(n) if (low..=1.0).contains(&n) => Ok(Level::Fixed(n as f32)),
+        Threshold::Fixed(_) => Err((field, format!("must be within [{low}, 1]"))),
     }
 }
 
@@ -41,14 +41,8 @@ pub fn compile(
         if out.iter().any(|o| *o.model == *r.model) {
             return Err((at("model"), format!("two routers are named {:?}", r.model)));
         }
-        let threshold =
-            level(r.threshold).ok_or_else(|| (at("threshold"), "must be within [-1, 1]".into()))?;
-        let margin = match r.margin {
-            Threshold::Fixed(n) if !(0.0..=1.0).contains(&n) => {
-                return Err((at("margin"), "must be within [0, 1]".into()));
-            }
-            m => level(m).unwrap_or(Level::Auto),
-        };
+        let threshold = level(r.threshold, -1.0, at("threshold"))?;
+        let margin = level(r.margin, 0.0, at("margin"))?;
         let (instances, catchall) = instances(&r.instances, i, models)?;
         out.push(SemanticRouter {
             model: r.model.as_str().into(),
@@ -108,12 +102,10 @@ fn instances(
                 format!("at most 64 examples, got {}", inst.examples.len()),
             ));
         }
-        let threshold = match inst.threshold {
-            Some(t) => {
-                Some(level(t).ok_or_else(|| (at("threshold"), "must be within [-1, 1]".into()))?)
-            }
-            None => None,
-        };
+        let threshold = inst
+            .threshold
+            .map(|t| level(t, -1.0, at("threshold")))
+            .transpose()?;
         if inst.catchall {
             if catchall.is_some() {
                 return Err((
