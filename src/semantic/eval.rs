@@ -6,7 +6,7 @@
 
 use serde_json::{Value, json};
 
-use super::rule::{self, Rule};
+use super::rule::Rule;
 use super::{EmbedError, Semantic};
 use crate::config::{SemanticRouter, Snapshot};
 
@@ -93,10 +93,7 @@ pub struct Case {
 
 /// The instance a case goes to under `rule`: the winner, or the catchall.
 pub fn routed(router: &SemanticRouter, rule: &Rule, scores: &[(usize, f32)]) -> usize {
-    let d = rule::decide(router, &std::sync::Arc::new(rule.clone()), scores.to_vec());
-    d.winner
-        .and_then(|w| router.instances.iter().position(|i| i.name == w))
-        .unwrap_or(router.catchall)
+    rule.winner(scores).unwrap_or(router.catchall)
 }
 
 fn accuracy(router: &SemanticRouter, rule: &Rule, cases: &[Case]) -> f64 {

@@ -144,6 +144,20 @@ impl Rule {
         (self.derived.get(i).copied().unwrap_or(false) || !self.margin_derived)
             .then_some(self.margin)
     }
+
+    fn threshold(&self, i: usize) -> f32 {
+        self.thresholds.get(i).copied().unwrap_or(f32::INFINITY)
+    }
+
+    /// The instance that wins `scores` (instance index, similarity; highest first): the best,
+    /// when it clears its threshold or leads the runner-up by the margin; `None` when the
+    /// catchall serves for want of a winner. What `semantic eval` counts.
+    pub fn winner(&self, scores: &[(usize, f32)]) -> Option<usize> {
+        let &(best, top) = scores.first()?;
+        let runner = scores.get(1).map_or(f32::NEG_INFINITY, |(_, s)| *s);
+        let leads = self.margin_for(best).is_some_and(|m| top - runner >= m);
+        (top >= self.threshold(best) || leads).then_some(best)
+    }
 }
 
 /// The decision from `scores` (instance index, similarity; highest first) under `rule`.
@@ -152,16 +166,11 @@ pub fn decide(router: &SemanticRouter, rule: &Arc<Rule>, scores: Vec<(usize, f32
         .iter()
         .map(|(i, s)| (router.instances[*i].name.clone(), *s))
         .collect();
-    let threshold = |i: usize| rule.thresholds.get(i).copied().unwrap_or(f32::INFINITY);
-    let Some(&(best, top)) = scores.first() else {
+    let Some(best) = rule.winner(&scores) else {
         return fallback(router, named, Some(rule.clone()));
     };
-    let runner = scores.get(1).map_or(f32::NEG_INFINITY, |(_, s)| *s);
+    let top = scores.first().map_or(f32::NEG_INFINITY, |(_, s)| *s);
     let margin = rule.margin_for(best);
-    let leads = margin.is_some_and(|m| top - runner >= m);
-    if top < threshold(best) && !leads {
-        return fallback(router, named, Some(rule.clone()));
-    }
     let mut order = vec![best];
     match router.failover {
         RouterFailover::Ranked => {
@@ -171,7 +180,7 @@ pub fn decide(router: &SemanticRouter, rule: &Arc<Rule>, scores: Vec<(usize, f32
                 scores
                     .iter()
                     .skip(1)
-                    .filter(|(i, s)| *s >= threshold(*i) || close(*s))
+                    .filter(|(i, s)| *s >= rule.threshold(*i) || close(*s))
                     .map(|(i, _)| *i),
             );
             order.push(router.catchall);
