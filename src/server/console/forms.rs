@@ -3,17 +3,7 @@
 
 use maud::{Markup, html};
 
-use super::pages::table;
-
-fn field(id: &str, label: &str, kind: &str, hint: &str) -> Markup {
-    html! {
-        div.field {
-            label for=(id) { (label) }
-            input id=(id) name=(id.split_once('-').map_or(id, |(_, n)| n)) type=(kind) autocomplete="off";
-            @if !hint.is_empty() { small { (hint) } }
-        }
-    }
-}
+use super::pages::{field, table};
 
 pub fn channels(admin: bool) -> Markup {
     html! {

@@ -161,6 +161,17 @@ pub fn page(slug: &str, who: &Viewer) -> Option<Markup> {
     })
 }
 
+/// A labelled input: `id` is `<prefix>-<name>`, the name its form sends.
+pub fn field(id: &str, label: &str, kind: &str, hint: &str) -> Markup {
+    html! {
+        div.field {
+            label for=(id) { (label) }
+            input id=(id) name=(id.split_once('-').map_or(id, |(_, n)| n)) type=(kind) autocomplete="off";
+            @if !hint.is_empty() { small { (hint) } }
+        }
+    }
+}
+
 /// A table with its header row and an empty body the page's script fills.
 pub fn table(id: &str, caption: &str, columns: &[&str]) -> Markup {
     html! {
@@ -177,21 +188,12 @@ pub fn table(id: &str, caption: &str, columns: &[&str]) -> Markup {
 fn logs() -> Markup {
     html! {
         form #filters.filters {
-            @for (name, label) in [("key", "Key"), ("model", "Model"), ("channel", "Channel"),
-                ("status", "Status"), ("outcome", "Outcome"), ("id", "Request id")] {
-                div.field {
-                    label for={ "f-" (name) } { (label) }
-                    input id={ "f-" (name) } name=(name) type="text" autocomplete="off";
-                }
+            @for (id, label) in [("f-key", "Key"), ("f-model", "Model"), ("f-channel", "Channel"),
+                ("f-status", "Status"), ("f-outcome", "Outcome"), ("f-id", "Request id")] {
+                (field(id, label, "text", ""))
             }
-            div.field {
-                label for="f-since" { "From" }
-                input id="f-since" name="since" type="datetime-local";
-            }
-            div.field {
-                label for="f-until" { "Until" }
-                input id="f-until" name="until" type="datetime-local";
-            }
+            (field("f-since", "From", "datetime-local", ""))
+            (field("f-until", "Until", "datetime-local", ""))
             div.checks {
                 label { input name="failed_over" type="checkbox"; " Failed over only" }
                 label { input name="hide_test" type="checkbox" checked; " Hide test traffic" }
@@ -267,14 +269,8 @@ fn usage() -> Markup {
                     option value="channel" { "Channel" }
                 }
             }
-            div.field {
-                label for="u-from" { "From" }
-                input id="u-from" name="from" type="date";
-            }
-            div.field {
-                label for="u-to" { "To" }
-                input id="u-to" name="to" type="date";
-            }
+            (field("u-from", "From", "date", ""))
+            (field("u-to", "To", "date", ""))
             div.actions { button type="submit" { "Show" } }
         }
         figure { figcaption { "Spend (USD)" } div #chart-spend.chart {} }
