@@ -24,6 +24,7 @@ use crate::secret::Secret;
 
 pub use http::{HOPS_HEADER, HttpClients, install_crypto_provider, redact_url};
 pub use mock::MockSpec;
+pub use sse::{Frame, Frames, NotUtf8};
 pub use via::{TraceContext, TraceHeaders, Via, Waited};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -30,6 +30,7 @@ mod semantic;
 mod semantic_data;
 mod semantic_eval;
 mod spend;
+mod sse_frames;
 mod store;
 mod streaming;
 mod support;

@@ -6,12 +6,14 @@
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use eventsource_stream::{EventStream, EventStreamError, Eventsource};
 use futures_util::{Stream, StreamExt};
 
 use super::UpstreamError;
 use super::http::error_chain;
 use crate::protocol::{Decoded, Protocol, RawEvent, StreamChunk};
+
+mod frames;
+pub use frames::{Frame, Frames, NotUtf8};
 
 /// A protocol's stream decoder: one SSE event (its name and data as sent) at a time.
 pub trait Decoder: Send + Unpin {
@@ -23,7 +25,10 @@ pub trait Decoder: Send + Unpin {
 type ByteStream = Pin<Box<dyn Stream<Item = Result<bytes::Bytes, reqwest::Error>> + Send>>;
 
 pub struct Events<D> {
-    inner: EventStream<ByteStream>,
+    bytes: ByteStream,
+    frames: Frames,
+    /// The upstream's bytes ended.
+    ended: bool,
     decoder: D,
     raw: Option<Protocol>,
     done: bool,
@@ -33,9 +38,10 @@ pub struct Events<D> {
 
 impl<D: Decoder> Events<D> {
     pub fn new(resp: reqwest::Response, decoder: D, raw: Option<Protocol>) -> Self {
-        let bytes: ByteStream = Box::pin(resp.bytes_stream());
         Events {
-            inner: bytes.eventsource(),
+            bytes: Box::pin(resp.bytes_stream()),
+            frames: Frames::default(),
+            ended: false,
             decoder,
             raw,
             done: false,
@@ -64,25 +70,33 @@ impl<D: Decoder> Stream for Events<D> {
             return Poll::Ready(None);
         }
         loop {
-            let ev = match std::task::ready!(self.inner.poll_next_unpin(cx)) {
-                Some(Ok(ev)) => ev,
-                Some(Err(e)) => {
-                    let msg = match e {
-                        EventStreamError::Transport(t) => error_chain(&t.without_url()),
-                        other => other.to_string(),
-                    };
-                    return self.end(Some(Err(UpstreamError::Broken(msg))));
-                }
-                None => {
+            let ended = self.ended;
+            let ev = match self.frames.next(ended) {
+                Ok(Some(ev)) => ev,
+                Err(e) => return self.end(Some(Err(UpstreamError::Broken(e.to_string())))),
+                Ok(None) if ended => {
                     let end = self.decoder.at_end();
                     return self.end(end.err().map(|why| Err(UpstreamError::Broken(why.into()))));
                 }
+                Ok(None) => {
+                    match std::task::ready!(self.bytes.poll_next_unpin(cx)) {
+                        Some(Ok(b)) => self.frames.push(&b),
+                        Some(Err(e)) => {
+                            let msg = error_chain(&e.without_url());
+                            return self.end(Some(Err(UpstreamError::Broken(msg))));
+                        }
+                        None => self.ended = true,
+                    }
+                    continue;
+                }
             };
-            let decoded = self.decoder.decode(&ev.event, &ev.data);
+            let decoded = self
+                .decoder
+                .decode(ev.name.as_deref().unwrap_or("message"), &ev.data);
             // An unnamed event is a `message` one: written back unnamed, as it came.
             let raw = self.raw.map(|protocol| RawEvent {
                 protocol,
-                event: (ev.event != "message").then_some(ev.event),
+                event: ev.name,
                 data: ev.data,
             });
             let chunk = |mut c: Box<StreamChunk>, raw| {
