@@ -10,7 +10,9 @@ use serde_json::Value;
 use super::http::{self, join, post_json, read_json, send, to_body};
 use super::sse::{Decoder, Events};
 use super::{ChunkStream, UpstreamError, Via, Waited};
-use crate::protocol::openai::{EmbeddingsBody, RequestBody, chunk_from_str, response_from_value};
+use crate::protocol::openai::{
+    EmbeddingsBody, RequestBody, chunk_from_str, response_from_value, scan_chunk,
+};
 use crate::protocol::{
     ChatRequest, ChatResponse, Decoded, EmbeddingsRequest, InvalidUpstream, Protocol,
 };
@@ -157,7 +159,17 @@ impl OpenAi {
         })?;
         let url = self.url(&self.chat_url, "chat/completions", model);
         let resp = self.post(&url, body, true, via, req.hops).await?;
-        Ok(Box::pin(Events::new(resp, ChatDecoder::default(), None)))
+        // A Chat Completions client gets the upstream's events as they came: read, not rebuilt.
+        let same = req.origin == Protocol::OpenAiChat;
+        let decoder = ChatDecoder {
+            scan: same,
+            ..ChatDecoder::default()
+        };
+        Ok(Box::pin(Events::new(
+            resp,
+            decoder,
+            same.then_some(Protocol::OpenAiChat),
+        )))
     }
 
     /// Where an operation goes: the fixed OpenAI URL, or Azure's deployment URL for the model
@@ -218,6 +230,11 @@ impl OpenAi {
 #[derive(Default)]
 struct ChatDecoder {
     finished: bool,
+    /// The events go on as they came (a Chat Completions client): scanned where the scan can
+    /// say what they hold, read whole where not.
+    scan: bool,
+    /// A chunk has been read (the first one's id and model are kept).
+    started: bool,
 }
 
 impl Decoder for ChatDecoder {
@@ -229,10 +246,16 @@ impl Decoder for ChatDecoder {
         if data == "[DONE]" {
             return Decoded::End;
         }
-        match chunk_from_str(data) {
+        let head = !std::mem::replace(&mut self.started, true);
+        let scanned = self.scan.then(|| scan_chunk(data, head)).flatten();
+        let read = match scanned {
+            Some(c) => Ok(Some(c)),
+            None => chunk_from_str(data).map(|c| c.map(Box::new)),
+        };
+        match read {
             Ok(Some(c)) => {
                 self.finished |= c.has_finish();
-                Decoded::Chunk(Box::new(c))
+                Decoded::Chunk(c)
             }
             Ok(None) => Decoded::Error,
             Err(e) => Decoded::Invalid(e),

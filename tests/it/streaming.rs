@@ -362,3 +362,71 @@ async fn an_upstream_400_on_a_stream_is_returned_as_is() {
     assert_eq!(v["error"]["code"], "mock_client_error");
     assert_eq!(backup.requests(), 0);
 }
+
+/// An OpenAI-compatible upstream's events as real ones come: spaces after colons, fields in
+/// its own order and of its own (`system_fingerprint`, `logprobs`, `x_vendor`), `data:` with no
+/// space, a refusal-null first delta, a tool call, `usage: null` on each chunk and a usage chunk.
+const VENDOR_STREAM: &str = "data: {\"id\": \"c-1\", \"object\": \"chat.completion.chunk\", \"created\": 7, \"model\": \"up-model\", \"system_fingerprint\": \"fp_1\", \"choices\": [{\"index\": 0, \"delta\": {\"role\": \"assistant\", \"content\": \"\", \"refusal\": null}, \"logprobs\": null, \"finish_reason\": null}], \"usage\": null}\n\n\
+data:{\"choices\":[{\"delta\":{\"content\":\"Hel\"},\"index\":0,\"finish_reason\":null}],\"model\":\"up-model\",\"id\":\"c-1\",\"created\":7,\"object\":\"chat.completion.chunk\",\"x_vendor\":{\"k\":[1,2]},\"usage\":null}\n\n\
+data: {\"id\":\"c-1\",\"object\":\"chat.completion.chunk\",\"created\":7,\"model\":\"up-model\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"lo \\u00e9\\n\"},\"finish_reason\":null}],\"usage\":null}\n\n\
+data: {\"id\":\"c-1\",\"object\":\"chat.completion.chunk\",\"created\":7,\"model\":\"up-model\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]},\"finish_reason\":null}],\"usage\":null}\n\n\
+data: {\"id\":\"c-1\",\"object\":\"chat.completion.chunk\",\"created\":7,\"model\":\"up-model\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}],\"usage\":null}\n\n\
+data: {\"id\":\"c-1\",\"object\":\"chat.completion.chunk\",\"created\":7,\"model\":\"up-model\",\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":4,\"total_tokens\":13,\"prompt_tokens_details\":{\"cached_tokens\":0}}}\n\n\
+data: [DONE]\n\n";
+
+/// The upstream's `data:` payloads, as sent.
+fn vendor_events() -> Vec<String> {
+    sse_data(&VENDOR_STREAM.replace("data:{", "data: {"))
+}
+
+#[tokio::test]
+async fn a_chat_client_gets_the_upstreams_events_byte_for_byte() {
+    let addr = canned_upstream(VENDOR_STREAM, serde_json::json!({})).await;
+    let gw = gateway(&openai_channel("up", &format!("http://{addr}/v1"), 1, "")).await;
+    let body = gw.chat(stream_body(true)).await.text().await.unwrap();
+    let got = sse_data(&body);
+    let want = vendor_events();
+    assert_eq!(got.len(), want.len(), "{body}");
+    // Every event as it came but the usage chunk, which gains the gateway's cost beside it.
+    let usage = want.len() - 2;
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        if i != usage {
+            assert_eq!(g, w, "event {i}");
+        }
+    }
+    let mut g: Value = serde_json::from_str(&got[usage]).unwrap();
+    assert!(g["switchyard"]["cost_micros"].is_u64(), "{g}");
+    g.as_object_mut().unwrap().remove("switchyard");
+    assert_eq!(g, serde_json::from_str::<Value>(&want[usage]).unwrap());
+    // The log read the stream all the same: usage, and the tool call as output.
+    gw.flush_log().await;
+    let row = &gw.admin_requests().await[0];
+    assert_eq!(row["input_tokens"], 9, "{row}");
+    assert_eq!(row["output_tokens"], 4, "{row}");
+}
+
+#[tokio::test]
+async fn usage_the_client_did_not_ask_for_is_taken_out_of_the_passed_events() {
+    let addr = canned_upstream(VENDOR_STREAM, serde_json::json!({})).await;
+    let gw = gateway(&openai_channel("up", &format!("http://{addr}/v1"), 1, "")).await;
+    let body = gw.chat(stream_body(false)).await.text().await.unwrap();
+    assert!(!body.contains("\"usage\""), "{body}");
+    let got = sse_data(&body);
+    let want = vendor_events();
+    // The usage chunk is gone; every other event is the upstream's without its `usage: null`.
+    assert_eq!(got.len(), want.len() - 1, "{body}");
+    for (g, w) in got.iter().zip(want.iter().filter(|w| !w.contains("\"choices\":[]"))) {
+        if w == "[DONE]" {
+            assert_eq!(g, w);
+            continue;
+        }
+        // Where the upstream wrote it last, it is cut and the rest kept byte for byte.
+        if let Some(kept) = w.strip_suffix(",\"usage\":null}") {
+            assert_eq!(g, &format!("{kept}}}"));
+            continue;
+        }
+        let mut w: Value = serde_json::from_str(w).unwrap();
+        w.as_object_mut().unwrap().remove("usage");
+        assert_eq!(serde_json::from_str::<Value>(g).unwrap(), w);
+    }
+}

@@ -11,7 +11,7 @@ use super::{Answer, Codec, Encode, Envelope, ErrorView, Parsed, Rendered, Stream
 use crate::exec::OutcomeClass;
 use crate::protocol::chain::{self, ChainSpec};
 use crate::protocol::openai::{ChunkBody, ResponseBody, error_body, request_from_value};
-use crate::protocol::{ChatRequest, ChatResponse, InvalidRequest, StreamChunk};
+use crate::protocol::{ChatRequest, ChatResponse, InvalidRequest, Protocol, RawEvent, StreamChunk};
 use crate::server::AppState;
 use crate::server::continuation::{Keep, Keeping};
 use crate::server::error::ApiError;
@@ -91,6 +91,9 @@ impl Encode for OpenAiEncoder {
         if c.is_raw_only() {
             return;
         }
+        if let Some(raw) = c.raw.take().filter(|r| r.protocol == Protocol::OpenAiChat) {
+            return self.pass(c, &raw, out);
+        }
         if let Some(r) = self.report.take() {
             c.extra.insert("switchyard".into(), r);
         }
@@ -121,6 +124,58 @@ impl Encode for OpenAiEncoder {
     fn done(&mut self, out: &mut Vec<u8>) -> Option<Keeping> {
         out.extend_from_slice(b"data: [DONE]\n\n");
         None
+    }
+}
+
+impl OpenAiEncoder {
+    /// An upstream Chat Completions event, written as it came, except where the gateway has
+    /// its own to say: the failover report (first chunk), usage the client did not ask for
+    /// (dropped), the stream's cost beside the usage (`switchyard.cost_micros`). Only those
+    /// few events are parsed and written again.
+    fn pass(&mut self, c: &StreamChunk, raw: &RawEvent, out: &mut Vec<u8>) {
+        // `"usage": null` on every chunk answers the usage we asked for, not the client.
+        let null_usage = !self.include_usage
+            && memchr::memmem::find(raw.data.as_bytes(), b"\"usage\"").is_some();
+        if self.report.is_none() && c.usage.is_none() && !null_usage {
+            return raw.write(out);
+        }
+        if self.report.is_none() && c.usage.is_none() {
+            // OpenAI writes it last: cut it there without reading the event.
+            if let Some(kept) = raw
+                .data
+                .strip_suffix(",\"usage\":null}")
+                .filter(|k| !k.contains('\n'))
+            {
+                out.extend_from_slice(b"data: ");
+                out.extend_from_slice(kept.as_bytes());
+                out.extend_from_slice(b"}\n\n");
+                return;
+            }
+        }
+        if !self.include_usage && c.is_usage_only() {
+            return;
+        }
+        let Ok(Value::Object(mut m)) = serde_json::from_str::<Value>(&raw.data) else {
+            return raw.write(out);
+        };
+        if let Some(r) = self.report.take() {
+            m.insert("switchyard".into(), r);
+        }
+        if !self.include_usage {
+            m.shift_remove("usage");
+        }
+        // The gateway's own fields (the cost) join the upstream's `switchyard` object, if any.
+        if let Some(Value::Object(ours)) = c.extra.get("switchyard") {
+            let entry = m
+                .entry("switchyard")
+                .or_insert_with(|| Value::Object(Default::default()));
+            if let Value::Object(theirs) = entry {
+                theirs.extend(ours.iter().map(|(k, v)| (k.clone(), v.clone())));
+            }
+        }
+        out.extend_from_slice(b"data: ");
+        let _ = serde_json::to_writer(&mut *out, &m);
+        out.extend_from_slice(b"\n\n");
     }
 }
 
