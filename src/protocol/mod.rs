@@ -396,6 +396,9 @@ pub struct ChatResponse {
     pub extra: Map<String, Value>,
     /// The upstream's own body, answered as is to a client of the same protocol.
     pub raw: Option<RawBody>,
+    /// A Chat Completions upstream's body as it came, for a Chat Completions client: written
+    /// unread but for the gateway's own fields (the failover report).
+    pub as_sent: Option<bytes::Bytes>,
 }
 
 /// What one upstream stream event means, as a protocol's decoder reads it.

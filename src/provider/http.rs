@@ -210,11 +210,18 @@ pub async fn read_json(
     what: &'static str,
     waited: &Waited,
 ) -> Result<Value, UpstreamError> {
-    let bytes = {
-        let _waiting = waited.start();
-        read_capped(resp, MAX_RESPONSE_BODY).await?
-    };
-    serde_json::from_slice(&bytes).map_err(|e| {
+    parse_json(&read_body(resp, waited).await?, what)
+}
+
+/// A whole upstream answer's bytes, never more than [`MAX_RESPONSE_BODY`] of them.
+pub async fn read_body(resp: reqwest::Response, waited: &Waited) -> Result<Bytes, UpstreamError> {
+    let _waiting = waited.start();
+    read_capped(resp, MAX_RESPONSE_BODY).await
+}
+
+/// An upstream answer's bytes as JSON.
+pub fn parse_json(bytes: &[u8], what: &'static str) -> Result<Value, UpstreamError> {
+    serde_json::from_slice(bytes).map_err(|e| {
         UpstreamError::Invalid(InvalidUpstream {
             what,
             message: e.to_string(),

@@ -11,7 +11,7 @@ use super::http::{self, join, post_json, read_json, send, to_body};
 use super::sse::{Decoder, Events};
 use super::{ChunkStream, UpstreamError, Via, Waited};
 use crate::protocol::openai::{
-    EmbeddingsBody, RequestBody, chunk_from_str, response_from_value, scan_chunk,
+    EmbeddingsBody, RequestBody, chunk_from_str, response_from_value, scan_answer, scan_chunk,
 };
 use crate::protocol::{
     ChatRequest, ChatResponse, Decoded, EmbeddingsRequest, InvalidUpstream, Protocol,
@@ -134,7 +134,15 @@ impl OpenAi {
         })?;
         let url = self.url(&self.chat_url, "chat/completions", model);
         let resp = self.post(&url, body, false, via, req.hops).await?;
-        let v = read_json(resp, "chat completion", via.waited).await?;
+        let bytes = http::read_body(resp, via.waited).await?;
+        // A Chat Completions client gets the answer as it came: scanned, not rebuilt.
+        if req.origin == Protocol::OpenAiChat
+            && let Some(mut r) = scan_answer(&bytes)
+        {
+            r.as_sent = Some(bytes);
+            return Ok(r);
+        }
+        let v = http::parse_json(&bytes, "chat completion")?;
         Ok(response_from_value(v)?)
     }
 

@@ -231,3 +231,61 @@ async fn azure_channels_use_deployment_urls_and_the_api_key_header() {
     }
     assert_eq!(up.received().len(), 2);
 }
+
+/// An OpenAI-compatible answer as a vendor writes it: its own spacing, field order and fields.
+const VENDOR_ANSWER: &str = "{\"id\": \"c-9\", \"object\": \"chat.completion\", \"created\": 7, \"model\": \"up-model\", \"system_fingerprint\": \"fp_1\", \"service_tier\": \"default\",\n \"choices\": [{\"index\": 0, \"message\": {\"role\": \"assistant\", \"content\": \"Hello \\u00e9\", \"refusal\": null, \"annotations\": []}, \"logprobs\": null, \"finish_reason\": \"stop\"}],\n \"usage\": {\"prompt_tokens\": 11, \"completion_tokens\": 3, \"total_tokens\": 14, \"prompt_tokens_details\": {\"cached_tokens\": 2, \"audio_tokens\": 0}}}";
+
+#[tokio::test]
+async fn a_chat_client_gets_the_upstreams_answer_byte_for_byte() {
+    let addr = canned_bytes("", VENDOR_ANSWER).await;
+    let gw = gateway(&openai_channel("up", &format!("http://{addr}/v1"), 1, "")).await;
+    let resp = gw.chat(chat_body(false)).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(header(&resp, "content-type"), "application/json");
+    assert_eq!(resp.text().await.unwrap(), VENDOR_ANSWER);
+    // Read all the same: the log has the usage.
+    gw.flush_log().await;
+    let row = &gw.admin_requests().await[0];
+    assert_eq!(
+        (&row["input_tokens"], &row["output_tokens"]),
+        (&json!(11), &json!(3))
+    );
+}
+
+#[tokio::test]
+async fn a_passed_answer_after_a_failover_gains_only_the_report() {
+    let bad = mock(faulty("x", status(500))).await;
+    let addr = canned_bytes("", VENDOR_ANSWER).await;
+    let channels = format!(
+        "{}{}",
+        openai_channel("bad", &bad.base_url(), 1, ""),
+        openai_channel("good", &format!("http://{addr}/v1"), 2, "")
+    );
+    let gw = gateway(&channels).await;
+    let mut got: serde_json::Value = gw.chat(chat_body(false)).await.json().await.unwrap();
+    let report = got.as_object_mut().unwrap().remove("switchyard").unwrap();
+    assert_eq!(
+        report["failover"]["attempts"][0]["channel"], "bad",
+        "{report}"
+    );
+    assert_eq!(report["served_channel"], "good");
+    let want: serde_json::Value = serde_json::from_str(VENDOR_ANSWER).unwrap();
+    assert_eq!(got, want);
+}
+
+#[tokio::test]
+async fn an_answer_the_scan_does_not_model_is_read_whole_and_still_answered() {
+    // A tool call: read into the canonical form and written from it (fields kept).
+    let answer = "{\"id\":\"c-2\",\"object\":\"chat.completion\",\"created\":7,\"model\":\"up-model\",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]},\"finish_reason\":\"tool_calls\"}],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":1,\"total_tokens\":6}}";
+    let addr = canned_bytes("", answer).await;
+    let gw = gateway(&openai_channel("up", &format!("http://{addr}/v1"), 1, "")).await;
+    let got: serde_json::Value = gw.chat(chat_body(false)).await.json().await.unwrap();
+    let call = &got["choices"][0]["message"]["tool_calls"][0];
+    assert_eq!(call["function"]["name"], "f", "{got}");
+    assert_eq!(got["usage"]["total_tokens"], 6);
+    // And a body that is not a chat completion at all is still the upstream's fault.
+    let addr = canned_bytes("", "{\"choices\": \"nope\"}").await;
+    let gw = gateway(&openai_channel("up", &format!("http://{addr}/v1"), 1, "")).await;
+    let resp = gw.chat(chat_body(false)).await;
+    assert_eq!(resp.status(), 502, "{}", resp.text().await.unwrap());
+}

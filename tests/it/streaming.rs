@@ -415,7 +415,10 @@ async fn usage_the_client_did_not_ask_for_is_taken_out_of_the_passed_events() {
     let want = vendor_events();
     // The usage chunk is gone; every other event is the upstream's without its `usage: null`.
     assert_eq!(got.len(), want.len() - 1, "{body}");
-    for (g, w) in got.iter().zip(want.iter().filter(|w| !w.contains("\"choices\":[]"))) {
+    for (g, w) in got
+        .iter()
+        .zip(want.iter().filter(|w| !w.contains("\"choices\":[]")))
+    {
         if w == "[DONE]" {
             assert_eq!(g, w);
             continue;

@@ -115,6 +115,7 @@ pub fn response_from_value(v: &Value) -> Result<ChatResponse, InvalidUpstream> {
         usage: usage_from(&v["usageMetadata"]),
         extra: Map::new(),
         raw: None,
+        as_sent: None,
     })
 }
 

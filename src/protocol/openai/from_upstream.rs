@@ -113,6 +113,7 @@ pub fn response_from_value(body: Value) -> Result<ChatResponse, InvalidUpstream>
         usage,
         extra: m,
         raw: None,
+        as_sent: None,
     })
 }
 

@@ -27,7 +27,7 @@ mod tests;
 pub use from_client::{GATEWAY_FIELDS, embeddings_from_value, request_from_value};
 pub use from_upstream::{chunk_from_str, chunk_from_value, response_from_value};
 pub use read::ReadError;
-pub use scan::scan_chunk;
+pub use scan::{scan_answer, scan_chunk};
 pub use stream_out::ChunkBody;
 pub use to_client::{ResponseBody, error_body};
 pub use to_upstream::{EmbeddingsBody, RequestBody};

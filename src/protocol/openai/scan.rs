@@ -1,15 +1,19 @@
-//! A same-protocol stream's events read without building them: a borrowed, typed look at one
-//! Chat Completions chunk for what the gateway must know (content seen, finish reasons, the
-//! first id and model), while the event's own bytes go on to the client as they came. Anything
-//! it does not model — usage, an error, tool calls, refusals, any other delta field — makes it
-//! say "read it whole" (`None`), and the full reader gives the exact canonical chunk.
+//! Same-protocol answers read without building them: a borrowed, typed look at a Chat
+//! Completions chunk or whole answer for what the gateway must know (content seen, finish
+//! reasons, usage, the id and model), while the upstream's own bytes go on to the client as they
+//! came. Anything a scan does not model — for a chunk: usage, an error, tool calls, refusals, any
+//! other delta field; for an answer: tool calls, content parts — makes it say "read it whole"
+//! (`None`), and the full reader gives the exact canonical form (and its errors).
 
 use std::borrow::Cow;
 
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 
-use crate::protocol::{ChunkChoice, Delta, StreamChunk};
+use crate::protocol::{
+    ChatResponse, Choice as AnswerChoice, ChunkChoice, Content, Delta, Message, Role, StreamChunk,
+    Usage,
+};
 
 #[derive(Deserialize)]
 struct Chunk<'a> {
@@ -90,4 +94,111 @@ pub fn scan_chunk(data: &str, head: bool) -> Option<Box<StreamChunk>> {
         extra: Default::default(),
         raw: None,
     }))
+}
+
+#[derive(Deserialize)]
+struct Answer<'a> {
+    #[serde(borrow, default)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    model: Option<Cow<'a, str>>,
+    #[serde(default)]
+    created: Option<u64>,
+    #[serde(borrow)]
+    choices: Vec<AnswerChoiceScan<'a>>,
+    #[serde(default)]
+    usage: Option<Counts>,
+}
+
+#[derive(Deserialize)]
+struct AnswerChoiceScan<'a> {
+    #[serde(default)]
+    index: Option<u32>,
+    #[serde(borrow)]
+    message: Said<'a>,
+    #[serde(borrow, default)]
+    finish_reason: Option<Cow<'a, str>>,
+}
+
+/// An assistant message of plain text: tool calls (even an empty list) are read whole.
+#[derive(Deserialize)]
+struct Said<'a> {
+    #[serde(borrow, default)]
+    content: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    reasoning_content: Option<Cow<'a, str>>,
+    #[serde(default)]
+    tool_calls: Option<IgnoredAny>,
+    #[serde(default)]
+    function_call: Option<IgnoredAny>,
+}
+
+#[derive(Deserialize)]
+struct Counts {
+    #[serde(default)]
+    prompt_tokens: Option<u64>,
+    #[serde(default)]
+    completion_tokens: Option<u64>,
+    #[serde(default)]
+    total_tokens: Option<u64>,
+    #[serde(default)]
+    prompt_tokens_details: Option<Detail>,
+    #[serde(default)]
+    completion_tokens_details: Option<Detail>,
+}
+
+#[derive(Deserialize)]
+struct Detail {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
+    #[serde(default)]
+    reasoning_tokens: Option<u64>,
+}
+
+/// What the gateway needs of a whole answer (its text for counting and tracing, finish
+/// reasons, usage), or `None` when it must be read whole. The usage's details stay in the
+/// upstream's bytes, not in `extra`.
+pub fn scan_answer(body: &[u8]) -> Option<ChatResponse> {
+    let a: Answer = serde_json::from_slice(body).ok()?;
+    let mut choices = Vec::with_capacity(a.choices.len());
+    for (i, c) in a.choices.into_iter().enumerate() {
+        let m = c.message;
+        if m.tool_calls.is_some() || m.function_call.is_some() {
+            return None;
+        }
+        choices.push(AnswerChoice {
+            index: c.index.unwrap_or(i as u32),
+            message: Message {
+                role: Role::Assistant,
+                content: m.content.map(|t| Content::Text(t.into_owned())),
+                name: None,
+                tool_calls: Vec::new(),
+                tool_call_id: None,
+                reasoning: m.reasoning_content.map(Cow::into_owned),
+                extra: Default::default(),
+                source: None,
+            },
+            finish_reason: c.finish_reason.map(Cow::into_owned),
+            extra: Default::default(),
+        });
+    }
+    let usage = a.usage.map(|u| Usage {
+        input_tokens: u.prompt_tokens,
+        output_tokens: u.completion_tokens,
+        total_tokens: u.total_tokens,
+        cached_tokens: u.prompt_tokens_details.and_then(|d| d.cached_tokens),
+        reasoning_tokens: u.completion_tokens_details.and_then(|d| d.reasoning_tokens),
+        cache_write_tokens: None,
+        extra: Default::default(),
+    });
+    Some(ChatResponse {
+        id: a.id.map(Cow::into_owned),
+        model: a.model.map(Cow::into_owned),
+        created: a.created,
+        choices,
+        usage,
+        extra: Default::default(),
+        raw: None,
+        as_sent: None,
+    })
 }

@@ -70,6 +70,7 @@ pub fn response_from_value(v: Value) -> Result<ChatResponse, InvalidUpstream> {
             protocol: Protocol::OpenAiResponses,
             body: v,
         }),
+        as_sent: None,
     })
 }
 

@@ -78,6 +78,7 @@ pub(super) fn reply(spec: &MockSpec, model: &str, req: &ChatRequest, n: u64) -> 
         usage: Some(usage(req, pieces.len() as u64)),
         extra: Map::new(),
         raw: None,
+        as_sent: None,
     }
 }
 

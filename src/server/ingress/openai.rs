@@ -60,6 +60,12 @@ impl Codec for OpenAiChat {
     }
 
     fn render(&self, resp: ChatResponse, _: &(), a: &Answer) -> Rendered {
+        if let Some(bytes) = &resp.as_sent {
+            return Rendered {
+                body: as_sent(bytes, a.ext.as_ref()),
+                keep: None,
+            };
+        }
         let body = serde_json::to_vec(&ResponseBody {
             resp: &resp,
             report: a.ext.as_ref(),
@@ -76,6 +82,21 @@ impl Codec for OpenAiChat {
             include_usage: s.include_usage,
         };
         (enc, None)
+    }
+}
+
+/// An upstream's answer as it came; with a failover report, the report is its `switchyard`
+/// field (the only field the gateway writes into a passed answer).
+fn as_sent(bytes: &[u8], report: Option<&Value>) -> Vec<u8> {
+    let Some(report) = report else {
+        return bytes.to_vec();
+    };
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(Value::Object(mut m)) => {
+            m.insert("switchyard".into(), report.clone());
+            serde_json::to_vec(&m).unwrap_or_else(|_| bytes.to_vec())
+        }
+        _ => bytes.to_vec(),
     }
 }
 

@@ -55,17 +55,24 @@ pub fn status(code: u16) -> Fault {
 /// would send them: `stream` (SSE) when asked for a stream (`"stream": true`, or Gemini's
 /// `:streamGenerateContent`), `body` otherwise.
 pub async fn canned_upstream(stream: &'static str, body: Value) -> std::net::SocketAddr {
+    canned_bytes(stream, body.to_string().leak()).await
+}
+
+/// [`canned_upstream`] with the answer's JSON bytes exactly as given (spacing, field order).
+pub async fn canned_bytes(stream: &'static str, body: &'static str) -> std::net::SocketAddr {
     use axum::{Json, Router, extract::State, http::Uri, http::header, response::IntoResponse};
     async fn answer(
-        State((stream, body)): State<(&'static str, Value)>,
+        State((stream, body)): State<(&'static str, &'static str)>,
         uri: Uri,
         Json(req): Json<Value>,
     ) -> axum::response::Response {
-        if req["stream"] == true || uri.path().ends_with(":streamGenerateContent") {
-            ([(header::CONTENT_TYPE, "text/event-stream")], stream).into_response()
+        let sse = req["stream"] == true || uri.path().ends_with(":streamGenerateContent");
+        let (kind, bytes) = if sse {
+            ("text/event-stream", stream)
         } else {
-            Json(body).into_response()
-        }
+            ("application/json", body)
+        };
+        ([(header::CONTENT_TYPE, kind)], bytes).into_response()
     }
     let l = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
