@@ -3,8 +3,8 @@
 
 use std::fmt;
 
+use ::http::header::{HeaderName, HeaderValue};
 use reqwest::Url;
-use reqwest::header::{HeaderName, HeaderValue};
 use serde_json::Value;
 
 use super::http::{self, join, post_json, read_json, send, to_body};
@@ -15,12 +15,13 @@ use crate::protocol::{ChatRequest, ChatResponse, Decoded, Protocol, RawBody};
 use crate::secret::Secret;
 
 const VERSION: &str = "2023-06-01";
+const VERSION_HEADER: HeaderName = HeaderName::from_static("anthropic-version");
 
 pub struct Anthropic {
     messages_url: Url,
     models_url: Url,
     keys: Vec<Secret>,
-    client: reqwest::Client,
+    client: http::Client,
 }
 
 impl fmt::Debug for Anthropic {
@@ -46,7 +47,7 @@ pub fn api_root(base: &Url) -> Url {
 }
 
 impl Anthropic {
-    pub fn new(base: Url, keys: Vec<Secret>, client: reqwest::Client) -> Self {
+    pub fn new(base: Url, keys: Vec<Secret>, client: http::Client) -> Self {
         let root = api_root(&base);
         Anthropic {
             messages_url: join(&root, "messages"),
@@ -79,18 +80,19 @@ impl Anthropic {
         stream: bool,
         via: Via<'_>,
         hops: u32,
-    ) -> Result<reqwest::Response, UpstreamError> {
-        let rb = post_json(
-            &self.client,
-            self.messages_url.clone(),
+    ) -> Result<http::Response, UpstreamError> {
+        let auth = self.auth(via.cred)?;
+        let mut req = post_json(
+            &self.messages_url,
             to_body(body)?,
             stream,
             hops,
-            self.auth(via.cred)?,
+            auth,
             via.trace,
-        )
-        .header("anthropic-version", HeaderValue::from_static(VERSION));
-        send(rb, via.waited).await
+        )?;
+        req.headers_mut()
+            .insert(VERSION_HEADER, HeaderValue::from_static(VERSION));
+        send(&self.client, req, via.waited).await
     }
 
     pub async fn chat(
@@ -131,14 +133,10 @@ impl Anthropic {
     }
 
     pub async fn models(&self, cred: Option<usize>) -> Result<(), UpstreamError> {
-        let mut rb = self
-            .client
-            .get(self.models_url.clone())
-            .header("anthropic-version", HeaderValue::from_static(VERSION));
-        if let Some((name, value)) = self.auth(cred)? {
-            rb = rb.header(name, value);
-        }
-        send(rb, &Waited::default()).await?;
+        let mut req = http::get(&self.models_url, self.auth(cred)?)?;
+        req.headers_mut()
+            .insert(VERSION_HEADER, HeaderValue::from_static(VERSION));
+        send(&self.client, req, &Waited::default()).await?;
         Ok(())
     }
 }

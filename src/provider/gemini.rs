@@ -3,8 +3,8 @@
 
 use std::fmt;
 
+use ::http::header::{HeaderName, HeaderValue};
 use reqwest::Url;
-use reqwest::header::{HeaderName, HeaderValue};
 use serde_json::Value;
 
 use super::http::{self, join, post_json, read_json, send, to_body};
@@ -17,7 +17,7 @@ use crate::secret::Secret;
 pub struct Gemini {
     root: Url,
     keys: Vec<Secret>,
-    client: reqwest::Client,
+    client: http::Client,
 }
 
 impl fmt::Debug for Gemini {
@@ -57,7 +57,7 @@ fn is_version(segment: &str) -> bool {
 }
 
 impl Gemini {
-    pub fn new(base: Url, keys: Vec<Secret>, client: reqwest::Client) -> Self {
+    pub fn new(base: Url, keys: Vec<Secret>, client: http::Client) -> Self {
         Gemini {
             root: api_root(&base),
             keys,
@@ -90,17 +90,10 @@ impl Gemini {
         stream: bool,
         via: Via<'_>,
         hops: u32,
-    ) -> Result<reqwest::Response, UpstreamError> {
-        let rb = post_json(
-            &self.client,
-            url,
-            to_body(body)?,
-            stream,
-            hops,
-            self.auth(via.cred)?,
-            via.trace,
-        );
-        send(rb, via.waited).await
+    ) -> Result<http::Response, UpstreamError> {
+        let auth = self.auth(via.cred)?;
+        let req = post_json(&url, to_body(body)?, stream, hops, auth, via.trace)?;
+        send(&self.client, req, via.waited).await
     }
 
     pub async fn chat(
@@ -142,11 +135,8 @@ impl Gemini {
     }
 
     pub async fn models(&self, cred: Option<usize>) -> Result<(), UpstreamError> {
-        let mut rb = self.client.get(join(&self.root, "models"));
-        if let Some((name, value)) = self.auth(cred)? {
-            rb = rb.header(name, value);
-        }
-        send(rb, &Waited::default()).await?;
+        let req = http::get(&join(&self.root, "models"), self.auth(cred)?)?;
+        send(&self.client, req, &Waited::default()).await?;
         Ok(())
     }
 }

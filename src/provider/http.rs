@@ -7,9 +7,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::StreamExt;
+use http::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, Uri};
+use http_body_util::{BodyExt, Full};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use reqwest::Url;
-use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderName, HeaderValue};
 use serde_json::Value;
 
 use super::{TraceHeaders, UpstreamError, Waited};
@@ -30,11 +34,21 @@ const MAX_ERROR_BODY: usize = 64 * 1024;
 /// Largest non-streaming upstream answer read; a larger one is a broken upstream.
 const MAX_RESPONSE_BODY: usize = 64 * 1024 * 1024;
 
+/// The upstream HTTP client: hyper's pooled client under rustls, with nothing between (no
+/// redirect or retry layer, no URL re-parsed per call: reqwest's cost ~20k instructions a
+/// request, docs/benchmarks.md). Redirects are never followed: a 3xx is the attempt's failure.
+/// Shared (its settings are large, and every channel of a transport uses the one pool).
+pub type Client =
+    Arc<hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, Full<Bytes>>>;
+
+/// An upstream's answer, its body still to read.
+pub type Response = http::Response<hyper::body::Incoming>;
+
 /// Shared pooled HTTP clients, one per distinct transport setting, kept across reloads so a
 /// config swap does not drop warm connections.
 #[derive(Clone, Default)]
 pub struct HttpClients {
-    inner: Arc<Mutex<HashMap<(u64, Transport), reqwest::Client>>>,
+    inner: Arc<Mutex<HashMap<(u64, Transport), Client>>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -48,12 +62,7 @@ impl HttpClients {
     /// The client for a channel: HTTP/1.1 unless it opted into HTTP/2 (one multiplexed
     /// connection can queue long streams behind its stream limit without saying so); https
     /// negotiates HTTP/2 by ALPN, cleartext needs prior knowledge (h2c).
-    pub fn client(
-        &self,
-        base: &Url,
-        http2: bool,
-        connect: Duration,
-    ) -> Result<reqwest::Client, String> {
+    pub fn client(&self, base: &Url, http2: bool, connect: Duration) -> Result<Client, String> {
         let mode = match (http2, base.scheme()) {
             (false, _) => Transport::Http1,
             (true, "https") => Transport::Alpn,
@@ -67,29 +76,46 @@ impl HttpClients {
         if let Some(c) = map.get(&(ms, mode)) {
             return Ok(c.clone());
         }
-        install_crypto_provider();
-        let b = reqwest::Client::builder()
-            .connect_timeout(connect)
-            .pool_idle_timeout(Duration::from_secs(90))
-            .tcp_nodelay(true)
-            // Never follow an upstream redirect: it would re-send the request (and possibly a
-            // credential) somewhere the config does not name. A 3xx is that attempt's failure.
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy();
-        let b = match mode {
-            // reqwest retries only HTTP/2's refusals (REFUSED_STREAM, a graceful GOAWAY), yet its
-            // retry layer clones every request (headers, extensions) in case: over HTTP/1 there
-            // is nothing it could retry, so it is told never to, and clones nothing.
-            Transport::Http1 => b
-                .http1_only()
-                .retry(reqwest::retry::never().max_retries_per_request(0)),
-            Transport::Alpn => b,
-            Transport::H2c => b.http2_prior_knowledge(),
-        };
-        let c = b.build().map_err(|e| e.without_url().to_string())?;
+        let c = build_client(mode, connect)?;
         map.insert((ms, mode), c.clone());
         Ok(c)
     }
+}
+
+/// A pooled client for one transport: the system's trust roots (as reqwest had them), TCP
+/// no-delay, the channel's connect timeout, idle connections kept 90 s.
+fn build_client(mode: Transport, connect: Duration) -> Result<Client, String> {
+    install_crypto_provider();
+    let provider = rustls::crypto::CryptoProvider::get_default()
+        .cloned()
+        .ok_or("no TLS crypto provider")?;
+    let verifier = rustls_platform_verifier::Verifier::new(provider.clone())
+        .map_err(|e| format!("TLS trust roots: {e}"))?;
+    let tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(verifier))
+        .with_no_client_auth();
+    let mut tcp = HttpConnector::new();
+    tcp.set_connect_timeout(Some(connect));
+    tcp.set_nodelay(true);
+    tcp.enforce_http(false);
+    let b = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http();
+    let conn = match mode {
+        Transport::Http1 => b.enable_http1().wrap_connector(tcp),
+        // ALPN offers both; cleartext HTTP/2 is prior knowledge (`http2_only` below).
+        Transport::Alpn => b.enable_http1().enable_http2().wrap_connector(tcp),
+        Transport::H2c => b.enable_http2().wrap_connector(tcp),
+    };
+    let mut cb = hyper_util::client::legacy::Client::builder(TokioExecutor::new());
+    cb.pool_idle_timeout(Duration::from_secs(90))
+        .pool_timer(TokioTimer::new())
+        .timer(TokioTimer::new())
+        .http2_only(mode == Transport::H2c);
+    Ok(Arc::new(cb.build(conn)))
 }
 
 /// rustls needs one process-wide crypto provider; we use ring (no C toolchain needed beyond cc).
@@ -127,40 +153,61 @@ pub fn credential(
 /// A JSON POST built from scratch: no client header, cookie or credential ever reaches the
 /// upstream; only the hop count, the content type, what the protocol needs and the key.
 pub fn post_json(
-    client: &reqwest::Client,
-    url: Url,
+    url: &Url,
     body: Vec<u8>,
     stream: bool,
     hops: u32,
     auth: Option<(HeaderName, HeaderValue)>,
     trace: Option<&TraceHeaders>,
-) -> reqwest::RequestBuilder {
+) -> Result<Request<Full<Bytes>>, UpstreamError> {
     let accept = if stream {
         "text/event-stream"
     } else {
         "application/json"
     };
-    let rb = client
-        .post(url)
-        .header(HOPS_HEADER, hops.saturating_add(1))
-        .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
-        .header(ACCEPT, HeaderValue::from_static(accept))
-        .body(body);
+    let mut req = request(Method::POST, url, Full::new(Bytes::from(body)))?;
+    let h = req.headers_mut();
+    h.insert(HOPS_HEADER, HeaderValue::from(hops.saturating_add(1)));
+    h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    h.insert(ACCEPT, HeaderValue::from_static(accept));
     // The attempt's trace context, so the upstream's spans join the client's trace.
-    let rb = match trace {
-        Some(t) => {
-            let rb = rb.header(TRACEPARENT.clone(), t.traceparent.clone());
-            match &t.tracestate {
-                Some(s) => rb.header(TRACESTATE.clone(), s.clone()),
-                None => rb,
-            }
+    if let Some(t) = trace {
+        h.insert(TRACEPARENT.clone(), t.traceparent.clone());
+        if let Some(s) = &t.tracestate {
+            h.insert(TRACESTATE.clone(), s.clone());
         }
-        None => rb,
-    };
-    match auth {
-        Some((name, value)) => rb.header(name, value),
-        None => rb,
     }
+    if let Some((name, value)) = auth {
+        h.insert(name, value);
+    }
+    Ok(req)
+}
+
+/// A GET (the models probe), with the credential when there is one.
+pub fn get(
+    url: &Url,
+    auth: Option<(HeaderName, HeaderValue)>,
+) -> Result<Request<Full<Bytes>>, UpstreamError> {
+    let mut req = request(Method::GET, url, Full::default())?;
+    if let Some((name, value)) = auth {
+        req.headers_mut().insert(name, value);
+    }
+    Ok(req)
+}
+
+fn request(
+    method: Method,
+    url: &Url,
+    body: Full<Bytes>,
+) -> Result<Request<Full<Bytes>>, UpstreamError> {
+    // A `Url` the config accepted is a valid URI; the message never carries the URL (it may
+    // hold a key).
+    let uri = Uri::try_from(url.as_str())
+        .map_err(|_| UpstreamError::Connect("the upstream URL is not a valid URI".into()))?;
+    let mut req = Request::new(body);
+    *req.method_mut() = method;
+    *req.uri_mut() = uri;
+    Ok(req)
 }
 
 /// Serialises a request body; our own canonical types cannot fail in practice (no non-string
@@ -188,16 +235,17 @@ pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 
 /// Sends a request; a connection failure or a non-2xx answer becomes its upstream error class.
 pub async fn send(
-    rb: reqwest::RequestBuilder,
+    client: &Client,
+    req: Request<Full<Bytes>>,
     waited: &Waited,
-) -> Result<reqwest::Response, UpstreamError> {
+) -> Result<Response, UpstreamError> {
     // Until the status (and, for an error, its body) is in, the time is the upstream's.
     let _waiting = waited.start();
-    // `without_url`: the URL may carry credentials (`?key=`); it never reaches a log.
-    let resp = rb
-        .send()
+    // hyper's errors name no URL (it may carry credentials, `?key=`).
+    let resp = client
+        .request(req)
         .await
-        .map_err(|e| UpstreamError::Connect(error_chain(&e.without_url())))?;
+        .map_err(|e| UpstreamError::Connect(error_chain(&e)))?;
     if resp.status().is_success() {
         return Ok(resp);
     }
@@ -206,7 +254,7 @@ pub async fn send(
 
 /// A whole upstream answer as JSON, never more than [`MAX_RESPONSE_BODY`] bytes of it.
 pub async fn read_json(
-    resp: reqwest::Response,
+    resp: Response,
     what: &'static str,
     waited: &Waited,
 ) -> Result<Value, UpstreamError> {
@@ -214,7 +262,7 @@ pub async fn read_json(
 }
 
 /// A whole upstream answer's bytes, never more than [`MAX_RESPONSE_BODY`] of them.
-pub async fn read_body(resp: reqwest::Response, waited: &Waited) -> Result<Bytes, UpstreamError> {
+pub async fn read_body(resp: Response, waited: &Waited) -> Result<Bytes, UpstreamError> {
     let _waiting = waited.start();
     read_capped(resp, MAX_RESPONSE_BODY).await
 }
@@ -229,21 +277,23 @@ pub fn parse_json(bytes: &[u8], what: &'static str) -> Result<Value, UpstreamErr
     })
 }
 
+/// The declared length of a body, when the upstream sent one.
+fn content_length(h: &HeaderMap) -> Option<u64> {
+    h.get(CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
+}
+
 /// Reads a whole body, refusing one larger than `cap`.
-async fn read_capped(resp: reqwest::Response, cap: usize) -> Result<Bytes, UpstreamError> {
-    if resp.content_length().is_some_and(|n| n > cap as u64) {
+async fn read_capped(resp: Response, cap: usize) -> Result<Bytes, UpstreamError> {
+    if content_length(resp.headers()).is_some_and(|n| n > cap as u64) {
         return Err(too_large(cap));
     }
-    let mut body = Vec::new();
-    let mut s = resp.bytes_stream();
-    while let Some(chunk) = s.next().await {
-        let chunk = chunk.map_err(|e| UpstreamError::Broken(error_chain(&e.without_url())))?;
-        if body.len() + chunk.len() > cap {
-            return Err(too_large(cap));
-        }
-        body.extend_from_slice(&chunk);
+    let body = http_body_util::Limited::new(resp.into_body(), cap);
+    match body.collect().await {
+        // One frame (the usual answer) comes out as it came, without a copy.
+        Ok(all) => Ok(all.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large(cap)),
+        Err(e) => Err(UpstreamError::Broken(error_chain(&*e))),
     }
-    Ok(Bytes::from(body))
 }
 
 fn too_large(cap: usize) -> UpstreamError {
@@ -254,7 +304,7 @@ fn too_large(cap: usize) -> UpstreamError {
 }
 
 /// A non-2xx answer: its status, Retry-After and (capped) body, for classification.
-async fn status_error(resp: reqwest::Response) -> UpstreamError {
+async fn status_error(resp: Response) -> UpstreamError {
     let status = resp.status().as_u16();
     let retry_after = parse_retry_after(resp.headers());
     let content_type = resp
@@ -263,8 +313,11 @@ async fn status_error(resp: reqwest::Response) -> UpstreamError {
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
     let mut body = Vec::new();
-    let mut s = resp.bytes_stream();
-    while let Some(Ok(chunk)) = s.next().await {
+    let mut stream = resp.into_body();
+    while let Some(Ok(frame)) = stream.frame().await {
+        let Ok(chunk) = frame.into_data() else {
+            continue;
+        };
         let room = MAX_ERROR_BODY.saturating_sub(body.len());
         body.extend_from_slice(&chunk[..chunk.len().min(room)]);
         if body.len() >= MAX_ERROR_BODY {
@@ -281,7 +334,7 @@ async fn status_error(resp: reqwest::Response) -> UpstreamError {
 
 /// `Retry-After: <seconds>`, OpenAI's `retry-after-ms`, or else the later of OpenAI's
 /// `x-ratelimit-reset-requests` / `-tokens` (`1s`, `6m0s`, `20ms`). HTTP dates are ignored.
-pub fn parse_retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+pub fn parse_retry_after(headers: &HeaderMap) -> Option<Duration> {
     retry_after_header(headers).or_else(|| {
         ["x-ratelimit-reset-requests", "x-ratelimit-reset-tokens"]
             .iter()
@@ -322,7 +375,7 @@ fn parse_go_duration(s: &str) -> Option<Duration> {
     Duration::try_from_secs_f64(total).ok()
 }
 
-fn retry_after_header(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+fn retry_after_header(headers: &HeaderMap) -> Option<Duration> {
     if let Some(ms) = headers
         .get("retry-after-ms")
         .and_then(|v| v.to_str().ok())
@@ -332,7 +385,7 @@ fn retry_after_header(headers: &reqwest::header::HeaderMap) -> Option<Duration> 
         return Some(Duration::from_millis(ms as u64));
     }
     headers
-        .get(reqwest::header::RETRY_AFTER)
+        .get(http::header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
         .and_then(|s| s.trim().parse::<f64>().ok())
         .filter(|v| v.is_finite() && *v >= 0.0)
@@ -381,19 +434,19 @@ mod tests {
 
     #[test]
     fn parses_retry_after_forms() {
-        let mut h = reqwest::header::HeaderMap::new();
+        let mut h = HeaderMap::new();
         h.insert("retry-after", "2".parse().unwrap());
         assert_eq!(parse_retry_after(&h), Some(Duration::from_secs(2)));
         h.insert("retry-after-ms", "150".parse().unwrap());
         assert_eq!(parse_retry_after(&h), Some(Duration::from_millis(150)));
-        let mut h = reqwest::header::HeaderMap::new();
+        let mut h = HeaderMap::new();
         h.insert(
             "retry-after",
             "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap(),
         );
         assert_eq!(parse_retry_after(&h), None);
         // OpenAI's rate-limit reset headers, when there is no Retry-After: the later one wins.
-        let mut h = reqwest::header::HeaderMap::new();
+        let mut h = HeaderMap::new();
         h.insert("x-ratelimit-reset-requests", "1.5s".parse().unwrap());
         h.insert("x-ratelimit-reset-tokens", "6m0s".parse().unwrap());
         assert_eq!(parse_retry_after(&h), Some(Duration::from_secs(360)));

@@ -3,8 +3,8 @@
 
 use std::fmt;
 
+use ::http::header::{AUTHORIZATION, HeaderName, HeaderValue};
 use reqwest::Url;
-use reqwest::header::{AUTHORIZATION, HeaderName};
 use serde_json::Value;
 
 use super::http::{self, join, post_json, read_json, send, to_body};
@@ -29,7 +29,7 @@ pub struct OpenAi {
     azure: Option<String>,
     keys: Vec<Secret>,
     stream_usage: bool,
-    client: reqwest::Client,
+    client: http::Client,
 }
 
 impl fmt::Debug for OpenAi {
@@ -48,7 +48,7 @@ impl OpenAi {
         stream_usage: bool,
         azure: Option<String>,
         responses: bool,
-        client: reqwest::Client,
+        client: http::Client,
     ) -> Self {
         OpenAi {
             chat_url: join(&base, "chat/completions"),
@@ -103,17 +103,9 @@ impl OpenAi {
         stream: bool,
         via: Via<'_>,
         hops: u32,
-    ) -> Result<reqwest::Response, UpstreamError> {
-        let rb = post_json(
-            &self.client,
-            url.clone(),
-            body,
-            stream,
-            hops,
-            self.auth(via.cred)?,
-            via.trace,
-        );
-        send(rb, via.waited).await
+    ) -> Result<http::Response, UpstreamError> {
+        let req = post_json(url, body, stream, hops, self.auth(via.cred)?, via.trace)?;
+        send(&self.client, req, via.waited).await
     }
 
     pub async fn chat(
@@ -195,7 +187,7 @@ impl OpenAi {
     fn auth(
         &self,
         cred: Option<usize>,
-    ) -> Result<Option<(HeaderName, reqwest::header::HeaderValue)>, UpstreamError> {
+    ) -> Result<Option<(HeaderName, HeaderValue)>, UpstreamError> {
         Ok(if self.azure.is_some() {
             http::credential(&self.keys, cred, "")?.map(|v| (HeaderName::from_static("api-key"), v))
         } else {
@@ -204,11 +196,8 @@ impl OpenAi {
     }
 
     pub async fn models(&self, cred: Option<usize>) -> Result<(), UpstreamError> {
-        let mut rb = self.client.get(self.models_url.clone());
-        if let Some((name, value)) = self.auth(cred)? {
-            rb = rb.header(name, value);
-        }
-        send(rb, &Waited::default()).await?;
+        let req = http::get(&self.models_url, self.auth(cred)?)?;
+        send(&self.client, req, &Waited::default()).await?;
         Ok(())
     }
 

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use reqwest::header::HeaderValue;
+use ::http::header::HeaderValue;
 
 #[derive(Clone, Copy)]
 pub struct Via<'a> {

@@ -6,7 +6,8 @@
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use futures_util::{Stream, StreamExt};
+use futures_util::Stream;
+use hyper::body::Body;
 
 use super::UpstreamError;
 use super::http::error_chain;
@@ -22,10 +23,8 @@ pub trait Decoder: Send + Unpin {
     fn at_end(&self) -> Result<(), &'static str>;
 }
 
-type ByteStream = Pin<Box<dyn Stream<Item = Result<bytes::Bytes, reqwest::Error>> + Send>>;
-
 pub struct Events<D> {
-    bytes: ByteStream,
+    body: hyper::body::Incoming,
     frames: Frames,
     /// The upstream's bytes ended.
     ended: bool,
@@ -37,9 +36,9 @@ pub struct Events<D> {
 }
 
 impl<D: Decoder> Events<D> {
-    pub fn new(resp: reqwest::Response, decoder: D, raw: Option<Protocol>) -> Self {
+    pub fn new(resp: super::http::Response, decoder: D, raw: Option<Protocol>) -> Self {
         Events {
-            bytes: Box::pin(resp.bytes_stream()),
+            body: resp.into_body(),
             frames: Frames::default(),
             ended: false,
             decoder,
@@ -79,10 +78,14 @@ impl<D: Decoder> Stream for Events<D> {
                     return self.end(end.err().map(|why| Err(UpstreamError::Broken(why.into()))));
                 }
                 Ok(None) => {
-                    match std::task::ready!(self.bytes.poll_next_unpin(cx)) {
-                        Some(Ok(b)) => self.frames.push(&b),
+                    match std::task::ready!(Pin::new(&mut self.body).poll_frame(cx)) {
+                        Some(Ok(f)) => {
+                            if let Some(b) = f.data_ref() {
+                                self.frames.push(b);
+                            }
+                        }
                         Some(Err(e)) => {
-                            let msg = error_chain(&e.without_url());
+                            let msg = error_chain(&e);
                             return self.end(Some(Err(UpstreamError::Broken(msg))));
                         }
                         None => self.ended = true,
