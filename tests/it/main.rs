@@ -25,6 +25,7 @@ mod metrics;
 mod replicas;
 mod request_log;
 mod responses;
+mod scan;
 mod schemas;
 mod semantic;
 mod semantic_data;
