@@ -39,7 +39,7 @@ const MAX_RESPONSE_BODY: usize = 64 * 1024 * 1024;
 /// request, docs/benchmarks.md). Redirects are never followed: a 3xx is the attempt's failure.
 /// Shared (its settings are large, and every channel of a transport uses the one pool).
 pub type Client =
-    Arc<hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, Full<Bytes>>>;
+    Arc<hyper_util::client::legacy::Client<Within<HttpsConnector<HttpConnector>>, Full<Bytes>>>;
 
 /// An upstream's answer, its body still to read.
 pub type Response = http::Response<hyper::body::Incoming>;
@@ -110,12 +110,56 @@ fn build_client(mode: Transport, connect: Duration) -> Result<Client, String> {
         Transport::Alpn => b.enable_http1().enable_http2().wrap_connector(tcp),
         Transport::H2c => b.enable_http2().wrap_connector(tcp),
     };
+    // The connect timeout covers the TLS handshake too, not only TCP: an upstream that accepts
+    // and then says nothing fails its attempt in time.
+    let conn = Within {
+        inner: conn,
+        limit: connect,
+    };
     let mut cb = hyper_util::client::legacy::Client::builder(TokioExecutor::new());
     cb.pool_idle_timeout(Duration::from_secs(90))
         .pool_timer(TokioTimer::new())
         .timer(TokioTimer::new())
         .http2_only(mode == Transport::H2c);
     Ok(Arc::new(cb.build(conn)))
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A connector whose whole connection (TCP and TLS) is bounded by `limit`.
+#[derive(Clone)]
+pub struct Within<C> {
+    inner: C,
+    limit: Duration,
+}
+
+impl<C> tower_service::Service<Uri> for Within<C>
+where
+    C: tower_service::Service<Uri>,
+    C::Future: Send + 'static,
+    C::Error: Into<BoxError>,
+{
+    type Response = C::Response;
+    type Error = BoxError;
+    type Future =
+        std::pin::Pin<Box<dyn std::future::Future<Output = Result<C::Response, BoxError>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, dst: Uri) -> Self::Future {
+        let (connecting, limit) = (self.inner.call(dst), self.limit);
+        Box::pin(async move {
+            match tokio::time::timeout(limit, connecting).await {
+                Ok(done) => done.map_err(Into::into),
+                Err(_) => Err("connection (TCP and TLS) timed out".into()),
+            }
+        })
+    }
 }
 
 /// rustls needs one process-wide crypto provider; we use ring (no C toolchain needed beyond cc).

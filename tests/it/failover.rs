@@ -477,3 +477,38 @@ async fn round_robin_balance_gives_exact_weighted_shares() {
     // Smooth: the heaviest channel never serves three times in a row.
     assert!(!order.contains("ccc"), "{order}");
 }
+
+/// An https upstream that accepts the connection and then never speaks: the TLS handshake
+/// hangs. The channel's connect timeout bounds the whole connection, TLS included, so the
+/// request fails over in about that time (not at the attempt's 120 s timeout).
+#[tokio::test]
+async fn a_tls_handshake_that_never_answers_fails_over_within_the_connect_timeout() {
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = silent.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((sock, _)) = silent.accept().await {
+            held.push(sock);
+        }
+    });
+    let good = mock(text_spec("served by the backup")).await;
+    let channels = format!(
+        "{}{}",
+        openai_channel(
+            "silent",
+            &format!("https://{addr}/v1"),
+            1,
+            "connect_timeout_ms = 200"
+        ),
+        openai_channel("good", &good.base_url(), 2, "")
+    );
+    let gw = gateway(&channels).await;
+    let started = std::time::Instant::now();
+    let resp = tokio::time::timeout(ms(10_000), gw.chat(chat_body(false)))
+        .await
+        .expect("the hung handshake is bounded by the connect timeout");
+    assert_eq!(resp.status(), 200);
+    assert_eq!(header(&resp, "x-switchyard-channel"), "good");
+    assert_eq!(header(&resp, "x-switchyard-attempts"), "2");
+    assert!(started.elapsed() < ms(5_000), "{:?}", started.elapsed());
+}
