@@ -244,13 +244,41 @@ fn request(
     url: &Url,
     body: Full<Bytes>,
 ) -> Result<Request<Full<Bytes>>, UpstreamError> {
+    // Userinfo in a base URL is HTTP Basic credentials (as reqwest took it), never sent in the
+    // request line.
+    let basic = (!url.username().is_empty() || url.password().is_some()).then(|| {
+        let decode = |s: &str| {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8_lossy()
+                .into_owned()
+        };
+        let pair = format!(
+            "{}:{}",
+            decode(url.username()),
+            decode(url.password().unwrap_or(""))
+        );
+        let mut bare = url.clone();
+        let _ = bare.set_username("");
+        let _ = bare.set_password(None);
+        (bare, pair)
+    });
+    let target = basic.as_ref().map_or(url, |(bare, _)| bare);
     // A `Url` the config accepted is a valid URI; the message never carries the URL (it may
     // hold a key).
-    let uri = Uri::try_from(url.as_str())
+    let uri = Uri::try_from(target.as_str())
         .map_err(|_| UpstreamError::Connect("the upstream URL is not a valid URI".into()))?;
     let mut req = Request::new(body);
     *req.method_mut() = method;
     *req.uri_mut() = uri;
+    if let Some((_, pair)) = basic {
+        use base64::Engine as _;
+        let encoded = base64::engine::general_purpose::STANDARD.encode(pair);
+        let mut v = HeaderValue::from_str(&format!("Basic {encoded}")).map_err(|_| {
+            UpstreamError::Connect("base URL credentials are not a valid header".into())
+        })?;
+        v.set_sensitive(true);
+        req.headers_mut().insert(http::header::AUTHORIZATION, v);
+    }
     Ok(req)
 }
 
@@ -502,6 +530,22 @@ mod tests {
         // More seconds than a Duration holds: no hint, and no panic.
         assert_eq!(parse_go_duration("99999999999999999999999s"), None);
         assert_eq!(parse_go_duration(""), None);
+    }
+
+    #[test]
+    fn base_url_userinfo_becomes_basic_auth_and_leaves_the_uri() {
+        let url = Url::parse("http://us%20er:p%40ss@h:8/v1/chat").unwrap();
+        let req = request(Method::GET, &url, Full::default()).unwrap();
+        assert_eq!(req.uri().to_string(), "http://h:8/v1/chat");
+        // base64("us er:p@ss")
+        assert_eq!(req.headers()["authorization"], "Basic dXMgZXI6cEBzcw==");
+        assert!(req.headers()["authorization"].is_sensitive());
+        let plain = request(
+            Method::GET,
+            &Url::parse("http://h/v1").unwrap(),
+            Full::default(),
+        );
+        assert!(plain.unwrap().headers().get("authorization").is_none());
     }
 
     #[test]
