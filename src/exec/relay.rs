@@ -23,7 +23,7 @@ pub enum RelayItem {
 }
 
 pub struct Relay {
-    head: VecDeque<StreamChunk>,
+    head: VecDeque<Box<StreamChunk>>,
     rest: ChunkStream,
     /// The credential's slot: released when the relay (and so the stream) is dropped.
     slot: Option<crate::health::Reservation>,
@@ -65,7 +65,7 @@ impl Stream for Relay {
             return Poll::Ready(None);
         }
         if let Some(c) = self.head.pop_front() {
-            return Poll::Ready(Some(RelayItem::Chunk(Box::new(c))));
+            return Poll::Ready(Some(RelayItem::Chunk(c)));
         }
         match self.rest.poll_next_unpin(cx) {
             Poll::Ready(Some(Ok(c))) => {
@@ -77,7 +77,7 @@ impl Stream for Relay {
                 {
                     slot.used(total);
                 }
-                Poll::Ready(Some(RelayItem::Chunk(Box::new(c))))
+                Poll::Ready(Some(RelayItem::Chunk(c)))
             }
             Poll::Ready(Some(Err(e))) => {
                 self.done = true;

@@ -21,7 +21,7 @@ const MAX_HEAD_CHUNKS: usize = 64;
 /// A stream past its commit point: the chunks read before commit (role-only chunks and the
 /// first content), and the rest of the same upstream stream.
 pub struct Committed {
-    pub head: Vec<StreamChunk>,
+    pub head: Vec<Box<StreamChunk>>,
     pub rest: ChunkStream,
     /// The credential's slot, held until the stream ends (or the client leaves).
     pub slot: Option<Reservation>,

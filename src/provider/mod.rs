@@ -126,7 +126,8 @@ pub enum UpstreamError {
     StreamError,
 }
 
-pub type ChunkStream = Pin<Box<dyn Stream<Item = Result<StreamChunk, UpstreamError>> + Send>>;
+/// Boxed chunks: one allocation an event, passed on by pointer from the decoder to the client.
+pub type ChunkStream = Pin<Box<dyn Stream<Item = Result<Box<StreamChunk>, UpstreamError>> + Send>>;
 
 /// One channel's upstream, ready to call.
 #[derive(Debug)]

@@ -21,8 +21,8 @@ struct Chunk<'a> {
     id: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     model: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    choices: Option<Vec<Choice<'a>>>,
+    #[serde(default)]
+    choices: Option<Choices>,
     #[serde(default)]
     usage: Option<IgnoredAny>,
     #[serde(default)]
@@ -56,17 +56,12 @@ struct ChoiceDelta<'a> {
     refusal: Option<IgnoredAny>,
 }
 
-/// What the gateway needs of one chunk, or `None` when it must be read whole. `head`: the
-/// stream's first chunk, whose id and model are kept (telemetry reads them once).
-pub fn scan_chunk(data: &str, head: bool) -> Option<Box<StreamChunk>> {
-    let c: Chunk = serde_json::from_str(data).ok()?;
-    if c.usage.is_some() || c.error.is_some() {
-        return None;
-    }
-    let mut choices = Vec::new();
-    for (i, ch) in c.choices.unwrap_or_default().into_iter().enumerate() {
+impl Choice<'_> {
+    /// The canonical choice (the `i`th), or `None` when the delta holds what only the full
+    /// reader models (a refusal's text).
+    fn canonical(self, i: usize) -> Option<ChunkChoice> {
         let mut delta = Delta::default();
-        if let Some(d) = ch.delta {
+        if let Some(d) = self.delta {
             if d.refusal.is_some() {
                 return None;
             }
@@ -77,13 +72,52 @@ pub fn scan_chunk(data: &str, head: bool) -> Option<Box<StreamChunk>> {
                 .filter(|t| !t.is_empty())
                 .map(Cow::into_owned);
         }
-        choices.push(ChunkChoice {
-            index: ch.index.unwrap_or(i as u32),
+        Some(ChunkChoice {
+            index: self.index.unwrap_or(i as u32),
             delta,
-            finish_reason: ch.finish_reason.map(Cow::into_owned),
+            finish_reason: self.finish_reason.map(Cow::into_owned),
             extra: Default::default(),
-        });
+        })
     }
+}
+
+/// A chunk's choices read straight into canonical ones, with no list of borrowed ones between
+/// (one allocation an event less); a choice the scan cannot model fails the whole scan.
+struct Choices(Vec<ChunkChoice>);
+
+impl<'de> Deserialize<'de> for Choices {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Each;
+        impl<'de> serde::de::Visitor<'de> for Each {
+            type Value = Choices;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a list of choices")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Choices, A::Error> {
+                let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(1));
+                while let Some(ch) = seq.next_element::<Choice<'de>>()? {
+                    let i = out.len();
+                    let c = ch.canonical(i);
+                    out.push(c.ok_or_else(|| serde::de::Error::custom("read whole"))?);
+                }
+                Ok(Choices(out))
+            }
+        }
+        d.deserialize_seq(Each)
+    }
+}
+
+/// What the gateway needs of one chunk, or `None` when it must be read whole. `head`: the
+/// stream's first chunk, whose id and model are kept (telemetry reads them once).
+pub fn scan_chunk(data: &str, head: bool) -> Option<Box<StreamChunk>> {
+    let c: Chunk = serde_json::from_str(data).ok()?;
+    if c.usage.is_some() || c.error.is_some() {
+        return None;
+    }
+    let choices = c.choices.map(|Choices(v)| v).unwrap_or_default();
     let keep = |s: Option<Cow<str>>| s.filter(|_| head).map(Cow::into_owned);
     Some(Box::new(StreamChunk {
         id: keep(c.id),

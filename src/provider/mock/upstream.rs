@@ -83,7 +83,7 @@ impl MockUpstream {
         let items = schedule(&self.spec, b, reply_chunks(&self.spec, model, req, n));
         Ok(Box::pin(paced(items).filter_map(|item| async move {
             match item {
-                Paced::Chunk(c) => Some(Ok(*c)),
+                Paced::Chunk(c) => Some(Ok(c)),
                 Paced::Break => Some(Err(UpstreamError::Broken("mock cut the stream".into()))),
             }
         })))

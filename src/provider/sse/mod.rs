@@ -50,7 +50,7 @@ impl<D: Decoder> Events<D> {
 
     fn end(
         &mut self,
-        item: Option<Result<StreamChunk, UpstreamError>>,
+        item: Option<Result<Box<StreamChunk>, UpstreamError>>,
     ) -> Poll<Option<<Self as Stream>::Item>> {
         self.done = true;
         Poll::Ready(item)
@@ -58,7 +58,7 @@ impl<D: Decoder> Events<D> {
 }
 
 impl<D: Decoder> Stream for Events<D> {
-    type Item = Result<StreamChunk, UpstreamError>;
+    type Item = Result<Box<StreamChunk>, UpstreamError>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         if self.failing {
@@ -104,7 +104,7 @@ impl<D: Decoder> Stream for Events<D> {
             });
             let chunk = |mut c: Box<StreamChunk>, raw| {
                 c.raw = raw;
-                Poll::Ready(Some(Ok(*c)))
+                Poll::Ready(Some(Ok(c)))
             };
             match (decoded, raw) {
                 (Decoded::Chunk(c), raw) => return chunk(c, raw),
@@ -113,7 +113,7 @@ impl<D: Decoder> Stream for Events<D> {
                     return chunk(c, raw);
                 }
                 (Decoded::Nothing, Some(raw)) => {
-                    return Poll::Ready(Some(Ok(StreamChunk::raw_only(raw))));
+                    return Poll::Ready(Some(Ok(Box::new(StreamChunk::raw_only(raw)))));
                 }
                 (Decoded::Nothing, None) | (Decoded::Skip, _) => continue,
                 (Decoded::End, _) => return self.end(None),
@@ -121,7 +121,7 @@ impl<D: Decoder> Stream for Events<D> {
                 // sees them; before, the attempt fails over either way).
                 (Decoded::Error, Some(raw)) => {
                     self.failing = true;
-                    return Poll::Ready(Some(Ok(StreamChunk::raw_only(raw))));
+                    return Poll::Ready(Some(Ok(Box::new(StreamChunk::raw_only(raw)))));
                 }
                 (Decoded::Error, None) => return self.end(Some(Err(UpstreamError::StreamError))),
                 (Decoded::Invalid(e), _) => return self.end(Some(Err(e.into()))),
