@@ -76,13 +76,13 @@ pub fn served(mut resp: Response, ctx: &Ctx) -> Response {
     resp
 }
 
-pub fn json_response(body: Vec<u8>) -> Response {
+pub fn json_response(body: impl Into<axum::body::Bytes>) -> Response {
     (
         [(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         )],
-        body,
+        body.into(),
     )
         .into_response()
 }

@@ -49,7 +49,7 @@ impl Codec for Anthropic {
             obj.insert("switchyard".into(), ext);
         }
         Rendered {
-            body: serde_json::to_vec(&v).unwrap_or_default(),
+            body: serde_json::to_vec(&v).unwrap_or_default().into(),
             keep: None,
         }
     }

@@ -84,7 +84,7 @@ impl Codec for Gemini {
             _ => serde_json::to_vec(&response_to_value(&resp, a.model)),
         };
         Rendered {
-            body: body.unwrap_or_default(),
+            body: body.unwrap_or_default().into(),
             keep: None,
         }
     }

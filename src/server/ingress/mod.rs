@@ -12,6 +12,7 @@ pub mod openai;
 pub mod responses;
 
 use axum::Router;
+use axum::body::Bytes;
 use axum::routing::post;
 use serde_json::Value;
 
@@ -55,7 +56,7 @@ pub struct Answer<'a> {
 
 /// A written answer, and what it leaves to keep for a later turn.
 pub struct Rendered {
-    pub body: Vec<u8>,
+    pub body: Bytes,
     pub keep: Option<Keep>,
 }
 

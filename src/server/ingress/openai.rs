@@ -5,7 +5,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::{Answer, Codec, Encode, Envelope, ErrorView, Parsed, Rendered, StreamStart};
 use crate::exec::OutcomeClass;
@@ -60,18 +60,24 @@ impl Codec for OpenAiChat {
     }
 
     fn render(&self, resp: ChatResponse, _: &(), a: &Answer) -> Rendered {
-        if let Some(bytes) = &resp.as_sent {
-            return Rendered {
-                body: as_sent(bytes, a.ext.as_ref()),
-                keep: None,
+        if let Some(bytes) = resp.as_sent {
+            // An upstream's answer as it came; with a failover report, the report is its
+            // `switchyard` field (the only field the gateway writes into a passed answer).
+            let body = match &a.ext {
+                None => bytes,
+                Some(r) => edited(&bytes, |m| {
+                    m.insert("switchyard".into(), r.clone());
+                })
+                .map_or(bytes, Into::into),
             };
+            return Rendered { body, keep: None };
         }
         let body = serde_json::to_vec(&ResponseBody {
             resp: &resp,
             report: a.ext.as_ref(),
         });
         Rendered {
-            body: body.unwrap_or_default(),
+            body: body.unwrap_or_default().into(),
             keep: None,
         }
     }
@@ -85,20 +91,19 @@ impl Codec for OpenAiChat {
     }
 }
 
-/// An upstream's answer as it came; with a failover report, the report is its `switchyard`
-/// field (the only field the gateway writes into a passed answer).
-fn as_sent(bytes: &[u8], report: Option<&Value>) -> Vec<u8> {
-    let Some(report) = report else {
-        return bytes.to_vec();
+/// An upstream's JSON object with the gateway's own fields written into it: parsed, edited,
+/// written again (`None`: not an object, left as it came).
+fn edited(json: &[u8], edit: impl FnOnce(&mut Map<String, Value>)) -> Option<Vec<u8>> {
+    let Ok(Value::Object(mut m)) = serde_json::from_slice::<Value>(json) else {
+        return None;
     };
-    match serde_json::from_slice::<Value>(bytes) {
-        Ok(Value::Object(mut m)) => {
-            m.insert("switchyard".into(), report.clone());
-            serde_json::to_vec(&m).unwrap_or_else(|_| bytes.to_vec())
-        }
-        _ => bytes.to_vec(),
-    }
+    edit(&mut m);
+    serde_json::to_vec(&m).ok()
 }
+
+/// `"usage"` as a key: what a passed event holds when the upstream answered our usage request.
+static USAGE_KEY: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+    std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\"usage\""));
 
 /// Chat Completions chunks as `data:` frames, ended by `[DONE]`.
 pub struct OpenAiEncoder {
@@ -154,13 +159,11 @@ impl OpenAiEncoder {
     /// (dropped), the stream's cost beside the usage (`switchyard.cost_micros`). Only those
     /// few events are parsed and written again.
     fn pass(&mut self, c: &StreamChunk, raw: &RawEvent, out: &mut Vec<u8>) {
-        // `"usage": null` on every chunk answers the usage we asked for, not the client.
-        let null_usage = !self.include_usage
-            && memchr::memmem::find(raw.data.as_bytes(), b"\"usage\"").is_some();
-        if self.report.is_none() && c.usage.is_none() && !null_usage {
-            return raw.write(out);
-        }
         if self.report.is_none() && c.usage.is_none() {
+            // `"usage": null` on each chunk answers the usage we asked for, not the client.
+            if self.include_usage || USAGE_KEY.find(raw.data.as_bytes()).is_none() {
+                return raw.write(out);
+            }
             // OpenAI writes it last: cut it there without reading the event.
             if let Some(kept) = raw
                 .data
@@ -176,27 +179,32 @@ impl OpenAiEncoder {
         if !self.include_usage && c.is_usage_only() {
             return;
         }
-        let Ok(Value::Object(mut m)) = serde_json::from_str::<Value>(&raw.data) else {
-            return raw.write(out);
-        };
-        if let Some(r) = self.report.take() {
-            m.insert("switchyard".into(), r);
-        }
-        if !self.include_usage {
-            m.shift_remove("usage");
-        }
-        // The gateway's own fields (the cost) join the upstream's `switchyard` object, if any.
-        if let Some(Value::Object(ours)) = c.extra.get("switchyard") {
-            let entry = m
-                .entry("switchyard")
-                .or_insert_with(|| Value::Object(Default::default()));
-            if let Value::Object(theirs) = entry {
-                theirs.extend(ours.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let (report, include_usage) = (self.report.take(), self.include_usage);
+        let written = edited(raw.data.as_bytes(), |m| {
+            if let Some(r) = report {
+                m.insert("switchyard".into(), r);
             }
+            if !include_usage {
+                m.shift_remove("usage");
+            }
+            // The gateway's own fields (the cost) join the upstream's `switchyard` object.
+            if let Some(Value::Object(ours)) = c.extra.get("switchyard") {
+                let entry = m
+                    .entry("switchyard")
+                    .or_insert_with(|| Value::Object(Default::default()));
+                if let Value::Object(theirs) = entry {
+                    theirs.extend(ours.iter().map(|(k, v)| (k.clone(), v.clone())));
+                }
+            }
+        });
+        match written {
+            Some(json) => {
+                out.extend_from_slice(b"data: ");
+                out.extend_from_slice(&json);
+                out.extend_from_slice(b"\n\n");
+            }
+            None => raw.write(out),
         }
-        out.extend_from_slice(b"data: ");
-        let _ = serde_json::to_writer(&mut *out, &m);
-        out.extend_from_slice(b"\n\n");
     }
 }
 

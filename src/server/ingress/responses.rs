@@ -85,7 +85,7 @@ impl Codec for Responses {
             obj.insert("switchyard".into(), ext);
         }
         Rendered {
-            body: serde_json::to_vec(&v).unwrap_or_default(),
+            body: serde_json::to_vec(&v).unwrap_or_default().into(),
             keep: Some(keep),
         }
     }
