@@ -7,7 +7,7 @@ use ::http::header::{HeaderName, HeaderValue};
 use reqwest::Url;
 use serde_json::Value;
 
-use super::http::{self, join, post_json, read_json, send, to_body};
+use super::http::{self, Target, join, post_json, read_json, send, to_body};
 use super::sse::{Decoder, Events, json};
 use super::{ChunkStream, UpstreamError, Via, Waited};
 use crate::protocol::anthropic::{StreamDecoder, request_to_value, response_from_value};
@@ -19,7 +19,9 @@ const VERSION_HEADER: HeaderName = HeaderName::from_static("anthropic-version");
 
 pub struct Anthropic {
     messages_url: Url,
-    models_url: Url,
+    /// Parsed once.
+    messages: Target,
+    models: Target,
     keys: Vec<Secret>,
     client: http::Client,
 }
@@ -47,14 +49,16 @@ pub fn api_root(base: &Url) -> Url {
 }
 
 impl Anthropic {
-    pub fn new(base: Url, keys: Vec<Secret>, client: http::Client) -> Self {
+    pub fn new(base: Url, keys: Vec<Secret>, client: http::Client) -> Result<Self, UpstreamError> {
         let root = api_root(&base);
-        Anthropic {
-            messages_url: join(&root, "messages"),
-            models_url: join(&root, "models"),
+        let messages_url = join(&root, "messages");
+        Ok(Anthropic {
+            messages: Target::of(&messages_url)?,
+            models: Target::of(&join(&root, "models"))?,
+            messages_url,
             keys,
             client,
-        }
+        })
     }
 
     /// Where calls go (its host and port name the upstream on spans).
@@ -83,13 +87,13 @@ impl Anthropic {
     ) -> Result<http::Response, UpstreamError> {
         let auth = self.auth(via.cred)?;
         let mut req = post_json(
-            &self.messages_url,
+            &self.messages,
             to_body(body)?,
             stream,
             hops,
             auth,
             via.trace,
-        )?;
+        );
         req.headers_mut()
             .insert(VERSION_HEADER, HeaderValue::from_static(VERSION));
         send(&self.client, req, via.waited).await
@@ -133,7 +137,7 @@ impl Anthropic {
     }
 
     pub async fn models(&self, cred: Option<usize>) -> Result<(), UpstreamError> {
-        let mut req = http::get(&self.models_url, self.auth(cred)?)?;
+        let mut req = http::get(&self.models, self.auth(cred)?);
         req.headers_mut()
             .insert(VERSION_HEADER, HeaderValue::from_static(VERSION));
         send(&self.client, req, &Waited::default()).await?;

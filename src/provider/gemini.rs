@@ -7,7 +7,7 @@ use ::http::header::{HeaderName, HeaderValue};
 use reqwest::Url;
 use serde_json::Value;
 
-use super::http::{self, join, post_json, read_json, send, to_body};
+use super::http::{self, Target, join, post_json, read_json, send, to_body};
 use super::sse::{Decoder, Events, json};
 use super::{ChunkStream, UpstreamError, Via, Waited};
 use crate::protocol::gemini::{StreamDecoder, request_to_value, response_from_value};
@@ -92,7 +92,14 @@ impl Gemini {
         hops: u32,
     ) -> Result<http::Response, UpstreamError> {
         let auth = self.auth(via.cred)?;
-        let req = post_json(&url, to_body(body)?, stream, hops, auth, via.trace)?;
+        let req = post_json(
+            &Target::of(&url)?,
+            to_body(body)?,
+            stream,
+            hops,
+            auth,
+            via.trace,
+        );
         send(&self.client, req, via.waited).await
     }
 
@@ -135,7 +142,7 @@ impl Gemini {
     }
 
     pub async fn models(&self, cred: Option<usize>) -> Result<(), UpstreamError> {
-        let req = http::get(&join(&self.root, "models"), self.auth(cred)?)?;
+        let req = http::get(&Target::of(&join(&self.root, "models"))?, self.auth(cred)?);
         send(&self.client, req, &Waited::default()).await?;
         Ok(())
     }

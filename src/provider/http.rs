@@ -197,19 +197,19 @@ pub fn credential(
 /// A JSON POST built from scratch: no client header, cookie or credential ever reaches the
 /// upstream; only the hop count, the content type, what the protocol needs and the key.
 pub fn post_json(
-    url: &Url,
+    to: &Target,
     body: Vec<u8>,
     stream: bool,
     hops: u32,
     auth: Option<(HeaderName, HeaderValue)>,
     trace: Option<&TraceHeaders>,
-) -> Result<Request<Full<Bytes>>, UpstreamError> {
+) -> Request<Full<Bytes>> {
     let accept = if stream {
         "text/event-stream"
     } else {
         "application/json"
     };
-    let mut req = request(Method::POST, url, Full::new(Bytes::from(body)))?;
+    let mut req = request(Method::POST, to, Full::new(Bytes::from(body)));
     let h = req.headers_mut();
     h.insert(HOPS_HEADER, HeaderValue::from(hops.saturating_add(1)));
     h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -224,62 +224,69 @@ pub fn post_json(
     if let Some((name, value)) = auth {
         h.insert(name, value);
     }
-    Ok(req)
+    req
 }
 
 /// A GET (the models probe), with the credential when there is one.
-pub fn get(
-    url: &Url,
-    auth: Option<(HeaderName, HeaderValue)>,
-) -> Result<Request<Full<Bytes>>, UpstreamError> {
-    let mut req = request(Method::GET, url, Full::default())?;
+pub fn get(to: &Target, auth: Option<(HeaderName, HeaderValue)>) -> Request<Full<Bytes>> {
+    let mut req = request(Method::GET, to, Full::default());
     if let Some((name, value)) = auth {
         req.headers_mut().insert(name, value);
     }
-    Ok(req)
+    req
 }
 
-fn request(
-    method: Method,
-    url: &Url,
-    body: Full<Bytes>,
-) -> Result<Request<Full<Bytes>>, UpstreamError> {
-    // Userinfo in a base URL is HTTP Basic credentials (as reqwest took it), never sent in the
-    // request line.
-    let basic = (!url.username().is_empty() || url.password().is_some()).then(|| {
-        let decode = |s: &str| {
-            percent_encoding::percent_decode_str(s)
-                .decode_utf8_lossy()
-                .into_owned()
-        };
-        let pair = format!(
-            "{}:{}",
-            decode(url.username()),
-            decode(url.password().unwrap_or(""))
-        );
-        let mut bare = url.clone();
-        let _ = bare.set_username("");
-        let _ = bare.set_password(None);
-        (bare, pair)
-    });
-    let target = basic.as_ref().map_or(url, |(bare, _)| bare);
-    // A `Url` the config accepted is a valid URI; the message never carries the URL (it may
-    // hold a key).
-    let uri = Uri::try_from(target.as_str())
-        .map_err(|_| UpstreamError::Connect("the upstream URL is not a valid URI".into()))?;
+/// An upstream URL made ready once (at config load for fixed endpoints): the request line's
+/// URI, and userinfo as HTTP Basic credentials (as reqwest took it), never sent in the URI.
+#[derive(Debug, Clone)]
+pub struct Target {
+    uri: Uri,
+    basic: Option<HeaderValue>,
+}
+
+impl Target {
+    pub fn of(url: &Url) -> Result<Target, UpstreamError> {
+        let mut bare = std::borrow::Cow::Borrowed(url);
+        let mut basic = None;
+        if !url.username().is_empty() || url.password().is_some() {
+            use base64::Engine as _;
+            let decode = |s: &str| {
+                percent_encoding::percent_decode_str(s)
+                    .decode_utf8_lossy()
+                    .into_owned()
+            };
+            let pair = format!(
+                "{}:{}",
+                decode(url.username()),
+                decode(url.password().unwrap_or(""))
+            );
+            let encoded = base64::engine::general_purpose::STANDARD.encode(pair);
+            let mut v = HeaderValue::from_str(&format!("Basic {encoded}")).map_err(|_| {
+                UpstreamError::Connect("base URL credentials are not a valid header".into())
+            })?;
+            v.set_sensitive(true);
+            basic = Some(v);
+            let u = bare.to_mut();
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+        }
+        // The message never carries the URL (it may hold a key).
+        let uri = Uri::try_from(bare.as_str())
+            .map_err(|_| UpstreamError::Connect("the upstream URL is not a valid URI".into()))?;
+        Ok(Target { uri, basic })
+    }
+}
+
+fn request(method: Method, to: &Target, body: Full<Bytes>) -> Request<Full<Bytes>> {
     let mut req = Request::new(body);
     *req.method_mut() = method;
-    *req.uri_mut() = uri;
-    if let Some((_, pair)) = basic {
-        use base64::Engine as _;
-        let encoded = base64::engine::general_purpose::STANDARD.encode(pair);
-        let mut v = HeaderValue::from_str(&format!("Basic {encoded}")).map_err(|_| {
-            UpstreamError::Connect("base URL credentials are not a valid header".into())
-        })?;
-        v.set_sensitive(true);
-        req.headers_mut().insert(http::header::AUTHORIZATION, v);
+    // A clone of a parsed URI: reference counts, no parse.
+    *req.uri_mut() = to.uri.clone();
+    if let Some(v) = &to.basic {
+        req.headers_mut()
+            .insert(http::header::AUTHORIZATION, v.clone());
     }
-    Ok(req)
+    req
 }
 
 /// Serialises a request body; our own canonical types cannot fail in practice (no non-string
@@ -535,17 +542,14 @@ mod tests {
     #[test]
     fn base_url_userinfo_becomes_basic_auth_and_leaves_the_uri() {
         let url = Url::parse("http://us%20er:p%40ss@h:8/v1/chat").unwrap();
-        let req = request(Method::GET, &url, Full::default()).unwrap();
+        let req = request(Method::GET, &Target::of(&url).unwrap(), Full::default());
         assert_eq!(req.uri().to_string(), "http://h:8/v1/chat");
         // base64("us er:p@ss")
         assert_eq!(req.headers()["authorization"], "Basic dXMgZXI6cEBzcw==");
         assert!(req.headers()["authorization"].is_sensitive());
-        let plain = request(
-            Method::GET,
-            &Url::parse("http://h/v1").unwrap(),
-            Full::default(),
-        );
-        assert!(plain.unwrap().headers().get("authorization").is_none());
+        let plain = Target::of(&Url::parse("http://h/v1").unwrap()).unwrap();
+        let plain = request(Method::GET, &plain, Full::default());
+        assert!(plain.headers().get("authorization").is_none());
     }
 
     #[test]

@@ -132,7 +132,8 @@ pub type ChunkStream = Pin<Box<dyn Stream<Item = Result<Box<StreamChunk>, Upstre
 /// One channel's upstream, ready to call.
 #[derive(Debug)]
 pub enum Upstream {
-    OpenAi(openai::OpenAi),
+    /// Boxed: its parsed endpoints make it the largest kind by far.
+    OpenAi(Box<openai::OpenAi>),
     Anthropic(anthropic::Anthropic),
     Gemini(gemini::Gemini),
     Mock(mock::MockUpstream),
@@ -151,26 +152,20 @@ impl Upstream {
             Api::OpenAi {
                 stream_usage,
                 responses,
-            } => Upstream::OpenAi(openai::OpenAi::new(
-                h.base,
-                keys,
-                stream_usage,
-                None,
-                responses,
-                client,
+            } => Upstream::OpenAi(Box::new(
+                openai::OpenAi::new(h.base, keys, stream_usage, None, responses, client)
+                    .map_err(|e| e.to_string())?,
             )),
             Api::Azure {
                 api_version,
                 stream_usage,
-            } => Upstream::OpenAi(openai::OpenAi::new(
-                h.base,
-                keys,
-                stream_usage,
-                Some(api_version),
-                false,
-                client,
+            } => Upstream::OpenAi(Box::new(
+                openai::OpenAi::new(h.base, keys, stream_usage, Some(api_version), false, client)
+                    .map_err(|e| e.to_string())?,
             )),
-            Api::Anthropic => Upstream::Anthropic(anthropic::Anthropic::new(h.base, keys, client)),
+            Api::Anthropic => Upstream::Anthropic(
+                anthropic::Anthropic::new(h.base, keys, client).map_err(|e| e.to_string())?,
+            ),
             Api::Gemini => Upstream::Gemini(gemini::Gemini::new(h.base, keys, client)),
         })
     }

@@ -7,7 +7,7 @@ use ::http::header::{AUTHORIZATION, HeaderName, HeaderValue};
 use reqwest::Url;
 use serde_json::Value;
 
-use super::http::{self, join, post_json, read_json, send, to_body};
+use super::http::{self, Target, join, post_json, read_json, send, to_body};
 use super::sse::{Decoder, Events};
 use super::{ChunkStream, UpstreamError, Via, Waited};
 use crate::protocol::openai::{
@@ -21,10 +21,12 @@ use crate::secret::Secret;
 pub struct OpenAi {
     base: Url,
     chat_url: Url,
-    embeddings_url: Url,
-    models_url: Url,
+    /// The fixed endpoints, parsed once (Azure's are per deployment, made per call).
+    chat: Target,
+    embeddings: Target,
+    models: Target,
     /// Set when the upstream serves the Responses API: Responses clients' requests go here.
-    responses_url: Option<Box<Url>>,
+    responses: Option<Box<Target>>,
     /// Azure OpenAI: the `api-version`; the upstream model name is the deployment.
     azure: Option<String>,
     keys: Vec<Secret>,
@@ -49,18 +51,24 @@ impl OpenAi {
         azure: Option<String>,
         responses: bool,
         client: http::Client,
-    ) -> Self {
-        OpenAi {
-            chat_url: join(&base, "chat/completions"),
-            embeddings_url: join(&base, "embeddings"),
-            models_url: join(&base, "models"),
-            responses_url: responses.then(|| Box::new(join(&base, "responses"))),
+    ) -> Result<Self, UpstreamError> {
+        let chat_url = join(&base, "chat/completions");
+        let responses = match responses {
+            true => Some(Box::new(Target::of(&join(&base, "responses"))?)),
+            false => None,
+        };
+        Ok(OpenAi {
+            chat: Target::of(&chat_url)?,
+            embeddings: Target::of(&join(&base, "embeddings"))?,
+            models: Target::of(&join(&base, "models"))?,
+            chat_url,
+            responses,
             base,
             azure,
             keys,
             stream_usage,
             client,
-        }
+        })
     }
 
     /// Where calls go (its host and port name the upstream on spans).
@@ -70,7 +78,10 @@ impl OpenAi {
 
     pub fn endpoint(&self) -> String {
         // A placeholder for Azure's deployment, written after the URL (which would escape it).
-        let url = self.url(&self.chat_url, "chat/completions", "MODEL");
+        let url = match &self.azure {
+            Some(v) => self.azure_url("chat/completions", "MODEL", v),
+            None => self.chat_url.clone(),
+        };
         http::redact_url(url.as_str()).replace("/MODEL/", "/{model}/")
     }
 
@@ -80,8 +91,8 @@ impl OpenAi {
         &'r self,
         req: &'r ChatRequest,
         model: &str,
-    ) -> Option<(&'r Url, Vec<u8>)> {
-        let url = self.responses_url.as_ref()?;
+    ) -> Option<(&'r Target, Vec<u8>)> {
+        let url = self.responses.as_deref()?;
         let Some(Value::Object(raw)) = req
             .raw
             .as_ref()
@@ -98,13 +109,13 @@ impl OpenAi {
 
     async fn post(
         &self,
-        url: &Url,
+        to: &Target,
         body: Vec<u8>,
         stream: bool,
         via: Via<'_>,
         hops: u32,
     ) -> Result<http::Response, UpstreamError> {
-        let req = post_json(url, body, stream, hops, self.auth(via.cred)?, via.trace)?;
+        let req = post_json(to, body, stream, hops, self.auth(via.cred)?, via.trace);
         send(&self.client, req, via.waited).await
     }
 
@@ -124,7 +135,7 @@ impl OpenAi {
             model,
             force_usage: false,
         })?;
-        let url = self.url(&self.chat_url, "chat/completions", model);
+        let url = self.target(&self.chat, "chat/completions", model)?;
         let resp = self.post(&url, body, false, via, req.hops).await?;
         let bytes = http::read_body(resp, via.waited).await?;
         // A Chat Completions client gets the answer as it came: scanned, not rebuilt.
@@ -157,7 +168,7 @@ impl OpenAi {
             model,
             force_usage: self.stream_usage,
         })?;
-        let url = self.url(&self.chat_url, "chat/completions", model);
+        let url = self.target(&self.chat, "chat/completions", model)?;
         let resp = self.post(&url, body, true, via, req.hops).await?;
         // A Chat Completions client gets the upstream's events as they came: read, not rebuilt.
         let same = req.origin == Protocol::OpenAiChat;
@@ -174,13 +185,22 @@ impl OpenAi {
 
     /// Where an operation goes: the fixed OpenAI URL, or Azure's deployment URL for the model
     /// (`{base}/openai/deployments/{model}/{op}?api-version=...`).
-    fn url<'a>(&'a self, fixed: &'a Url, op: &str, model: &str) -> std::borrow::Cow<'a, Url> {
-        let Some(version) = &self.azure else {
-            return std::borrow::Cow::Borrowed(fixed);
-        };
+    fn target<'a>(
+        &'a self,
+        fixed: &'a Target,
+        op: &str,
+        model: &str,
+    ) -> Result<std::borrow::Cow<'a, Target>, UpstreamError> {
+        Ok(match &self.azure {
+            None => std::borrow::Cow::Borrowed(fixed),
+            Some(v) => std::borrow::Cow::Owned(Target::of(&self.azure_url(op, model, v))?),
+        })
+    }
+
+    fn azure_url(&self, op: &str, model: &str, version: &str) -> Url {
         let mut u = join(&self.base, &format!("openai/deployments/{model}/{op}"));
         u.query_pairs_mut().append_pair("api-version", version);
-        std::borrow::Cow::Owned(u)
+        u
     }
 
     /// The reserved credential: `Authorization: Bearer` for OpenAI, `api-key` for Azure.
@@ -196,7 +216,7 @@ impl OpenAi {
     }
 
     pub async fn models(&self, cred: Option<usize>) -> Result<(), UpstreamError> {
-        let req = http::get(&self.models_url, self.auth(cred)?)?;
+        let req = http::get(&self.models, self.auth(cred)?);
         send(&self.client, req, &Waited::default()).await?;
         Ok(())
     }
@@ -208,7 +228,7 @@ impl OpenAi {
         via: Via<'_>,
     ) -> Result<Value, UpstreamError> {
         let body = to_body(&EmbeddingsBody { req, model })?;
-        let url = self.url(&self.embeddings_url, "embeddings", model);
+        let url = self.target(&self.embeddings, "embeddings", model)?;
         let resp = self.post(&url, body, false, via, req.hops).await?;
         let v = read_json(resp, "embeddings response", via.waited).await?;
         if !v.get("data").is_some_and(Value::is_array) {
