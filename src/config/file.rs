@@ -189,9 +189,10 @@ pub struct ServerSection {
     pub trusted_proxies: Vec<String>,
 }
 
-/// `[server.retry_budget]`: attempts after a request's first (retries and failovers) stay
-/// under `ratio` × requests over the window, with a floor of `min_per_second`, so that when
-/// everything fails the gateway does not multiply the load (Linkerd's budget, same defaults).
+/// `[server.retry_budget]`: calls to a channel a request already called (retries, its next
+/// key) stay under `ratio` × requests over the window, with a floor of `min_per_second`, so a
+/// failing upstream never sees its load multiplied (Linkerd's budget, same defaults). A
+/// failover to a channel not yet called is not counted.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RetryBudgetConfig {

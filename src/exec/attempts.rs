@@ -207,9 +207,13 @@ impl<'s> Model<'_, 's, '_> {
                 }
                 Err(None) => return Turn::Next,
             };
-            // Every call after a request's first spends from the process-wide retry budget;
-            // refused, the request ends with the outcome of the calls it made.
-            if self.report.tried() > 0 && !health.retries.try_retry(&snap.server.retry_budget) {
+            // A call to a channel this request already called (a retry, its next key, the
+            // next model of a chain there) spends from the process-wide retry budget: that is
+            // the load that multiplies on one sick upstream. A failover to a channel not yet
+            // called is free: it adds one call to another upstream, never a second to the
+            // same one. Refused, the request ends with the outcome of the calls it made.
+            if self.report.called(&ch.name) && !health.retries.try_retry(&snap.server.retry_budget)
+            {
                 tracing::warn!(
                     channel = &*ch.name,
                     model = &*self.step.model,

@@ -123,6 +123,13 @@ impl Report {
         self.attempts.iter().filter(|a| a.skip.is_none()).count()
     }
 
+    /// Whether this request has already called `channel` (an attempt that was not skipped).
+    pub fn called(&self, channel: &str) -> bool {
+        self.attempts
+            .iter()
+            .any(|a| a.skip.is_none() && &*a.channel == channel)
+    }
+
     pub fn attempts_json(&self) -> Value {
         serde_json::to_value(&self.attempts).unwrap_or(Value::Null)
     }

@@ -1,7 +1,9 @@
-//! The per-process retry budget: attempts after a request's first (in-channel retries,
-//! failovers, the next model of a chain) are allowed while they stay under
-//! `max(ratio × requests, min_per_second × window)` over a sliding window of one-second
-//! buckets. When everything upstream fails, this keeps the gateway from multiplying the load.
+//! The per-process retry budget: calls to a channel a request has already called (in-channel
+//! retries, the channel's next key, the next model of a chain on the same channel) are allowed
+//! while they stay under `max(ratio × requests, min_per_second × window)` over a sliding window
+//! of one-second buckets. When an upstream fails, this keeps the gateway from multiplying the
+//! load on it. A failover to a channel the request has not called spends nothing: it is one
+//! call to another upstream (Linkerd's budget guards one service against its own retries).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};

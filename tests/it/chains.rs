@@ -705,11 +705,13 @@ async fn two_gateways_pointed_at_each_other_stop_with_508_and_do_not_fail_over()
 }
 
 #[tokio::test]
-async fn the_retry_budget_stops_failovers_when_most_requests_need_one() {
+async fn a_failover_to_a_channel_not_yet_called_is_never_refused_by_the_retry_budget() {
+    // Issue 22's case: a primary that fails every request, its breaker off, and a healthy
+    // backup. Each request's failover is one call to another upstream: none is refused.
     let bad = mock(faulty("bad", status(500))).await;
     let good = mock(text_spec("good")).await;
     let chans = format!(
-        "{}{}{}",
+        "{}{}",
         models_channel(
             "bad",
             &bad.base_url(),
@@ -717,6 +719,32 @@ async fn the_retry_budget_stops_failovers_when_most_requests_need_one() {
             "priority = 1\ncircuit_breaker = { enabled = false }"
         ),
         models_channel("good", &good.base_url(), &["m"], "priority = 2"),
+    );
+    let gw = gateway_with(
+        "retry_budget = { ratio = 0.2, min_per_second = 0, window_seconds = 600 }",
+        &chans,
+    )
+    .await;
+    for i in 0..400 {
+        let r = gw.chat(ask(json!({"model": "m"}), false)).await;
+        assert_eq!(r.status(), 200, "request {i}");
+    }
+    assert_eq!(bad.requests(), 400);
+    assert_eq!(good.requests(), 400);
+}
+
+#[tokio::test]
+async fn the_retry_budget_bounds_retries_on_a_failing_upstream() {
+    let bad = mock(faulty("bad", status(500))).await;
+    let good = mock(text_spec("good")).await;
+    let chans = format!(
+        "{}{}",
+        models_channel(
+            "bad",
+            &bad.base_url(),
+            &["m"],
+            "max_retries = 3\nretry_interval_ms = 1\ncircuit_breaker = { enabled = false }"
+        ),
         models_channel("fine", &good.base_url(), &["ok"], ""),
     );
     let gw = gateway_with(
@@ -731,15 +759,14 @@ async fn the_retry_budget_stops_failovers_when_most_requests_need_one() {
             200
         );
     }
-    // Each of these needs one failover: 0 < 2.2, 1 < 2.4, 2 < 2.6 pass; 3 < 2.8 does not.
+    // Each of these would retry `bad` three times. The 11th request may take 2 (0 < 2.2,
+    // 1 < 2.2), the 12th 1 (2 < 2.4); from then on 3 retries are over 20 % of 13, 14, 15.
     let mut resps = Vec::new();
     for _ in 0..5 {
         resps.push(gw.chat(ask(json!({"model": "m"}), false)).await);
     }
-    let statuses: Vec<u16> = resps.iter().map(|r| r.status().as_u16()).collect();
-    assert_eq!(statuses, [200, 200, 200, 502, 502]);
-    // A refused request ends with the outcome of the call it made, and says why it stopped.
-    let refused = resps.remove(3);
+    let refused = resps.remove(4);
+    assert!(resps.iter().all(|r| r.status() == 502));
     assert_eq!(header(&refused, "x-should-retry"), "false");
     let e = error_envelope(refused, 502).await;
     assert_eq!(e["code"], "all_attempts_failed");
@@ -747,10 +774,8 @@ async fn the_retry_budget_stops_failovers_when_most_requests_need_one() {
         reasons(&e["attempts"]),
         ["server_error", "retry_budget_exhausted"]
     );
-    // The refused requests made their first attempt only: 5 calls to `bad`, and `good` saw the
-    // 10 clean requests and 3 failovers.
-    assert_eq!(bad.requests(), 5);
-    assert_eq!(good.requests(), 13);
+    // Five first calls and three retries: a storm on `bad` stays at 1.6 calls a request, not 4.
+    assert_eq!(bad.requests(), 8);
 }
 
 #[tokio::test]
@@ -758,7 +783,7 @@ async fn the_retry_budget_is_a_deliberate_block_that_never_moves_a_chain_on() {
     let m = three(faulty("a", status(500)), text_spec("b"), text_spec("c")).await;
     let gw = gateway_with(
         "retry_budget = { ratio = 0.0, min_per_second = 0, window_seconds = 60 }",
-        &channels(&m, ""),
+        &channels(&m, "max_retries = 1\nretry_interval_ms = 1"),
     )
     .await;
     let resp = gw.chat(ask(json!({"models": ["a", "b"]}), false)).await;
@@ -768,6 +793,7 @@ async fn the_retry_budget_is_a_deliberate_block_that_never_moves_a_chain_on() {
         reasons(&e["attempts"]),
         ["server_error", "retry_budget_exhausted"]
     );
+    assert_eq!(m[0].requests(), 1);
     assert_eq!(m[1].requests(), 0);
 }
 
