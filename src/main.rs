@@ -145,6 +145,7 @@ fn main() -> ExitCode {
         .with_target(false)
         .init();
     install_crypto_provider();
+    raise_open_file_limit();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -161,6 +162,16 @@ fn main() -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Every client stream holds two sockets (the client's and the upstream's): the soft limit on
+/// open files (often 1024) is raised to the hard limit, so `[server] max_connections` binds
+/// first.
+fn raise_open_file_limit() {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(n) => tracing::debug!(open_files = n, "open-file limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),
     }
 }
 

@@ -187,6 +187,15 @@ pub struct ServerSection {
     /// Addresses or networks (`10.0.0.0/8`) of proxies whose `X-Forwarded-Proto` is believed
     /// (the console's cookie is `Secure` when the client's scheme is https).
     pub trusted_proxies: Vec<String>,
+    /// Open client connections per listener; past it the gateway stops accepting until one
+    /// closes (the kernel's backlog holds the rest).
+    pub max_connections: NonZeroUsize,
+    /// A request's head must arrive within this time of its first byte.
+    pub header_read_timeout_ms: NonZeroU64,
+    /// A connection with no request in progress is closed after this long.
+    pub idle_timeout_ms: NonZeroU64,
+    /// A client that takes no bytes for this long is cut off, and its upstream call cancelled.
+    pub client_write_timeout_ms: NonZeroU64,
 }
 
 /// `[server.retry_budget]`: calls to a channel a request already called (retries, its next
@@ -226,6 +235,10 @@ impl Default for ServerSection {
             hold_ttl_ms: nz64(600_000),
             reserve_output_tokens: nz64(4_096),
             trusted_proxies: Vec::new(),
+            max_connections: nzusize(16_384),
+            header_read_timeout_ms: nz64(10_000),
+            idle_timeout_ms: nz64(75_000),
+            client_write_timeout_ms: nz64(60_000),
         }
     }
 }

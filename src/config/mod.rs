@@ -18,8 +18,8 @@ pub mod webhooks;
 pub use file::{Balance, ChannelConfig, FileConfig, KeyConfig, ModelEntry, RouterFailover};
 pub use overlay::{Origin, Overlay, View};
 pub use settings::{
-    Admin, AffinitySettings, BreakerSettings, BudgetSettings, HealthSettings, Limits, LogSettings,
-    ProbeKind, ProbeSettings, Role, ServerSettings, StateSettings, StoreSettings,
+    Admin, AffinitySettings, BreakerSettings, BudgetSettings, ConnLimits, HealthSettings, Limits,
+    LogSettings, ProbeKind, ProbeSettings, Role, ServerSettings, StateSettings, StoreSettings,
 };
 pub use snapshot::{
     Channel, DEFAULT_GROUP, EmbedderSpec, FailoverDefaults, GatewayKey, Instance, Level,

@@ -25,6 +25,17 @@ pub struct ServerSettings {
     pub reserve_output_tokens: u64,
     /// Proxies whose `X-Forwarded-Proto` is believed.
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// What a client connection may hold (read at start, not on reload).
+    pub connections: ConnLimits,
+}
+
+/// `[server]`'s limits on client connections.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnLimits {
+    pub max_connections: usize,
+    pub header_read_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub client_write_timeout: Duration,
 }
 
 /// What an admin may do: `admin` everything, `viewer` read (never a secret).

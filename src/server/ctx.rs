@@ -399,7 +399,7 @@ pub fn bearer(headers: &HeaderMap) -> Option<&str> {
 }
 
 /// `x-switchyard-hops`: Switchyards the request passed before this one. More than `max` is a loop.
-fn hops(headers: &HeaderMap, max: u32) -> Result<u32, ApiError> {
+pub(super) fn hops(headers: &HeaderMap, max: u32) -> Result<u32, ApiError> {
     let Some(v) = headers.get(crate::provider::HOPS_HEADER) else {
         return Ok(0);
     };

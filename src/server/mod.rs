@@ -16,6 +16,7 @@ mod error;
 pub mod explain;
 mod headers;
 mod ingress;
+mod listen;
 mod metrics;
 mod pipeline;
 mod routes;
@@ -29,7 +30,6 @@ pub use routes::{admin_router, metrics_router, router};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 
 use crate::config::Live;
@@ -59,6 +59,27 @@ pub struct AppState {
     pub events: Arc<crate::webhook::Events>,
     /// The series behind `/metrics`, and where spans go.
     pub telemetry: Arc<crate::telemetry::Telemetry>,
+}
+
+/// Every reader of a client's own headers (its key, hop count, trimming choice, session), for
+/// the fuzz targets: what they refuse is the client's mistake (4xx), or a loop (508).
+#[doc(hidden)]
+pub fn read_headers(headers: &axum::http::HeaderMap) {
+    let _ = ctx::bearer(headers);
+    if let Err(e) = ctx::hops(headers, 5) {
+        let status = e.status();
+        assert!(
+            status.is_client_error() || status.as_u16() == 508,
+            "{status}"
+        );
+    }
+    if let Err(e) = body::trim_choice(headers) {
+        assert!(e.status().is_client_error(), "{}", e.status());
+    }
+    let req = serde_json::json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+    if let Ok(req) = crate::protocol::openai::request_from_value(req) {
+        let _ = affinity::session(headers, &req, "k", true);
+    }
 }
 
 /// A gateway serving on a bound listener, until shut down, dropped or aborted.
@@ -114,16 +135,16 @@ pub struct Side {
 fn serve_side(
     l: TcpListener,
     app: axum::Router,
-    what: &'static str,
+    limits: crate::config::ConnLimits,
     background: &mut Vec<tokio::task::JoinHandle<()>>,
 ) -> std::io::Result<SocketAddr> {
     let a = l.local_addr()?;
-    let app = app.into_make_service_with_connect_info::<SocketAddr>();
-    background.push(tokio::spawn(async move {
-        if let Err(e) = axum::serve(l, app).await {
-            tracing::error!(error = %e, listener = what, "a listener stopped");
-        }
-    }));
+    background.push(tokio::spawn(listen::serve(
+        l,
+        app,
+        limits,
+        std::future::pending(),
+    )));
     Ok(a)
 }
 
@@ -131,12 +152,13 @@ fn serve_side(
 /// own listeners when given, else beside the rest.
 pub fn spawn(listener: TcpListener, side: Side, state: AppState) -> std::io::Result<Running> {
     let addr = listener.local_addr()?;
+    let limits = state.live.load().server.connections;
     let mut background = Vec::new();
     let admin_addr = match side.admin {
         Some(l) => Some(serve_side(
             l,
             admin_router(state.clone()),
-            "admin",
+            limits,
             &mut background,
         )?),
         None => None,
@@ -145,26 +167,16 @@ pub fn spawn(listener: TcpListener, side: Side, state: AppState) -> std::io::Res
         Some(l) => Some(serve_side(
             l,
             metrics_router(state.clone()),
-            "metrics",
+            limits,
             &mut background,
         )?),
         None => None,
     };
     let app = router(state.clone(), admin_addr.is_none(), metrics_addr.is_none());
-    // Without TCP_NODELAY each small SSE write waits for the client's delayed ACK (~40 ms).
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        let app = app.into_make_service_with_connect_info::<SocketAddr>();
-        let serve = axum::serve(listener, app).with_graceful_shutdown(async {
-            let _ = stopped.await;
-        });
-        if let Err(e) = serve.await {
-            tracing::error!(error = %e, "server stopped");
-        }
-    });
+    let task = tokio::spawn(listen::serve(listener, app, limits, async {
+        let _ = stopped.await;
+    }));
     Ok(Running {
         addr,
         admin_addr,

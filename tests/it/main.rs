@@ -19,6 +19,7 @@ mod forwarding;
 mod fuzz;
 mod gemini;
 mod health;
+mod hostile;
 mod latency;
 mod local_embedder;
 mod metrics;

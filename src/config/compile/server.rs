@@ -7,8 +7,8 @@ use std::time::Duration;
 use super::FieldError;
 use crate::config::file::{Balance, FileConfig};
 use crate::config::settings::{
-    Admin, AffinitySettings, BudgetSettings, HealthSettings, LogSettings, Role, ServerSettings,
-    StateSettings, StoreSettings,
+    Admin, AffinitySettings, BudgetSettings, ConnLimits, HealthSettings, LogSettings, Role,
+    ServerSettings, StateSettings, StoreSettings,
 };
 use crate::secret::Secret;
 
@@ -162,6 +162,12 @@ fn server(cfg: &FileConfig) -> Result<ServerSettings, FieldError> {
         hold_ttl: Duration::from_millis(s.hold_ttl_ms.get()),
         reserve_output_tokens: s.reserve_output_tokens.get(),
         trusted_proxies,
+        connections: ConnLimits {
+            max_connections: s.max_connections.get(),
+            header_read_timeout: Duration::from_millis(s.header_read_timeout_ms.get()),
+            idle_timeout: Duration::from_millis(s.idle_timeout_ms.get()),
+            client_write_timeout: Duration::from_millis(s.client_write_timeout_ms.get()),
+        },
         retry_budget: BudgetSettings {
             ratio: rb.ratio,
             min_per_second: rb.min_per_second,

@@ -131,3 +131,53 @@ pub async fn never_within(
     let reached = tokio::time::timeout(within, m.wait_until(pred)).await;
     assert!(reached.is_err(), "{what}");
 }
+
+/// What an [`endless_stream`] upstream saw of its one connection.
+pub struct Endless {
+    pub addr: std::net::SocketAddr,
+    /// Bytes written to the gateway so far.
+    pub written: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// Resolves when the gateway closed the connection (a write failed).
+    pub closed: tokio::sync::oneshot::Receiver<()>,
+}
+
+/// An upstream that answers its first connection with an OpenAI stream that never ends: 1 KiB
+/// content events written as fast as the gateway takes them, until it hangs up.
+pub async fn endless_stream() -> Endless {
+    use std::sync::atomic::Ordering;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = l.local_addr().expect("addr");
+    let written = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (tx, closed) = tokio::sync::oneshot::channel();
+    let count = written.clone();
+    tokio::spawn(async move {
+        let Ok((mut tcp, _)) = l.accept().await else {
+            return;
+        };
+        // The request: its head and body arrive in the first reads; what they say is not needed.
+        let mut buf = vec![0u8; 64 * 1024];
+        let _ = tcp.read(&mut buf).await;
+        let head =
+            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
+        let event = format!(
+            "data: {{\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\
+             \"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{}\"}},\
+             \"finish_reason\":null}}]}}\n\n",
+            "x".repeat(1024)
+        );
+        let mut out = head.as_bytes().to_vec();
+        while tcp.write_all(&out).await.is_ok() {
+            count.fetch_add(out.len() as u64, Ordering::Relaxed);
+            out = event.repeat(16).into_bytes();
+        }
+        let _ = tx.send(());
+    });
+    Endless {
+        addr,
+        written,
+        closed,
+    }
+}
