@@ -75,6 +75,9 @@ pub struct AdminConfig {
 #[serde(deny_unknown_fields)]
 pub struct AdminSection {
     pub listen: Option<String>,
+    /// Failed sign-ins (a wrong or missing admin token) one address may make in a minute
+    /// before it is refused with 429 until the minute ends.
+    pub max_failed_attempts: Option<NonZeroU32>,
 }
 
 /// `[[models]]`: a model's limits and its route's context settings. `name` is an exact name or

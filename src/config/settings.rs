@@ -19,6 +19,8 @@ pub struct ServerSettings {
     pub admins: Vec<Admin>,
     /// `[admin] listen`: the admin API on an address of its own, not on `listen`.
     pub admin_listen: Option<SocketAddr>,
+    /// `[admin] max_failed_attempts`: failed sign-ins an address may make in a minute.
+    pub admin_max_failures: u32,
     pub max_hops: u32,
     pub retry_budget: BudgetSettings,
     pub hold_ttl: Duration,

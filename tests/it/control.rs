@@ -358,6 +358,32 @@ async fn wrong_tokens_get_401_then_429_and_no_store_means_read_only() {
 }
 
 #[tokio::test]
+async fn the_failed_attempt_limit_is_the_configs() {
+    let up = mock(text_spec("ok")).await;
+    let rest = format!(
+        "[admin]\nmax_failed_attempts = 3\n\n{}",
+        openai_channel("file-a", &up.base_url(), 1, "")
+    );
+    let gw = gateway(&rest).await;
+    for _ in 0..3 {
+        let (s, _) = admin(
+            &gw,
+            "GET",
+            "/admin/channels",
+            "wrong-token-0123456789",
+            None,
+        )
+        .await;
+        assert_eq!(s, 401);
+    }
+    let (s, e) = as_admin(&gw, "GET", "/admin/channels", None).await;
+    assert_eq!(
+        (s, e["error"]["code"].as_str()),
+        (429, Some("too_many_attempts"))
+    );
+}
+
+#[tokio::test]
 async fn invalid_entries_are_refused_naming_the_field() {
     let stores = Stores::new("ctl_invalid").await;
     for url in stores.urls() {

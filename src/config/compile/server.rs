@@ -158,6 +158,7 @@ fn server(cfg: &FileConfig) -> Result<ServerSettings, FieldError> {
         max_retry_after: Duration::from_millis(s.max_retry_after_ms),
         admins,
         admin_listen,
+        admin_max_failures: cfg.admin.max_failed_attempts.map_or(10, |n| n.get()),
         max_hops: s.max_hops,
         hold_ttl: Duration::from_millis(s.hold_ttl_ms.get()),
         reserve_output_tokens: s.reserve_output_tokens.get(),

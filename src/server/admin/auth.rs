@@ -14,8 +14,6 @@ use crate::config::{Role, Snapshot};
 use crate::server::ApiError;
 use crate::server::ctx::bearer;
 
-/// Failed attempts a minute one address may make.
-const MAX_FAILURES: u32 = 10;
 const WINDOW: Duration = Duration::from_secs(60);
 
 /// The admin a request is made by.
@@ -76,14 +74,14 @@ fn bucket(ip: IpAddr) -> IpAddr {
 
 impl Failures {
     /// Seconds until `ip` may try again, when it is over the limit.
-    fn blocked(&self, ip: IpAddr, now: Instant) -> Option<u64> {
+    fn blocked(&self, ip: IpAddr, now: Instant, max: u32) -> Option<u64> {
         let map = self
             .0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let (start, n) = map.get(&bucket(ip))?;
         let left = WINDOW.checked_sub(now.duration_since(*start))?;
-        (*n >= MAX_FAILURES).then(|| left.as_secs().max(1))
+        (*n >= max).then(|| left.as_secs().max(1))
     }
 
     fn failed(&self, ip: IpAddr, now: Instant) {
@@ -144,7 +142,7 @@ pub fn sign_in(
     peer: IpAddr,
 ) -> Result<usize, Refused> {
     let now = Instant::now();
-    if let Some(secs) = failures.blocked(peer, now) {
+    if let Some(secs) = failures.blocked(peer, now, snap.server.admin_max_failures) {
         return Err(Refused::Blocked(secs));
     }
     let mut found = None;
