@@ -10,6 +10,8 @@ pub mod config;
 pub mod context;
 pub mod events;
 pub mod exec;
+#[doc(hidden)]
+pub mod fuzz;
 pub mod health;
 pub mod pricing;
 pub mod protocol;

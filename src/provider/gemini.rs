@@ -156,6 +156,11 @@ struct Partials {
     finished: bool,
 }
 
+/// The decoder of a Gemini stream.
+pub(super) fn partials() -> impl Decoder {
+    Partials::default()
+}
+
 impl Decoder for Partials {
     fn decode(&mut self, _: &str, data: &str) -> Decoded {
         let Some(v) = json(data) else {

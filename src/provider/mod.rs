@@ -127,6 +127,32 @@ pub enum UpstreamError {
 }
 
 /// Boxed chunks: one allocation an event, passed on by pointer from the decoder to the client.
+/// An upstream stream of protocol `p`, arriving in `pieces`, decoded as a channel's stream is
+/// (`raw`: for a client of the same protocol, every event also kept as it came). For the fuzz
+/// targets and their corpus replay: the gateway's own decoders, polled as live.
+pub fn decode_stream(
+    p: crate::protocol::Protocol,
+    raw: bool,
+    pieces: &[&[u8]],
+) -> Vec<Result<Box<StreamChunk>, UpstreamError>> {
+    use crate::protocol::Protocol;
+    let same = raw.then_some(p);
+    match p {
+        Protocol::OpenAiChat => sse::collect(openai::chat_decoder(raw), same, pieces),
+        Protocol::AnthropicMessages => sse::collect(
+            crate::protocol::anthropic::StreamDecoder::default(),
+            same,
+            pieces,
+        ),
+        Protocol::Gemini => sse::collect(gemini::partials(), same, pieces),
+        Protocol::OpenAiResponses => sse::collect(
+            crate::protocol::responses::StreamDecoder::default(),
+            same,
+            pieces,
+        ),
+    }
+}
+
 pub type ChunkStream = Pin<Box<dyn Stream<Item = Result<Box<StreamChunk>, UpstreamError>> + Send>>;
 
 /// One channel's upstream, ready to call.

@@ -254,6 +254,14 @@ struct ChatDecoder {
     started: bool,
 }
 
+/// The decoder of a Chat Completions stream (`scan`: for a client of the same protocol).
+pub(super) fn chat_decoder(scan: bool) -> impl Decoder {
+    ChatDecoder {
+        scan,
+        ..ChatDecoder::default()
+    }
+}
+
 impl Decoder for ChatDecoder {
     fn decode(&mut self, _: &str, data: &str) -> Decoded {
         let data = data.trim();

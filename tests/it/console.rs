@@ -444,6 +444,15 @@ async fn stats_count_each_channels_calls_and_the_preview_and_budgets_answer_for_
         code(&as_admin(&gw, "GET", "/admin/stats?window=soon", None).await).0,
         400
     );
+    // A step larger than the window is the window (found by reading for the schema fuzz: a
+    // step whose milliseconds overflowed to 0 divided by zero once the window held requests).
+    let (s, huge) = as_admin(&gw, "GET", "/admin/stats?step=2305843009213693952", None).await;
+    assert_eq!(s, 200, "{huge}");
+    let window = huge["to_ms"]
+        .as_i64()
+        .zip(huge["from_ms"].as_i64())
+        .map(|(t, f)| t - f);
+    assert_eq!(huge["step_ms"].as_i64(), window, "{huge}");
 
     let body =
         json!({"key": "team-a", "model": "m", "messages": [{"role": "user", "content": "hi"}]});

@@ -384,6 +384,44 @@ async fn the_failed_attempt_limit_is_the_configs() {
 }
 
 #[tokio::test]
+async fn what_the_schema_fuzz_found_in_entries_is_mended() {
+    // Found by schemathesis against the admin OpenAPI document (tests/it/schemathesis.rs).
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite://{}", dir.path().join("store.db").display());
+    let up = mock(text_spec("ok")).await;
+    let gw = on_store(
+        &url,
+        Some(&master_key(5)),
+        &openai_channel("file-a", &up.base_url(), 1, ""),
+    )
+    .await;
+    // JSON does not tell 1000.0 from 1000: an integer field takes both.
+    let model = json!({"name": "zz1", "context_window": 1000.0});
+    let r = as_admin(&gw, "POST", "/admin/models", Some(model)).await;
+    assert_eq!(r.0, 201, "{}", r.1);
+    assert_eq!(r.1["context_window"], 1000);
+    // A key is at least 8 characters, not 8 bytes.
+    let short = json!({"name": "short", "key": "ééééé"});
+    let r = as_admin(&gw, "POST", "/admin/keys", Some(short)).await;
+    assert_eq!(code(&r), (400, "invalid_value"), "{}", r.1);
+    // An upstream key that could never be sent in a header is refused when given.
+    for bad in ["", " ", "a\nb", "é\u{0}"] {
+        let mut body = channel_body("c1", &up.base_url());
+        body["api_keys"] = json!([bad]);
+        let r = as_admin(&gw, "POST", "/admin/channels", Some(body)).await;
+        assert_eq!(code(&r), (400, "invalid_value"), "{bad:?}: {}", r.1);
+        assert!(
+            r.1["error"]["param"]
+                .as_str()
+                .unwrap_or("")
+                .contains("api_keys"),
+            "{}",
+            r.1
+        );
+    }
+}
+
+#[tokio::test]
 async fn invalid_entries_are_refused_naming_the_field() {
     let stores = Stores::new("ctl_invalid").await;
     for url in stores.urls() {

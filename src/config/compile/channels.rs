@@ -98,6 +98,22 @@ fn credentials(c: &ChannelConfig, i: usize) -> Result<Vec<(Arc<str>, Limits)>, F
             "give either api_keys or credentials, not both".into(),
         ));
     }
+    let keys = c
+        .api_keys
+        .iter()
+        .enumerate()
+        .map(|(j, k)| (format!("api_keys[{j}]"), k));
+    let given = c.credentials.iter().enumerate();
+    for (at, k) in keys.chain(given.map(|(j, cr)| (format!("credentials[{j}].key"), &cr.key))) {
+        // It goes in a header (or Gemini's query): one that could not be sent is refused here,
+        // not found out on every request.
+        if k.trim().is_empty() || http::HeaderValue::from_str(k).is_err() {
+            return Err((
+                format!("channels[{i}].{at}"),
+                "must be a non-empty key of visible ASCII characters".into(),
+            ));
+        }
+    }
     let mut labels: Vec<(Arc<str>, Limits)> = Vec::new();
     for k in &c.api_keys {
         labels.push((fingerprint(k).into(), Limits::default()));

@@ -80,7 +80,7 @@ fn plain<'a>(
     source: &Source,
     values: &mut HashSet<&'a str>,
 ) -> Result<Secret, String> {
-    if key.len() < 8 {
+    if key.chars().count() < 8 {
         return Err("must be at least 8 characters".into());
     }
     if key == DEMO_KEY && !matches!(source, Source::Demo) {

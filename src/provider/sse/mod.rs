@@ -23,8 +23,10 @@ pub trait Decoder: Send + Unpin {
     fn at_end(&self) -> Result<(), &'static str>;
 }
 
-pub struct Events<D> {
-    body: hyper::body::Incoming,
+/// A decoder's events over an upstream body (`Incoming` in the gateway; any body of bytes for
+/// the fuzz targets, which drive this very code).
+pub struct Events<D, B = hyper::body::Incoming> {
+    body: B,
     frames: Frames,
     /// The upstream's bytes ended.
     ended: bool,
@@ -37,8 +39,14 @@ pub struct Events<D> {
 
 impl<D: Decoder> Events<D> {
     pub fn new(resp: super::http::Response, decoder: D, raw: Option<Protocol>) -> Self {
+        Events::over(resp.into_body(), decoder, raw)
+    }
+}
+
+impl<D: Decoder, B> Events<D, B> {
+    pub fn over(body: B, decoder: D, raw: Option<Protocol>) -> Self {
         Events {
-            body: resp.into_body(),
+            body,
             frames: Frames::default(),
             ended: false,
             decoder,
@@ -51,13 +59,17 @@ impl<D: Decoder> Events<D> {
     fn end(
         &mut self,
         item: Option<Result<Box<StreamChunk>, UpstreamError>>,
-    ) -> Poll<Option<<Self as Stream>::Item>> {
+    ) -> Poll<Option<Result<Box<StreamChunk>, UpstreamError>>> {
         self.done = true;
         Poll::Ready(item)
     }
 }
 
-impl<D: Decoder> Stream for Events<D> {
+impl<D: Decoder, B> Stream for Events<D, B>
+where
+    B: Body<Data = bytes::Bytes> + Unpin,
+    B::Error: std::error::Error + 'static,
+{
     type Item = Result<Box<StreamChunk>, UpstreamError>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
@@ -134,4 +146,26 @@ impl<D: Decoder> Stream for Events<D> {
 /// keep-alive or blank event (skipped).
 pub fn json(data: &str) -> Option<serde_json::Value> {
     serde_json::from_str(data).ok()
+}
+
+/// Every item `decoder` makes of a body that arrives in `pieces`, polled exactly as a live
+/// stream is (the fuzz targets and their corpus replay; every piece is ready at once).
+pub fn collect<D: Decoder>(
+    decoder: D,
+    raw: Option<Protocol>,
+    pieces: &[&[u8]],
+) -> Vec<Result<Box<StreamChunk>, UpstreamError>> {
+    let frames = pieces.iter().map(|p| {
+        Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(bytes::Bytes::copy_from_slice(
+            p,
+        )))
+    });
+    let body = http_body_util::StreamBody::new(futures_util::stream::iter(frames));
+    let mut events = Events::over(body, decoder, raw);
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    let mut out = Vec::new();
+    while let Poll::Ready(Some(item)) = Pin::new(&mut events).poll_next(&mut cx) {
+        out.push(item);
+    }
+    out
 }

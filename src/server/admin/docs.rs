@@ -83,12 +83,12 @@ pub async fn audit(
     admin: Admin,
     query: Result<Query<AuditQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
-    let Ok(Query(q)) = query else {
-        return ApiError::from(ControlError::invalid(
-            "limit",
-            "limit and before are integers",
-        ))
-        .into_response();
+    let q = match query {
+        Ok(Query(q)) => q,
+        // The rejection names the parameter that is not what it should be.
+        Err(r) => {
+            return ApiError::from(ControlError::invalid("query", r.body_text())).into_response();
+        }
     };
     if let Err(e) = everything(&admin) {
         return e.into_response();

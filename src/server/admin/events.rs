@@ -63,8 +63,10 @@ pub async fn list(
     admin: Admin,
     query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
-    let Ok(Query(q)) = query else {
-        return invalid("limit", "limit is an integer");
+    let q = match query {
+        Ok(Query(q)) => q,
+        // The rejection names the parameter that is not what it should be.
+        Err(r) => return invalid("query", &r.body_text()),
     };
     if let Err(e) = everything(&admin) {
         return e.into_response();
@@ -127,8 +129,10 @@ pub async fn deliveries(
     Path(name): Path<String>,
     query: Result<Query<DeliveriesQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
-    let Ok(Query(q)) = query else {
-        return invalid("limit", "limit is an integer");
+    let q = match query {
+        Ok(Query(q)) => q,
+        // The rejection names the parameter that is not what it should be.
+        Err(r) => return invalid("query", &r.body_text()),
     };
     let store = match webhook_store(&admin, &name) {
         Ok(s) => s,

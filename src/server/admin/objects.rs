@@ -280,9 +280,29 @@ fn fastrand_id() -> String {
 /// A request body that must be a JSON object.
 fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     match serde_json::from_slice::<Value>(body) {
-        Ok(Value::Object(m)) => Ok(m),
+        Ok(Value::Object(mut m)) => {
+            m.values_mut().for_each(integral);
+            Ok(m)
+        }
         Ok(_) => Err(ControlError::invalid("", "expected a JSON object").into()),
         Err(e) => Err(ApiError::InvalidJson(e.to_string())),
+    }
+}
+
+/// Numbers with no fraction (`1000.0`) made integers: JSON does not tell them apart, so a
+/// field that takes an integer takes them too.
+fn integral(v: &mut Value) {
+    match v {
+        Value::Number(n) if n.is_f64() => {
+            let f = n.as_f64().unwrap_or(f64::NAN);
+            // Within ±2^53 a float is an exact integer, when it has no fraction.
+            if f.fract() == 0.0 && f.abs() <= 9_007_199_254_740_992.0 {
+                *v = Value::from(f as i64);
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(integral),
+        Value::Object(m) => m.values_mut().for_each(integral),
+        _ => {}
     }
 }
 
@@ -304,7 +324,7 @@ fn hash_key(admin: &Admin, entry: &mut Value, generate: bool) -> Result<Option<S
     };
     let (key, made) = match given {
         Some(k) => {
-            if k.len() < 8 {
+            if k.chars().count() < 8 {
                 return Err(ControlError::invalid("key", "must be at least 8 characters").into());
             }
             (k, None)

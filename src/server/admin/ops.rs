@@ -50,6 +50,11 @@ fn number<T: std::str::FromStr>(
         .transpose()
 }
 
+/// A time in ms since the epoch: never before it.
+fn millis(v: Option<&str>, param: &'static str) -> Result<Option<i64>, ApiError> {
+    Ok(number::<u64>(v, param)?.map(|n| i64::try_from(n).unwrap_or(i64::MAX)))
+}
+
 /// The page a query asks for; 400 naming the first parameter that is not what it should be.
 fn log_query(q: RequestsQuery) -> Result<LogQuery, ApiError> {
     let text = |v: Option<String>| v.filter(|s| !s.is_empty());
@@ -67,8 +72,8 @@ fn log_query(q: RequestsQuery) -> Result<LogQuery, ApiError> {
         status: number(q.status.as_deref(), "status")?,
         failed_over: flag(q.failed_over.as_deref(), "failed_over")?,
         hide_test: flag(q.hide_test.as_deref(), "hide_test")?,
-        since_ms: number(q.since.as_deref(), "since")?,
-        until_ms: number(q.until.as_deref(), "until")?,
+        since_ms: millis(q.since.as_deref(), "since")?,
+        until_ms: millis(q.until.as_deref(), "until")?,
         id: text(q.id),
         key: text(q.key),
         model: text(q.model),

@@ -182,7 +182,9 @@ pub async fn stats(
             let w = w.unwrap_or(3600).clamp(60, 7 * 86_400);
             (
                 w,
+                // At most the window: a larger step would overflow into milliseconds.
                 s.unwrap_or(w / 60)
+                    .min(w)
                     .max((w + MAX_POINTS - 1) / MAX_POINTS)
                     .max(1),
             )

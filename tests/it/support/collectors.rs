@@ -22,7 +22,7 @@ pub fn free_port() -> u16 {
 
 /// The program in `var`, else `default` on the PATH; `None` (the test is skipped) when it is
 /// not installed and this is not CI.
-fn program(var: &str, default: &str, hint: &str) -> Option<String> {
+pub fn program(var: &str, default: &str, hint: &str) -> Option<String> {
     let bin = std::env::var(var).unwrap_or_else(|_| default.into());
     let found = Command::new(&bin)
         .arg("--help")

@@ -1,0 +1,273 @@
+//! Fuzz targets: each takes arbitrary bytes, runs them through the gateway's own code, and
+//! panics only when a property fails. `fuzz/` drives them with libFuzzer (`scripts/fuzz.sh`);
+//! `tests/it/fuzz_corpus.rs` replays the committed corpora through the very same functions
+//! on every `cargo test`.
+//!
+//! Properties: no panic and no hang on any input; a client's bad request is an
+//! `InvalidRequest` that answers 4xx; a stream decodes to the same items however its bytes are
+//! split; a decoded stream, encoded again in its protocol and decoded, says the same thing.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::context::count::Tokenizer;
+use crate::protocol::openai::ChunkBody;
+use crate::protocol::{ChatRequest, InvalidRequest, Protocol, StreamChunk};
+use crate::provider::decode_stream;
+
+/// A client's request body in protocol `p`, as an ingress reads it; a request it accepts is
+/// then written for every upstream kind and counted, as routing would.
+pub fn ingress(p: Protocol, data: &[u8]) {
+    let Ok(body) = serde_json::from_slice::<Value>(data) else {
+        return;
+    };
+    let read: Result<ChatRequest, InvalidRequest> = match p {
+        Protocol::OpenAiChat => crate::protocol::openai::request_from_value(body),
+        Protocol::AnthropicMessages => crate::protocol::anthropic::request_from_value(body),
+        Protocol::Gemini => crate::protocol::gemini::request_from_value(body, "fuzz-model", false),
+        Protocol::OpenAiResponses => {
+            crate::protocol::responses::request_from_value(body).map(|(r, _)| r)
+        }
+    };
+    match read {
+        Ok(req) => onward(&req),
+        Err(e) => {
+            let status = crate::server::ApiError::from(e).status();
+            assert!(status.is_client_error(), "a bad request answered {status}");
+        }
+    }
+}
+
+/// What happens to an accepted request on its way out: written for each upstream kind, and
+/// counted with each kind of tokenizer.
+fn onward(req: &ChatRequest) {
+    let _ = serde_json::to_vec(&crate::protocol::openai::RequestBody {
+        req,
+        model: "m",
+        force_usage: true,
+    });
+    let _ = crate::protocol::anthropic::request_to_value(req, "m");
+    let _ = crate::protocol::gemini::request_to_value(req);
+    for model in ["gpt-4o", "claude-sonnet-4", "gemini-2.5-pro", "llama-3"] {
+        let _ = crate::context::count::count_request(req, Tokenizer::for_model(model));
+    }
+}
+
+/// An upstream's stream of protocol `p`. The first byte chooses how the rest is split into
+/// reads: whole, a byte at a time, or at every boundary in turn.
+pub fn stream(p: Protocol, data: &[u8]) {
+    let Some((&mode, bytes)) = data.split_first() else {
+        return;
+    };
+    // The every-boundary mode is quadratic: bounded so each input stays fast.
+    let bytes = &bytes[..bytes.len().min(8 * 1024)];
+    for raw in [false, true] {
+        let whole = render(&decode_stream(p, raw, &[bytes]));
+        let splits: Vec<Vec<&[u8]>> = match mode % 3 {
+            0 => vec![bytes.chunks(1).collect()],
+            1 => (1..bytes.len().min(512))
+                .map(|i| vec![&bytes[..i], &bytes[i..]])
+                .collect(),
+            _ => vec![bytes.chunks(usize::from(mode).max(1)).collect()],
+        };
+        for pieces in splits {
+            let split = render(&decode_stream(p, raw, &pieces));
+            assert_eq!(whole, split, "the stream decodes differently when split");
+        }
+    }
+    round_trip(p, bytes);
+}
+
+type Items = Vec<Result<Box<StreamChunk>, crate::provider::UpstreamError>>;
+
+/// Items compared by what they say (errors by their message, as their types hold no equality).
+fn render(items: &Items) -> Vec<String> {
+    items
+        .iter()
+        .map(|i| match i {
+            Ok(c) => format!("{c:?}"),
+            Err(e) => format!("error: {e}"),
+        })
+        .collect()
+}
+
+/// A stream decoded, written again in its protocol as the gateway writes it to a client, and
+/// decoded again, says the same: text, reasoning, tool calls, finish reasons and usage.
+fn round_trip(p: Protocol, bytes: &[u8]) {
+    let first: Vec<Box<StreamChunk>> = decode_stream(p, false, &[bytes])
+        .into_iter()
+        .map_while(Result::ok)
+        .collect();
+    if first.is_empty() {
+        return;
+    }
+    let encoded = encode(p, &first);
+    let again: Vec<Box<StreamChunk>> = decode_stream(p, false, &[&encoded])
+        .into_iter()
+        .map_while(Result::ok)
+        .collect();
+    let (said, read) = (Facts::of(&first), Facts::of(&again));
+    assert!(
+        read.keeps(&said),
+        "a re-encoded stream says something else: {said:?} became {read:?} in {}",
+        String::from_utf8_lossy(&encoded)
+    );
+}
+
+/// The chunks as the gateway's encoder for a client of `p` writes them, ended cleanly.
+fn encode(p: Protocol, chunks: &[Box<StreamChunk>]) -> Vec<u8> {
+    use crate::protocol::{anthropic, gemini, responses};
+    let mut out = Vec::new();
+    let model = "fuzz-model";
+    match p {
+        Protocol::OpenAiChat => {
+            for c in chunks {
+                out.extend_from_slice(b"data: ");
+                let body = ChunkBody {
+                    chunk: c,
+                    usage_null: false,
+                };
+                out.extend(serde_json::to_vec(&body).unwrap_or_default());
+                out.extend_from_slice(b"\n\n");
+            }
+            out.extend_from_slice(b"data: [DONE]\n\n");
+        }
+        Protocol::AnthropicMessages => {
+            let mut enc = anthropic::StreamEncoder::default();
+            chunks.iter().for_each(|c| enc.chunk(c, model, &mut out));
+            enc.done(&mut out);
+        }
+        Protocol::Gemini => {
+            let mut enc = gemini::StreamEncoder::default();
+            chunks.iter().for_each(|c| enc.chunk(c, model, &mut out));
+            enc.done(model, &mut out);
+        }
+        Protocol::OpenAiResponses => {
+            let echo = match responses::request_from_value(
+                serde_json::json!({"model": "m", "input": "hi"}),
+            ) {
+                Ok((_, echo)) => echo,
+                Err(e) => panic!("a minimal Responses request is read: {e:?}"),
+            };
+            let mut enc = responses::StreamEncoder::new(echo, model.into());
+            chunks.iter().for_each(|c| enc.chunk(c, &mut out));
+            enc.done(&mut out);
+        }
+    }
+    out
+}
+
+/// What a client reads from a stream, per choice.
+#[derive(Debug, PartialEq, Default)]
+struct Facts {
+    text: BTreeMap<u32, String>,
+    reasoning: BTreeMap<u32, String>,
+    /// (choice, call) → (name, arguments).
+    calls: BTreeMap<(u32, u32), (String, String)>,
+    finish: BTreeMap<u32, String>,
+    /// (input, output) tokens, as last reported.
+    usage: Option<(Option<u64>, Option<u64>)>,
+}
+
+impl Facts {
+    /// Whether this (read back) says all `first` said. What `first` lacks, the encoder may fill
+    /// in as its protocol requires of a complete stream (a cut stream gets a finish reason and
+    /// zero counts of what it never reported).
+    fn keeps(&self, first: &Facts) -> bool {
+        let counts = |u: Option<(Option<u64>, Option<u64>)>| u.unwrap_or((None, None));
+        let ((i1, o1), (i2, o2)) = (counts(first.usage), counts(self.usage));
+        let count_kept = |a: Option<u64>, b: Option<u64>| a.is_none() || a == b;
+        self.text == first.text
+            && self.reasoning == first.reasoning
+            && self.calls == first.calls
+            && first
+                .finish
+                .iter()
+                .all(|(i, r)| self.finish.get(i) == Some(r))
+            && count_kept(i1, i2)
+            && count_kept(o1, o2)
+    }
+
+    fn of(chunks: &[Box<StreamChunk>]) -> Facts {
+        let mut f = Facts::default();
+        for c in chunks {
+            for ch in &c.choices {
+                let d = &ch.delta;
+                if let Some(t) = d.content.as_deref().filter(|t| !t.is_empty()) {
+                    f.text.entry(ch.index).or_default().push_str(t);
+                }
+                if let Some(t) = d.reasoning.as_deref().filter(|t| !t.is_empty()) {
+                    f.reasoning.entry(ch.index).or_default().push_str(t);
+                }
+                for t in &d.tool_calls {
+                    let call = f.calls.entry((ch.index, t.index)).or_default();
+                    call.0.push_str(t.name.as_deref().unwrap_or(""));
+                    call.1.push_str(t.arguments.as_deref().unwrap_or(""));
+                }
+                if let Some(r) = &ch.finish_reason {
+                    f.finish.insert(ch.index, r.clone());
+                }
+            }
+            if let Some(u) = &c.usage {
+                f.usage = Some((u.input_tokens, u.output_tokens));
+            }
+        }
+        f
+    }
+}
+
+/// A config file: loading it never panics, and a config that loads is checked whole.
+pub fn config(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let clients = crate::provider::HttpClients::default();
+    let _ = crate::config::load_str(text, "fuzz.toml", &|_| None, &clients);
+}
+
+/// Text counted by every tokenizer: never more tokens than bytes from an exact BPE, none for
+/// no text, and some for any text.
+pub fn tokens(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    for model in [
+        "gpt-4o",
+        "gpt-4",
+        "claude-sonnet-4",
+        "gemini-2.5-pro",
+        "llama-3",
+    ] {
+        let tok = Tokenizer::for_model(model);
+        let n = tok.count(&text);
+        if text.is_empty() {
+            assert_eq!(n, 0, "{model}: tokens for no text");
+        } else {
+            assert!(n > 0, "{model}: no tokens for {} bytes", text.len());
+        }
+        if tok.exact() {
+            assert!(
+                n as usize <= text.len(),
+                "{model}: {n} tokens for {} bytes",
+                text.len()
+            );
+        }
+    }
+}
+
+/// Request headers, one `name: value` per line, read as the gateway reads them.
+pub fn headers(data: &[u8]) {
+    let mut map = axum::http::HeaderMap::new();
+    for line in data.split(|b| *b == b'\n') {
+        let Some(colon) = line.iter().position(|b| *b == b':') else {
+            continue;
+        };
+        let (name, value) = (&line[..colon], line[colon + 1..].trim_ascii());
+        if let (Ok(n), Ok(v)) = (
+            axum::http::HeaderName::from_bytes(name),
+            axum::http::HeaderValue::from_bytes(value),
+        ) {
+            map.append(n, v);
+        }
+    }
+    crate::server::read_headers(&map);
+}
