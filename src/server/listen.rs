@@ -90,6 +90,26 @@ async fn serve_connection(
     limits: ConnLimits,
     mut closed: watch::Receiver<bool>,
 ) {
+    // hyper allocates its buffers when it starts reading: until a client's first byte its
+    // connection is only a socket (and a client that never sends one goes at the idle timeout).
+    let first = tokio::select! {
+        r = tokio::time::timeout(limits.idle_timeout, tcp.readable()) => matches!(r, Ok(Ok(()))),
+        _ = closed.changed() => false,
+    };
+    if !first {
+        return;
+    }
+    // Boxed: the task of an idle connection holds only the wait above, not hyper's state.
+    Box::pin(serve_http1(tcp, peer, app, limits, closed)).await;
+}
+
+async fn serve_http1(
+    tcp: TcpStream,
+    peer: SocketAddr,
+    app: axum::Router,
+    limits: ConnLimits,
+    mut closed: watch::Receiver<bool>,
+) {
     let clock = Arc::new(ConnClock::default());
     let io = Guarded {
         tcp,
