@@ -165,9 +165,16 @@ impl StreamDecoder {
                     },
                     Some("input_json_delta") => {
                         let index = data["index"].as_u64().unwrap_or(0);
+                        // Arguments of a block that is no client tool call (a server_tool_use
+                        // such as web search, or one never started) are not a call's: found
+                        // by fuzzing, they were appended to the first call. The raw event
+                        // still reaches an Anthropic client.
+                        let Some(&call) = self.tool_index.get(&index) else {
+                            return Decoded::Nothing;
+                        };
                         Delta {
                             tool_calls: vec![ToolCallDelta {
-                                index: self.tool_index.get(&index).copied().unwrap_or(0),
+                                index: call,
                                 id: None,
                                 kind: None,
                                 function: true,

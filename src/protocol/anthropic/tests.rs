@@ -302,3 +302,37 @@ fn a_raw_event_is_written_back_line_for_line() {
         "event: ping\ndata: {\"type\":\ndata: \"ping\"}\n\n"
     );
 }
+
+#[test]
+fn arguments_of_a_block_that_is_no_client_tool_call_belong_to_no_call() {
+    // Found by fuzzing: an input_json_delta of a server_tool_use (web search) block, or of a
+    // block never started, was appended to the first call.
+    let mut d = StreamDecoder::default();
+    let events = [
+        json!({"type": "content_block_start", "index": 0,
+               "content_block": {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}}}),
+        json!({"type": "content_block_delta", "index": 0,
+               "delta": {"type": "input_json_delta", "partial_json": "{\"query\":\"x\"}"}}),
+        json!({"type": "content_block_start", "index": 1,
+               "content_block": {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {}}}),
+        json!({"type": "content_block_delta", "index": 1,
+               "delta": {"type": "input_json_delta", "partial_json": "{\"path\":\"a.rs\"}"}}),
+        json!({"type": "content_block_delta", "index": 7,
+               "delta": {"type": "input_json_delta", "partial_json": "stray"}}),
+    ];
+    let mut args = Vec::new();
+    for e in &events {
+        if let Decoded::Chunk(c) = d.event(e) {
+            for t in &c.choices[0].delta.tool_calls {
+                args.push((t.index, t.name.clone(), t.arguments.clone()));
+            }
+        }
+    }
+    assert_eq!(
+        args,
+        [
+            (0, Some("read_file".to_string()), Some(String::new())),
+            (0, None, Some("{\"path\":\"a.rs\"}".to_string())),
+        ]
+    );
+}
