@@ -6,6 +6,7 @@ mod affinity;
 mod anthropic;
 mod budgets;
 mod chains;
+mod chaos;
 mod cli;
 mod console;
 mod context;
