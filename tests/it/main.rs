@@ -34,6 +34,7 @@ mod schemathesis;
 mod semantic;
 mod semantic_data;
 mod semantic_eval;
+mod soak;
 mod spend;
 mod sse_frames;
 mod store;

@@ -3,7 +3,7 @@
 //! rate counters honoured by the other replica, a Redis that goes away and comes back, and Redis
 //! over TLS.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use redis::AsyncCommands;
@@ -163,38 +163,6 @@ async fn two_replicas_share_bindings_and_circuits_and_a_restart_keeps_bindings()
     );
 }
 
-/// A redis-server of this test's own on a free port, killed on drop.
-struct OwnRedis {
-    child: Child,
-    port: u16,
-}
-
-impl OwnRedis {
-    fn start(port: u16) -> OwnRedis {
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server is installed");
-        OwnRedis { child, port }
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    async fn wait_ready(&self) {
-        until(
-            "redis-server to listen",
-            Duration::from_secs(10),
-            async || tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await,
-        )
-        .await;
-    }
-}
-
 impl OwnRedis {
     /// With TLS only (a self-signed certificate made for it), on `port`.
     fn start_tls(port: u16, dir: &std::path::Path) -> OwnRedis {
@@ -238,13 +206,6 @@ impl OwnRedis {
             .spawn()
             .expect("redis-server is installed");
         OwnRedis { child, port }
-    }
-}
-
-impl Drop for OwnRedis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

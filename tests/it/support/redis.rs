@@ -43,3 +43,42 @@ pub async fn wait_connected_at(base: &str, connected: bool) {
     })
     .await;
 }
+
+/// A redis-server of this test's own on a free port, killed on drop.
+pub struct OwnRedis {
+    pub child: std::process::Child,
+    pub port: u16,
+}
+
+impl OwnRedis {
+    pub fn start(port: u16) -> OwnRedis {
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server is installed");
+        OwnRedis { child, port }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub async fn wait_ready(&self) {
+        until(
+            "redis-server to listen",
+            Duration::from_secs(10),
+            async || tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await,
+        )
+        .await;
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
