@@ -109,6 +109,8 @@ pub struct StreamDecoder {
     model: Option<String>,
     /// The output index of each call so far: a call's chat tool index is its place here.
     calls: Vec<u64>,
+    /// The calls whose `output_item.added` came: a repeat of it is not a second name.
+    announced: Vec<u64>,
 }
 
 impl StreamDecoder {
@@ -162,6 +164,11 @@ impl StreamDecoder {
                     Some("function_call" | "custom_tool_call")
                 ) =>
             {
+                // Found by fuzzing: a repeated announcement gave the call its name twice.
+                if self.announced.contains(&output_index) {
+                    return Decoded::Nothing;
+                }
+                self.announced.push(output_index);
                 let index = self.tool_index(output_index);
                 let item = &data["item"];
                 let call = ToolCallDelta {

@@ -161,3 +161,22 @@ fn a_conversation_is_kept_only_if_allowed_and_within_the_cap() {
     let (_, e) = request_from_value(json!({"model": "m", "input": big})).unwrap();
     assert_eq!(e.kept_with(&[]), None);
 }
+
+#[test]
+fn a_repeated_call_announcement_does_not_name_the_call_twice() {
+    // Found by fuzzing: a second `output_item.added` for the same call gave it its name again,
+    // and a Chat Completions client concatenates names.
+    let mut d = StreamDecoder::default();
+    let added = json!({"type": "response.output_item.added", "output_index": 1,
+        "item": {"type": "function_call", "call_id": "call_1", "name": "read_file", "arguments": ""}});
+    let names: Vec<Option<String>> = [&added, &added]
+        .iter()
+        .filter_map(|e| match d.event("response.output_item.added", e) {
+            crate::protocol::Decoded::Chunk(c) => {
+                Some(c.choices[0].delta.tool_calls[0].name.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(names, [Some("read_file".to_string())]);
+}
