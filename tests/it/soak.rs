@@ -25,18 +25,22 @@ const BACKUP: &str = "one two three four";
 fn faulty_script(n: usize) -> Vec<Fault> {
     let mut rng = fastrand::Rng::with_seed(22);
     (0..n)
-        .map(|_| match rng.u8(0..20) {
-            0 => status(500),
-            1 => Fault {
+        .map(|_| match rng.u8(0..40) {
+            // 500: 7.5 %.
+            0..=2 => status(500),
+            // 429 with Retry-After: 2.5 % (each one cools the channel for a second).
+            3 => Fault {
                 status: Some(429),
                 retry_after_seconds: Some(1),
                 ..Fault::default()
             },
-            2 => Fault {
+            // A reset before any byte: 5 %.
+            4 | 5 => Fault {
                 cut_after: Some(0),
                 ..Fault::default()
             },
-            3 => Fault {
+            // A hang past the first-token timeout: 5 %.
+            6 | 7 => Fault {
                 hang: true,
                 ..Fault::default()
             },
@@ -354,10 +358,10 @@ async fn two_replicas_under_faults_kills_and_restarts_lose_nothing() {
         .filter(|o| o.status == Some(200) && !found.contains(o.request_id.as_str()))
         .collect();
     let missing_rows = missing.len();
-    let killed_ids: HashSet<usize> = outcomes[..kill].iter().map(|o| o.i).collect();
     let unexplained: Vec<usize> = missing
         .iter()
-        .filter(|o| !(o.replica == 1 && killed_ids.contains(&o.i)))
+        // Sent to replica B before its kill: answered by the process that was killed.
+        .filter(|o| !(o.replica == 1 && o.i < n / 5))
         .map(|o| o.i)
         .collect();
     let logged: Vec<String> = found.iter().map(|s| s.to_string()).collect();
@@ -405,7 +409,7 @@ async fn two_replicas_under_faults_kills_and_restarts_lose_nothing() {
     );
     assert_eq!(unledgered, 0, "answered requests without ledger rows");
     // The faults were met: a 429's cooldown keeps the primary aside for a second each time.
-    assert!(injected >= n / 100, "only {injected} faults injected");
+    assert!(injected >= 20, "only {injected} faults injected");
     assert!(
         growth <= 1.10,
         "replica A grew {growth:.2}x from warm-up to the end"
