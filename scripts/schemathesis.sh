@@ -11,5 +11,5 @@ cd "$(dirname "$0")/.."
 export SWITCHYARD_SCHEMATHESIS="${SWITCHYARD_SCHEMATHESIS:-/var/tmp/switchyard-schemathesis-venv/bin/st}"
 export SWITCHYARD_SCHEMATHESIS_EXAMPLES="${EXAMPLES:-200}"
 start=$(date +%s)
-cargo test --release --test it schemathesis:: -- --nocapture
+cargo test --release --test it schemathesis:: -- --nocapture 2>&1 | grep -E '^schemathesis:|^test |test result|panicked|ST[0-9]'
 echo "schemathesis: ${SWITCHYARD_SCHEMATHESIS_EXAMPLES} examples per operation, $(( $(date +%s) - start )) s"

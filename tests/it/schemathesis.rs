@@ -51,4 +51,11 @@ async fn the_admin_api_answers_as_its_openapi_document_says() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(said.contains("Tested: "), "{said}");
+    // The run's size, for scripts/schemathesis.sh to report.
+    for line in said
+        .lines()
+        .filter(|l| l.contains("generated") || l.contains("Tested: "))
+    {
+        eprintln!("schemathesis: {}", line.trim());
+    }
 }
