@@ -85,10 +85,7 @@ pub async fn audit(
 ) -> Response {
     let q = match query {
         Ok(Query(q)) => q,
-        // The rejection names the parameter that is not what it should be.
-        Err(r) => {
-            return ApiError::from(ControlError::invalid("query", r.body_text())).into_response();
-        }
+        Err(r) => return super::error::unreadable_query(r),
     };
     if let Err(e) = everything(&admin) {
         return e.into_response();

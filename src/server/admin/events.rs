@@ -65,8 +65,7 @@ pub async fn list(
 ) -> Response {
     let q = match query {
         Ok(Query(q)) => q,
-        // The rejection names the parameter that is not what it should be.
-        Err(r) => return invalid("query", &r.body_text()),
+        Err(r) => return super::error::unreadable_query(r),
     };
     if let Err(e) = everything(&admin) {
         return e.into_response();
@@ -131,8 +130,7 @@ pub async fn deliveries(
 ) -> Response {
     let q = match query {
         Ok(Query(q)) => q,
-        // The rejection names the parameter that is not what it should be.
-        Err(r) => return invalid("query", &r.body_text()),
+        Err(r) => return super::error::unreadable_query(r),
     };
     let store = match webhook_store(&admin, &name) {
         Ok(s) => s,

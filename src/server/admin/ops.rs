@@ -88,8 +88,9 @@ pub async fn requests(
     query: Result<Query<RequestsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
     let state = &admin.state;
-    let Ok(Query(q)) = query else {
-        return invalid("query", "could not be read").into_response();
+    let q = match query {
+        Ok(Query(q)) => q,
+        Err(r) => return super::error::unreadable_query(r),
     };
     let q = match log_query(q) {
         Ok(q) => q,

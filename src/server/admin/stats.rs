@@ -170,9 +170,9 @@ pub async fn stats(
     admin: Admin,
     query: Result<Query<StatsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
-    let Ok(Query(q)) = query else {
-        return ApiError::Invalid(InvalidRequest::new("query", "could not be read"))
-            .into_response();
+    let q = match query {
+        Ok(Query(q)) => q,
+        Err(r) => return super::error::unreadable_query(r),
     };
     let (window, step) = match (
         seconds(q.window.as_deref(), "window"),

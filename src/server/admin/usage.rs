@@ -69,9 +69,9 @@ pub async fn usage(
     admin: Admin,
     query: Result<Query<UsageQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
-    let Ok(Query(q)) = query else {
-        return ApiError::from(ControlError::invalid("query", "unreadable query string"))
-            .into_response();
+    let q = match query {
+        Ok(Query(q)) => q,
+        Err(r) => return super::error::unreadable_query(r),
     };
     let (by, w) = match group_by(&q).and_then(|by| Ok((by, window(&q)?))) {
         Ok(v) => v,
