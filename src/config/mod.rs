@@ -3,6 +3,7 @@
 //! handling reads through one `ArcSwap` load.
 
 mod compile;
+pub use compile::keys::short_key;
 mod file;
 pub mod overlay;
 pub mod quota;

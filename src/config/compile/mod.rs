@@ -4,7 +4,7 @@
 
 mod catalog;
 mod channels;
-mod keys;
+pub(super) mod keys;
 mod redirects;
 mod routers;
 mod server;

@@ -324,9 +324,7 @@ fn hash_key(admin: &Admin, entry: &mut Value, generate: bool) -> Result<Option<S
     };
     let (key, made) = match given {
         Some(k) => {
-            if k.chars().count() < 8 {
-                return Err(ControlError::invalid("key", "must be at least 8 characters").into());
-            }
+            crate::config::short_key(&k).map_err(|why| ControlError::invalid("key", why))?;
             (k, None)
         }
         None if generate => {
