@@ -90,32 +90,13 @@ async fn serve_connection(
     limits: ConnLimits,
     mut closed: watch::Receiver<bool>,
 ) {
-    // hyper allocates its buffers when it starts reading: until a client's first byte its
-    // connection is only a socket (and a client that never sends one goes at the idle timeout).
-    let first = tokio::select! {
-        r = tokio::time::timeout(limits.idle_timeout, tcp.readable()) => matches!(r, Ok(Ok(()))),
-        _ = closed.changed() => false,
-    };
-    if !first {
-        return;
-    }
-    // Boxed: the task of an idle connection holds only the wait above, not hyper's state.
-    Box::pin(serve_http1(tcp, peer, app, limits, closed)).await;
-}
-
-async fn serve_http1(
-    tcp: TcpStream,
-    peer: SocketAddr,
-    app: axum::Router,
-    limits: ConnLimits,
-    mut closed: watch::Receiver<bool>,
-) {
     let clock = Arc::new(ConnClock::default());
     let io = Guarded {
         tcp,
         clock: clock.clone(),
         write_timeout: limits.client_write_timeout,
-        stalled: None,
+        stall_clock: None,
+        stalled: false,
     };
     let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
         req.extensions_mut().insert(ConnectInfo(peer));
@@ -238,7 +219,11 @@ struct Guarded {
     tcp: TcpStream,
     clock: Arc<ConnClock>,
     write_timeout: Duration,
-    stalled: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// The stall clock, made at the first stall and reset at each later one (a slow reader
+    /// stalls often: no timer is allocated per stall).
+    stall_clock: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// A write is waiting on the client now.
+    stalled: bool,
 }
 
 impl Guarded {
@@ -246,8 +231,11 @@ impl Guarded {
     fn stall(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
         let timeout = self.write_timeout;
         let s = self
-            .stalled
+            .stall_clock
             .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+        if !std::mem::replace(&mut self.stalled, true) {
+            s.as_mut().reset(tokio::time::Instant::now() + timeout);
+        }
         ready!(s.as_mut().poll(cx));
         Poll::Ready(io::Error::new(
             io::ErrorKind::TimedOut,
@@ -258,7 +246,7 @@ impl Guarded {
     fn progress<T>(&mut self, p: Poll<io::Result<T>>, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
         match p {
             Poll::Ready(r) => {
-                self.stalled = None;
+                self.stalled = false;
                 Poll::Ready(r)
             }
             Poll::Pending => self.stall(cx).map(Err),
