@@ -55,7 +55,7 @@ fn onward(req: &ChatRequest) {
 }
 
 /// An upstream's stream of protocol `p`. The first byte chooses how the rest is split into
-/// reads: whole, a byte at a time, or at every boundary in turn.
+/// reads besides whole: a byte at a time, at every boundary in turn, or in pieces of N.
 pub fn stream(p: Protocol, data: &[u8]) {
     let Some((&mode, bytes)) = data.split_first() else {
         return;
@@ -63,7 +63,8 @@ pub fn stream(p: Protocol, data: &[u8]) {
     // The every-boundary mode is quadratic: bounded so each input stays fast.
     let bytes = &bytes[..bytes.len().min(8 * 1024)];
     for raw in [false, true] {
-        let whole = render(&decode_stream(p, raw, &[bytes]));
+        let items = decode_stream(p, raw, &[bytes]);
+        let whole = render(&items);
         let splits: Vec<Vec<&[u8]>> = match mode % 3 {
             0 => vec![bytes.chunks(1).collect()],
             1 => (1..bytes.len().min(512))
@@ -75,8 +76,10 @@ pub fn stream(p: Protocol, data: &[u8]) {
             let split = render(&decode_stream(p, raw, &pieces));
             assert_eq!(whole, split, "the stream decodes differently when split");
         }
+        if !raw {
+            round_trip(p, items);
+        }
     }
-    round_trip(p, bytes);
 }
 
 type Items = Vec<Result<Box<StreamChunk>, crate::provider::UpstreamError>>;
@@ -94,19 +97,17 @@ fn render(items: &Items) -> Vec<String> {
 
 /// A stream decoded, written again in its protocol as the gateway writes it to a client, and
 /// decoded again, says the same: text, reasoning, tool calls, finish reasons and usage.
-fn round_trip(p: Protocol, bytes: &[u8]) {
-    let first: Vec<Box<StreamChunk>> = decode_stream(p, false, &[bytes])
-        .into_iter()
-        .map_while(Result::ok)
-        .collect();
+fn round_trip(p: Protocol, items: Items) {
+    // The chunks up to the first error: what a client would have been sent.
+    let chunks = |items: Items| -> Vec<Box<StreamChunk>> {
+        items.into_iter().map_while(Result::ok).collect()
+    };
+    let first = chunks(items);
     if first.is_empty() {
         return;
     }
     let encoded = encode(p, &first);
-    let again: Vec<Box<StreamChunk>> = decode_stream(p, false, &[&encoded])
-        .into_iter()
-        .map_while(Result::ok)
-        .collect();
+    let again = chunks(decode_stream(p, false, &[&encoded]));
     let (said, read) = (Facts::of(&first), Facts::of(&again));
     assert!(
         read.keeps(&said),

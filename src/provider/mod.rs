@@ -126,11 +126,10 @@ pub enum UpstreamError {
     StreamError,
 }
 
-/// Boxed chunks: one allocation an event, passed on by pointer from the decoder to the client.
 /// An upstream stream of protocol `p`, arriving in `pieces`, decoded as a channel's stream is
 /// (`raw`: for a client of the same protocol, every event also kept as it came). For the fuzz
 /// targets and their corpus replay: the gateway's own decoders, polled as live.
-pub fn decode_stream(
+pub(crate) fn decode_stream(
     p: crate::protocol::Protocol,
     raw: bool,
     pieces: &[&[u8]],
@@ -153,6 +152,7 @@ pub fn decode_stream(
     }
 }
 
+/// Boxed chunks: one allocation an event, passed on by pointer from the decoder to the client.
 pub type ChunkStream = Pin<Box<dyn Stream<Item = Result<Box<StreamChunk>, UpstreamError>> + Send>>;
 
 /// One channel's upstream, ready to call.

@@ -63,8 +63,7 @@ pub struct AppState {
 
 /// Every reader of a client's own headers (its key, hop count, trimming choice, session), for
 /// the fuzz targets: what they refuse is the client's mistake (4xx), or a loop (508).
-#[doc(hidden)]
-pub fn read_headers(headers: &axum::http::HeaderMap) {
+pub(crate) fn read_headers(headers: &axum::http::HeaderMap) {
     let _ = ctx::bearer(headers);
     if let Err(e) = ctx::hops(headers, 5) {
         let status = e.status();
