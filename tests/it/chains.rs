@@ -704,27 +704,31 @@ async fn two_gateways_pointed_at_each_other_stop_with_508_and_do_not_fail_over()
     assert_eq!(spare.requests(), 0);
 }
 
-#[tokio::test]
-async fn a_failover_to_a_channel_not_yet_called_is_never_refused_by_the_retry_budget() {
-    // Issue 22's case: a primary that fails every request, its breaker off, and a healthy
-    // backup. Each request's failover is one call to another upstream: none is refused.
+/// A retry budget of 20 % (no floor, a long window) in front of `bad`, which answers 500 to
+/// model `m` with its breaker off (and `bad_extra`), and a healthy channel `(name, model, extra)`.
+async fn budgeted(bad_extra: &str, other: (&str, &str, &str)) -> (MockServer, MockServer, Gateway) {
     let bad = mock(faulty("bad", status(500))).await;
     let good = mock(text_spec("good")).await;
+    let (name, model, extra) = other;
     let chans = format!(
         "{}{}",
         models_channel(
             "bad",
             &bad.base_url(),
             &["m"],
-            "priority = 1\ncircuit_breaker = { enabled = false }"
+            &format!("{bad_extra}\ncircuit_breaker = {{ enabled = false }}")
         ),
-        models_channel("good", &good.base_url(), &["m"], "priority = 2"),
+        models_channel(name, &good.base_url(), &[model], extra),
     );
-    let gw = gateway_with(
-        "retry_budget = { ratio = 0.2, min_per_second = 0, window_seconds = 600 }",
-        &chans,
-    )
-    .await;
+    let budget = "retry_budget = { ratio = 0.2, min_per_second = 0, window_seconds = 600 }";
+    (bad, good, gateway_with(budget, &chans).await)
+}
+
+#[tokio::test]
+async fn a_failover_to_a_channel_not_yet_called_is_never_refused_by_the_retry_budget() {
+    // Issue 22's case: a primary that fails every request, its breaker off, and a healthy
+    // backup. Each request's failover is one call to another upstream: none is refused.
+    let (bad, good, gw) = budgeted("priority = 1", ("good", "m", "priority = 2")).await;
     for i in 0..400 {
         let r = gw.chat(ask(json!({"model": "m"}), false)).await;
         assert_eq!(r.status(), 200, "request {i}");
@@ -735,23 +739,8 @@ async fn a_failover_to_a_channel_not_yet_called_is_never_refused_by_the_retry_bu
 
 #[tokio::test]
 async fn the_retry_budget_bounds_retries_on_a_failing_upstream() {
-    let bad = mock(faulty("bad", status(500))).await;
-    let good = mock(text_spec("good")).await;
-    let chans = format!(
-        "{}{}",
-        models_channel(
-            "bad",
-            &bad.base_url(),
-            &["m"],
-            "max_retries = 3\nretry_interval_ms = 1\ncircuit_breaker = { enabled = false }"
-        ),
-        models_channel("fine", &good.base_url(), &["ok"], ""),
-    );
-    let gw = gateway_with(
-        "retry_budget = { ratio = 0.2, min_per_second = 0, window_seconds = 600 }",
-        &chans,
-    )
-    .await;
+    let (bad, _good, gw) =
+        budgeted("max_retries = 3\nretry_interval_ms = 1", ("fine", "ok", "")).await;
     // Ten requests that need no retry earn two retries (20 %).
     for _ in 0..10 {
         assert_eq!(

@@ -11,25 +11,25 @@ use serde_json::Value;
 use crate::support::*;
 use switchyard::provider::mock::MockServer;
 
-fn matrix() -> bool {
-    let on = std::env::var("SWITCHYARD_CHAOS_MATRIX").is_ok_and(|v| v == "1");
-    if !on {
+/// The upstream `switchyard mock <args>` on a host of its own; `None` (the test skipped, with
+/// a message) where namespaces cannot be made, or for a matrix case outside `scripts/chaos.sh`.
+async fn far_host(matrix_case: bool, args: &[&str]) -> Option<Netns> {
+    if matrix_case && !std::env::var("SWITCHYARD_CHAOS_MATRIX").is_ok_and(|v| v == "1") {
         eprintln!("SKIPPED: part of the chaos matrix (scripts/chaos.sh)");
+        return None;
     }
-    on
-}
-
-/// A stream of 60 chunks, one every 100 ms, from a host of its own.
-async fn slow_stream_host() -> Option<Netns> {
     if !netns_available() {
         return None;
     }
-    Some(Netns::with_mock(&["--chunks", "60", "--chunk-ms", "100"]).await)
+    Some(Netns::with_mock(args).await)
 }
+
+/// A stream of 60 chunks, one every 100 ms.
+const SLOW_STREAM: [&str; 4] = ["--chunks", "60", "--chunk-ms", "100"];
 
 #[tokio::test]
 async fn a_partition_after_commit_ends_the_stream_with_an_error_frame_in_time() {
-    let Some(far) = slow_stream_host().await else {
+    let Some(far) = far_host(false, &SLOW_STREAM).await else {
         return;
     };
     let gw = gateway_with(
@@ -79,10 +79,7 @@ async fn with_backup(far: &Netns, far_extra: &str) -> (Gateway, MockServer) {
 
 #[tokio::test]
 async fn a_partitioned_upstream_is_failed_over_within_the_connect_timeout() {
-    if !matrix() {
-        return;
-    }
-    let Some(far) = slow_stream_host().await else {
+    let Some(far) = far_host(true, &SLOW_STREAM).await else {
         return;
     };
     let (gw, backup) = with_backup(&far, "connect_timeout_ms = 300").await;
@@ -101,10 +98,7 @@ async fn a_partitioned_upstream_is_failed_over_within_the_connect_timeout() {
 
 #[tokio::test]
 async fn a_half_open_pooled_connection_is_failed_over_at_the_first_token_timeout() {
-    if !matrix() {
-        return;
-    }
-    let Some(far) = slow_stream_host().await else {
+    let Some(far) = far_host(true, &SLOW_STREAM).await else {
         return;
     };
     let (gw, backup) = with_backup(&far, "first_token_timeout_ms = 500").await;
@@ -124,13 +118,9 @@ async fn a_half_open_pooled_connection_is_failed_over_at_the_first_token_timeout
 
 #[tokio::test]
 async fn a_partition_while_waiting_for_the_first_token_fails_over() {
-    if !matrix() {
+    let Some(far) = far_host(true, &["--ttft-ms", "1500"]).await else {
         return;
-    }
-    if !netns_available() {
-        return;
-    }
-    let far = Netns::with_mock(&["--ttft-ms", "1500"]).await;
+    };
     let (gw, backup) = with_backup(&far, "first_token_timeout_ms = 800").await;
     let url = gw.chat_url();
     let request = tokio::spawn(async move {
@@ -158,12 +148,14 @@ async fn a_partition_while_waiting_for_the_first_token_fails_over() {
 
 #[tokio::test]
 async fn latency_and_loss_on_the_link_are_survived() {
-    if !matrix() || !netns_available() || !netem_available() {
+    let Some(far) = far_host(true, &["--chunks", "8"]).await else {
+        return;
+    };
+    if !netem_available() {
         return;
     }
     // With netem: 50 ms ± 20 ms and 5 % loss on the far host's link; every request still
     // answers (retransmits absorb the loss, the failover the rest).
-    let far = Netns::with_mock(&["--chunks", "8"]).await;
     far.netem(&["delay", "50ms", "20ms", "loss", "5%"]);
     let (gw, _backup) = with_backup(&far, "").await;
     for i in 0..20 {

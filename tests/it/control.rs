@@ -305,6 +305,17 @@ async fn viewers_read_file_entries_are_read_only_and_scoped_admins_stay_in_their
     }
 }
 
+/// `n` admin calls with a wrong token, each refused with 401 `invalid_api_key`.
+async fn wrong_tokens(gw: &Gateway, n: usize) {
+    for _ in 0..n {
+        let (s, e) = admin(gw, "GET", "/admin/channels", "wrong-token-0123456789", None).await;
+        assert_eq!(
+            (s, e["error"]["code"].as_str()),
+            (401, Some("invalid_api_key"))
+        );
+    }
+}
+
 #[tokio::test]
 async fn wrong_tokens_get_401_then_429_and_no_store_means_read_only() {
     let up = mock(text_spec("ok")).await;
@@ -321,20 +332,7 @@ async fn wrong_tokens_get_401_then_429_and_no_store_means_read_only() {
     .await;
     assert_eq!(code(&r), (409, "read_only"), "{}", r.1);
     let (logs, guard) = capture_logs();
-    for _ in 0..10 {
-        let (s, e) = admin(
-            &gw,
-            "GET",
-            "/admin/channels",
-            "wrong-token-0123456789",
-            None,
-        )
-        .await;
-        assert_eq!(
-            (s, e["error"]["code"].as_str()),
-            (401, Some("invalid_api_key"))
-        );
-    }
+    wrong_tokens(&gw, 10).await;
     drop(guard);
     // Each failure is logged with the network, never the token or the full address.
     let said = logs.text();
@@ -365,17 +363,7 @@ async fn the_failed_attempt_limit_is_the_configs() {
         openai_channel("file-a", &up.base_url(), 1, "")
     );
     let gw = gateway(&rest).await;
-    for _ in 0..3 {
-        let (s, _) = admin(
-            &gw,
-            "GET",
-            "/admin/channels",
-            "wrong-token-0123456789",
-            None,
-        )
-        .await;
-        assert_eq!(s, 401);
-    }
+    wrong_tokens(&gw, 3).await;
     let (s, e) = as_admin(&gw, "GET", "/admin/channels", None).await;
     assert_eq!(
         (s, e["error"]["code"].as_str()),
