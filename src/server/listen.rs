@@ -95,8 +95,7 @@ async fn serve_connection(
         tcp,
         clock: clock.clone(),
         write_timeout: limits.client_write_timeout,
-        stall_clock: None,
-        stalled: false,
+        stalled: None,
     };
     let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
         req.extensions_mut().insert(ConnectInfo(peer));
@@ -219,11 +218,9 @@ struct Guarded {
     tcp: TcpStream,
     clock: Arc<ConnClock>,
     write_timeout: Duration,
-    /// The stall clock, made at the first stall and reset at each later one (a slow reader
-    /// stalls often: no timer is allocated per stall).
-    stall_clock: Option<Pin<Box<tokio::time::Sleep>>>,
-    /// A write is waiting on the client now.
-    stalled: bool,
+    /// Since when a write has waited on the client (dropped, and its timer with it, when the
+    /// write goes through).
+    stalled: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl Guarded {
@@ -231,11 +228,8 @@ impl Guarded {
     fn stall(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
         let timeout = self.write_timeout;
         let s = self
-            .stall_clock
+            .stalled
             .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
-        if !std::mem::replace(&mut self.stalled, true) {
-            s.as_mut().reset(tokio::time::Instant::now() + timeout);
-        }
         ready!(s.as_mut().poll(cx));
         Poll::Ready(io::Error::new(
             io::ErrorKind::TimedOut,
@@ -246,7 +240,7 @@ impl Guarded {
     fn progress<T>(&mut self, p: Poll<io::Result<T>>, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
         match p {
             Poll::Ready(r) => {
-                self.stalled = false;
+                self.stalled = None;
                 Poll::Ready(r)
             }
             Poll::Pending => self.stall(cx).map(Err),
