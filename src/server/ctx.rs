@@ -21,11 +21,16 @@ use crate::usage::Pending;
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
-/// Request ids: unique per process and sortable by start (time prefix, then a counter).
+/// This process's part of its request ids: replicas sharing a store share its log, and two
+/// processes counting from 0 in the same millisecond would name two requests alike.
+static PROCESS_TAG: std::sync::LazyLock<u32> = std::sync::LazyLock::new(|| fastrand::u32(..));
+
+/// Request ids: sortable by start (time prefix), then the process's random tag and its
+/// counter, so unique across replicas.
 fn request_id() -> String {
     let ms = crate::clock::unix_ms();
     let n = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-    format!("req_{ms:x}{n:06x}")
+    format!("req_{ms:x}{:08x}{n:06x}", *PROCESS_TAG)
 }
 
 pub struct Ctx {
