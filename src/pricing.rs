@@ -11,7 +11,7 @@ use serde::Deserialize;
 use crate::protocol::Usage;
 
 /// Rates in micro-dollars per 1M tokens (so $2.50 per 1M is 2_500_000).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct Rates {
     pub input: u64,
     pub output: u64,
@@ -24,7 +24,7 @@ pub struct Rates {
 }
 
 /// One price set: base rates, then tiers for longer prompts (ascending by `above`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Price {
     pub base: Rates,
     /// `(above, rates)`: a prompt of more than `above` tokens is priced at `rates`.
@@ -35,7 +35,7 @@ pub struct Price {
 
 /// An attempt's tokens by kind. `input` counts every prompt token (cached ones too) and
 /// `output` every generated one (reasoning too), as OpenAI reports them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct Tokens {
     pub input: u64,
     pub cached_input: u64,

@@ -216,19 +216,21 @@ fn share_through(r: Arc<Redis>, state: &AppState) -> [tokio::task::JoinHandle<()
     ]
 }
 
-/// The request log where the store says: with a PostgreSQL store, its database (and
-/// `[log] sqlite_path` goes unused, said once); else its own SQLite file at `sqlite_path`.
+/// The request log where the store says: with a PostgreSQL store, its database (no SQLite
+/// file is made, said once); else its own SQLite file at `sqlite_path`. Either way with the
+/// journal in `[log] journal_dir` unless it is off.
 fn open_log(snapshot: &Snapshot, store: Option<&Store>) -> Result<RequestLog, StoreError> {
     let capacity = snapshot.log.queue_capacity;
+    let journal = snapshot.log.journal_dir.as_deref();
     match store.map(|s| &s.db) {
         Some(Db::Postgres(pool)) => {
             tracing::warn!(
                 sqlite_path = %snapshot.log.sqlite_path,
-                "the request log is kept in the PostgreSQL store; [log] sqlite_path is ignored"
+                "the request log is kept in the PostgreSQL store; [log] sqlite_path is ignored but for placing the journal"
             );
-            RequestLog::postgres(pool.clone(), capacity)
+            RequestLog::postgres(pool.clone(), capacity, journal)
         }
-        _ => RequestLog::open(Path::new(&snapshot.log.sqlite_path), capacity),
+        _ => RequestLog::open(Path::new(&snapshot.log.sqlite_path), capacity, journal),
     }
 }
 

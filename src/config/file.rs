@@ -252,6 +252,11 @@ pub struct LogSection {
     pub sqlite_path: String,
     /// Rows waiting to be written; when full, rows are dropped and counted, never waited for.
     pub queue_capacity: NonZeroUsize,
+    /// Each row appended to a local file before its answer ends, so a killed process loses
+    /// no row it answered.
+    pub journal: bool,
+    /// Where the journal's files live; empty: `<sqlite_path>.journal` (not `-journal`: SQLite's own rollback journal).
+    pub journal_dir: String,
 }
 
 impl Default for LogSection {
@@ -259,6 +264,8 @@ impl Default for LogSection {
         LogSection {
             sqlite_path: "switchyard.db".into(),
             queue_capacity: nzusize(8192),
+            journal: true,
+            journal_dir: String::new(),
         }
     }
 }

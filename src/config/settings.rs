@@ -61,6 +61,8 @@ pub struct Admin {
 pub struct LogSettings {
     pub sqlite_path: String,
     pub queue_capacity: usize,
+    /// The journal's directory (`None`: no journal).
+    pub journal_dir: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy)]

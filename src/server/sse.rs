@@ -46,6 +46,7 @@ pub struct StreamLog {
     /// (the time spent inside the body's polls: reading, translating, writing events).
     trail: Trail,
     busy: Duration,
+    closed: bool,
 }
 
 impl StreamLog {
@@ -70,6 +71,7 @@ impl StreamLog {
             end: End::Running,
             trail,
             busy: Duration::ZERO,
+            closed: false,
         }
     }
 
@@ -98,6 +100,17 @@ impl StreamLog {
 
 impl Drop for StreamLog {
     fn drop(&mut self) {
+        if !self.closed {
+            self.close();
+        }
+    }
+}
+
+impl StreamLog {
+    /// Records the row: when the stream's last frames are made, before they are written (so
+    /// the row is journaled before the answer ends), or when the body is dropped early.
+    fn close(&mut self) {
+        self.closed = true;
         let total = self.started.elapsed();
         let mut row = std::mem::take(&mut self.row);
         row.total_ms = total.as_millis() as u64;
@@ -208,6 +221,7 @@ impl<E: Encode> SseBody<E> {
         if let Some(k) = self.keeping.as_mut() {
             std::task::ready!(k.as_mut().poll(cx));
             self.keeping = None;
+            self.log.close();
             let held = std::mem::take(&mut self.held);
             return Poll::Ready((!held.is_empty()).then(|| Ok(Bytes::from(held))));
         }
@@ -222,6 +236,9 @@ impl<E: Encode> SseBody<E> {
         if self.keeping.is_some() {
             self.held = out;
             return self.poll_frames(cx);
+        }
+        if self.finished && !self.log.closed {
+            self.log.close();
         }
         if out.is_empty() {
             return Poll::Ready(None);

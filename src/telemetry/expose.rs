@@ -233,7 +233,7 @@ impl Scrape {
         counter(
             e,
             "switchyard_log_dropped",
-            "Request log rows dropped (the queue was full).",
+            "Request log rows dropped from the queue (it was full); the journal writes them later.",
             g.log_dropped,
         )?;
         counter(

@@ -187,7 +187,7 @@ impl Metrics {
         let row = f.row;
         let requested = model_label(f.snap, f.key_idx, row.requested_model.as_deref());
         self.requests
-            .with([ingress(row.endpoint), requested, &row.outcome], |c| {
+            .with([ingress(&row.endpoint), requested, &row.outcome], |c| {
                 c.add(1)
             });
         for (i, a) in f.attempts.iter().enumerate() {
@@ -232,7 +232,7 @@ impl Metrics {
             t.took
         };
         let route = [
-            operation(f.row.endpoint, a.provider),
+            operation(&f.row.endpoint, a.provider),
             provider_name(a.provider),
             &*a.channel,
             &*a.model,

@@ -44,7 +44,7 @@ pub struct Job {
 /// What the request's span says of its log row.
 struct Row {
     id: String,
-    endpoint: &'static str,
+    endpoint: std::borrow::Cow<'static, str>,
     status: u16,
     outcome: String,
     stream: bool,
@@ -63,7 +63,7 @@ impl Job {
             snap: f.snap.clone(),
             row: Row {
                 id: r.id.clone(),
-                endpoint: r.endpoint,
+                endpoint: r.endpoint.clone(),
                 status: r.status,
                 outcome: r.outcome.clone(),
                 stream: r.stream,
@@ -168,7 +168,7 @@ impl Builder {
         let row = &job.row;
         let mut attrs = vec![
             KeyValue::new("http.request.method", "POST"),
-            KeyValue::new("http.route", route(row.endpoint)),
+            KeyValue::new("http.route", route(&row.endpoint)),
             KeyValue::new("http.response.status_code", i64::from(row.status)),
             KeyValue::new("switchyard.request_id", row.id.clone()),
             KeyValue::new("switchyard.outcome", row.outcome.clone()),
@@ -196,7 +196,7 @@ impl Builder {
             parent: t.parent.unwrap_or(0),
             remote_parent: t.parent.is_some(),
             kind: SpanKind::Server,
-            name: span_name(row.endpoint).into(),
+            name: span_name(&row.endpoint).into(),
             start: t.started_at,
             end: job.at(job.ended),
             attrs,
@@ -213,7 +213,7 @@ impl Builder {
             span_id: 0,
         });
         let served = a.class.is_none();
-        let op = operation(job.row.endpoint, a.provider);
+        let op = operation(&job.row.endpoint, a.provider);
         let upstream = a.upstream_model.clone().unwrap_or_else(|| a.model.clone());
         let mut attrs = vec![
             KeyValue::new("gen_ai.operation.name", op),

@@ -22,6 +22,7 @@ mod fuzz_corpus;
 mod gemini;
 mod health;
 mod hostile;
+mod journal;
 mod latency;
 mod local_embedder;
 mod metrics;

@@ -158,12 +158,12 @@ async fn with_a_postgres_store_the_log_goes_to_postgres_in_the_same_shape() {
 /// A log on each backend, with rows recorded through it: an SQLite file, a PostgreSQL store.
 async fn logs_on_both(test: &str) -> (tempfile::TempDir, Postgres, [RequestLog; 2]) {
     let dir = tempfile::tempdir().unwrap();
-    let sqlite = RequestLog::open(&dir.path().join("log.db"), 8192).unwrap();
+    let sqlite = RequestLog::open(&dir.path().join("log.db"), 8192, None).unwrap();
     let pg = Postgres::fresh(test).await;
     let Db::Postgres(pool) = Db::open(&pg.url).await.unwrap() else {
         unreachable!("a postgres:// URL opens PostgreSQL")
     };
-    let postgres = RequestLog::postgres(pool, 8192).unwrap();
+    let postgres = RequestLog::postgres(pool, 8192, None).unwrap();
     (dir, pg, [sqlite, postgres])
 }
 
@@ -171,7 +171,7 @@ fn row(id: &str, ts_ms: i64) -> LogRow {
     LogRow {
         id: id.into(),
         ts_ms,
-        endpoint: "chat",
+        endpoint: "chat".into(),
         status: 200,
         outcome: "ok".into(),
         attempts: "[]".into(),
@@ -282,7 +282,7 @@ async fn a_gateway_with_a_store_prunes_its_log_at_start_on_either_backend() {
         "[store]\nurl = \"sqlite://{}\"\nretention_days = 30\n",
         dir.path().join("store.db").display()
     );
-    let log = RequestLog::open(&path, 16).unwrap();
+    let log = RequestLog::open(&path, 16, None).unwrap();
     let (gw, _up) = gateway_on_an_old_log(log, &path.display().to_string(), &store).await;
     assert_eq!(gw.state.log.backend(), "sqlite");
     wait_pruned(&gw).await;
@@ -292,7 +292,7 @@ async fn a_gateway_with_a_store_prunes_its_log_at_start_on_either_backend() {
     let Db::Postgres(pool) = Db::open(&pg.url).await.unwrap() else {
         unreachable!("a postgres:// URL opens PostgreSQL")
     };
-    let log = RequestLog::postgres(pool, 16).unwrap();
+    let log = RequestLog::postgres(pool, 16, None).unwrap();
     let other = tempfile::tempdir().unwrap();
     let unused = other.path().join("unused.db");
     let store = format!("[store]\nurl = \"{}\"\n", pg.url);
@@ -306,7 +306,7 @@ async fn a_gateway_with_a_store_prunes_its_log_at_start_on_either_backend() {
 async fn without_a_store_the_log_is_never_pruned() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("log.db");
-    let log = RequestLog::open(&path, 16).unwrap();
+    let log = RequestLog::open(&path, 16, None).unwrap();
     let (gw, _up) = gateway_on_an_old_log(log, &path.display().to_string(), "").await;
     let c = client();
     let resp = c

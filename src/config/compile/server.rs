@@ -181,9 +181,15 @@ fn log(cfg: &FileConfig) -> Result<LogSettings, FieldError> {
     if cfg.log.sqlite_path.is_empty() {
         return Err(field("log.sqlite_path", "must not be empty"));
     }
+    let l = &cfg.log;
+    let journal_dir = l.journal.then(|| match l.journal_dir.as_str() {
+        "" => format!("{}.journal", l.sqlite_path).into(),
+        dir => dir.into(),
+    });
     Ok(LogSettings {
-        sqlite_path: cfg.log.sqlite_path.clone(),
-        queue_capacity: cfg.log.queue_capacity.get(),
+        sqlite_path: l.sqlite_path.clone(),
+        queue_capacity: l.queue_capacity.get(),
+        journal_dir,
     })
 }
 

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use crate::pricing::{Price, Tokens};
 
 /// One upstream attempt's charge.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Charge {
     /// 1 for the request's first upstream call, then 2, 3...
     pub attempt: u32,

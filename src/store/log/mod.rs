@@ -5,20 +5,24 @@
 //! store's database (`postgres.rs`, a tokio task). Rows older than the store's retention are
 //! pruned in batches by a background task ([`RequestLog::keep_for`]).
 
+mod journal;
 pub mod ledger;
 mod postgres;
 pub mod query;
 mod sqlite;
 
+pub use journal::JournalError;
 pub use ledger::{Charge, GroupBy, Sum, Window};
 pub use query::{Cursor, LogQuery, Sample};
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError, sync_channel};
 use std::time::Duration;
 
+use journal::{Journal, Tick};
 use serde_json::Value;
 use sqlx::postgres::PgPool;
 use tokio::sync::oneshot;
@@ -38,16 +42,18 @@ pub enum StoreError {
     NoRuntime,
     #[error("a request log task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
+    #[error(transparent)]
+    Journal(#[from] JournalError),
 }
 
 /// One request, as the log keeps it. Nothing in it is prompt or completion text, a header
 /// value or a client address: names from the config, counts, times, classes and a session hash.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct LogRow {
     pub id: String,
     pub ts_ms: i64,
     pub key_name: Option<String>,
-    pub endpoint: &'static str,
+    pub endpoint: Cow<'static, str>,
     pub requested_model: Option<String>,
     pub served_model: Option<String>,
     pub channel: Option<String>,
@@ -68,7 +74,7 @@ pub struct LogRow {
     /// A short hash of the request's session id (never the id).
     pub session: Option<String>,
     /// What the request did to its session's binding: `new`, `kept`, `moved`.
-    pub affinity: Option<&'static str>,
+    pub affinity: Option<Cow<'static, str>>,
     /// Prompt tokens as sent, when the request was counted (trimming or context fallbacks).
     pub prompt_tokens: Option<u64>,
     /// Whole groups of history trimming removed.
@@ -97,6 +103,7 @@ enum Backend {
 
 pub struct RequestLog {
     tx: SyncSender<LogMsg>,
+    journal: Option<Arc<Journal>>,
     backend: Backend,
     dropped: AtomicU64,
     alive: Arc<AtomicBool>,
@@ -113,22 +120,30 @@ const PRUNE_BATCH: i64 = 1000;
 pub const PRUNE_EVERY: Duration = Duration::from_secs(300);
 
 impl RequestLog {
-    /// Opens (creating if needed) the SQLite log at `path` and starts its writer thread.
-    pub fn open(path: &Path, capacity: usize) -> Result<RequestLog, StoreError> {
+    /// Opens (creating if needed) the SQLite log at `path` and starts its writer thread;
+    /// with `journal`, each row is journaled there first ([`journal`]).
+    pub fn open(
+        path: &Path,
+        capacity: usize,
+        journal: Option<&Path>,
+    ) -> Result<RequestLog, StoreError> {
         let conn = sqlite::open(path)?;
+        let journal = open_journal(journal)?;
         let (tx, rx) = sync_channel(capacity);
         let alive = Arc::new(AtomicBool::new(true));
         let flag = alive.clone();
         let shown = path.to_path_buf();
+        let writer_journal = journal.clone();
         std::thread::Builder::new()
             .name("switchyard-log".into())
             .spawn(move || {
                 let _alive = AliveGuard(flag);
-                sqlite::writer(conn, rx, &shown);
+                sqlite::writer(conn, rx, writer_journal.as_deref(), &shown);
             })
             .map_err(StoreError::Spawn)?;
         Ok(RequestLog::with(
             tx,
+            journal,
             Backend::Sqlite(path.to_path_buf()),
             alive,
         ))
@@ -136,32 +151,60 @@ impl RequestLog {
 
     /// The log in a PostgreSQL store (its `requests` table, made by the store's migrations),
     /// written by a task on the current tokio runtime.
-    pub fn postgres(pool: PgPool, capacity: usize) -> Result<RequestLog, StoreError> {
+    pub fn postgres(
+        pool: PgPool,
+        capacity: usize,
+        journal: Option<&Path>,
+    ) -> Result<RequestLog, StoreError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| StoreError::NoRuntime)?;
+        let journal = open_journal(journal)?;
         let (tx, rx) = sync_channel(capacity);
         let alive = Arc::new(AtomicBool::new(true));
         let flag = alive.clone();
         let writer_pool = pool.clone();
+        let writer_journal = journal.clone();
         runtime.spawn(async move {
             let _alive = AliveGuard(flag);
-            postgres::writer(writer_pool, rx).await;
+            postgres::writer(writer_pool, rx, writer_journal.as_deref()).await;
         });
-        Ok(RequestLog::with(tx, Backend::Postgres(pool), alive))
+        Ok(RequestLog::with(
+            tx,
+            journal,
+            Backend::Postgres(pool),
+            alive,
+        ))
     }
 
-    fn with(tx: SyncSender<LogMsg>, backend: Backend, alive: Arc<AtomicBool>) -> RequestLog {
+    fn with(
+        tx: SyncSender<LogMsg>,
+        journal: Option<Arc<Journal>>,
+        backend: Backend,
+        alive: Arc<AtomicBool>,
+    ) -> RequestLog {
         RequestLog {
             tx,
+            journal,
             backend,
             dropped: AtomicU64::new(0),
             alive,
         }
     }
 
-    /// Queues a row; never blocks. A full queue drops the row and counts it.
+    /// Journals the row (when the log has a journal) and queues it; never blocks. A full
+    /// queue drops the row and counts it (a journaled row is written later from the file).
     pub fn record(&self, row: LogRow) {
+        match &self.journal {
+            Some(j) => j.append(row, |row| self.queue(row)),
+            None => {
+                self.queue(row);
+            }
+        }
+    }
+
+    /// False when the row was dropped.
+    fn queue(&self, row: LogRow) -> bool {
         match self.tx.try_send(LogMsg::Row(Box::new(row))) {
-            Ok(()) => {}
+            Ok(()) => true,
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
                 let n = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
                 if n.is_power_of_two() {
@@ -170,6 +213,7 @@ impl RequestLog {
                         "request log queue full or writer gone; rows dropped"
                     );
                 }
+                false
             }
         }
     }
@@ -304,6 +348,41 @@ struct AliveGuard(Arc<AtomicBool>);
 impl Drop for AliveGuard {
     fn drop(&mut self) {
         self.0.store(false, Ordering::Relaxed);
+    }
+}
+
+fn open_journal(dir: Option<&Path>) -> Result<Option<Arc<Journal>>, StoreError> {
+    Ok(dir.map(Journal::open).transpose()?.map(Arc::new))
+}
+
+/// A writer's tick before its write: the journal's segment retired if due, the queue drained
+/// into `batch` and `acks`, and rows recovered from orphaned segments put first in `batch`.
+/// True once every sender is gone.
+fn gather(
+    rx: &Receiver<LogMsg>,
+    journal: Option<&Journal>,
+    batch: &mut Vec<LogRow>,
+    acks: &mut Vec<oneshot::Sender<()>>,
+) -> (bool, Option<Tick>) {
+    let tick = journal.map(Journal::begin);
+    let closed = drain(rx, batch, acks);
+    if let (Some(j), Some(t)) = (journal, &tick) {
+        let mut rows = j.recovered(t);
+        if !rows.is_empty() {
+            rows.append(batch);
+            *batch = rows;
+        }
+    }
+    (closed, tick)
+}
+
+/// A writer's tick after its write (`ok`: the store took every row of `batch`).
+fn settle(journal: Option<&Journal>, tick: Option<Tick>, ok: bool, closed: bool) {
+    if let (Some(j), Some(t)) = (journal, tick) {
+        j.end(t, ok);
+        if closed {
+            j.close();
+        }
     }
 }
 

@@ -9,25 +9,29 @@ use serde_json::Value;
 use sqlx::Row;
 use sqlx::postgres::{PgPool, PgRow};
 
+use super::journal::Journal;
 use super::ledger::{COLUMNS, ChargeRow, charge_json, rates_json};
 use super::query::{Cursor, Dialect, LogQuery, Param, Row as LogRead, Sample, samples_sql};
-use super::{GroupBy, LogMsg, LogRow, PRUNE_BATCH, StoreError, Sum, TICK, Window, drain};
+use super::{GroupBy, LogMsg, LogRow, PRUNE_BATCH, StoreError, Sum, TICK, Window, gather, settle};
 
 /// Drains the queue every tick and writes the tick's rows in one statement; exits when every
 /// sender is gone.
-pub(super) async fn writer(pool: PgPool, rx: Receiver<LogMsg>) {
-    let mut tick = tokio::time::interval(TICK);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+pub(super) async fn writer(pool: PgPool, rx: Receiver<LogMsg>, journal: Option<&Journal>) {
+    let mut every = tokio::time::interval(TICK);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut batch = Vec::new();
     let mut acks = Vec::new();
     loop {
-        tick.tick().await;
-        let closed = drain(&rx, &mut batch, &mut acks);
-        if !batch.is_empty()
-            && let Err(e) = write_batch(&pool, &batch).await
-        {
-            tracing::error!(error = %e, rows = batch.len(), "request log write to PostgreSQL failed");
-        }
+        every.tick().await;
+        let (closed, tick) = gather(&rx, journal, &mut batch, &mut acks);
+        let ok = batch.is_empty()
+            || write_batch(&pool, &batch)
+                .await
+                .inspect_err(|e| {
+                    tracing::error!(error = %e, rows = batch.len(), "request log write to PostgreSQL failed");
+                })
+                .is_ok();
+        settle(journal, tick, ok, closed);
         batch.clear();
         for ack in acks.drain(..) {
             let _ = ack.send(());
@@ -176,7 +180,7 @@ async fn write_requests(tx: &mut Tx, rows: &[LogRow]) -> Result<(), sqlx::Error>
         .bind(last.iter().map(|r| r.id.clone()).collect::<Vec<_>>())
         .bind(last.iter().map(|r| r.ts_ms).collect::<Vec<_>>())
         .bind(col(|r| r.key_name.clone()))
-        .bind(last.iter().map(|r| r.endpoint).collect::<Vec<_>>())
+        .bind(last.iter().map(|r| &*r.endpoint).collect::<Vec<_>>())
         .bind(col(|r| r.requested_model.clone()))
         .bind(col(|r| r.served_model.clone()))
         .bind(col(|r| r.channel.clone()))
@@ -191,7 +195,7 @@ async fn write_requests(tx: &mut Tx, rows: &[LogRow]) -> Result<(), sqlx::Error>
         .bind(last.iter().map(|r| r.tokens_per_s).collect::<Vec<_>>())
         .bind(col(|r| r.translation.clone()))
         .bind(col(|r| r.session.clone()))
-        .bind(col(|r| r.affinity.map(str::to_string)))
+        .bind(col(|r| r.affinity.as_deref().map(str::to_string)))
         .bind(num(|r| int(r.prompt_tokens)))
         .bind(num(|r| int(r.trimmed_turns)))
         .bind(num(|r| int(r.cost_micros)))

@@ -9,8 +9,9 @@ use std::sync::mpsc::Receiver;
 use rusqlite::{Connection, OpenFlags, params};
 use serde_json::Value;
 
+use super::journal::Journal;
 use super::query::{Cursor, Dialect, LogQuery, Param, Row, Sample, samples_sql};
-use super::{GroupBy, LogMsg, LogRow, PRUNE_BATCH, StoreError, Sum, TICK, Window, drain};
+use super::{GroupBy, LogMsg, LogRow, PRUNE_BATCH, StoreError, Sum, TICK, Window, gather, settle};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS requests (
@@ -135,19 +136,26 @@ pub(super) fn open(path: &Path) -> Result<Connection, StoreError> {
 }
 
 /// Drains the queue every tick, one transaction per tick; exits when every sender is gone.
-pub(super) fn writer(mut conn: Connection, rx: Receiver<LogMsg>, path: &Path) {
+pub(super) fn writer(
+    mut conn: Connection,
+    rx: Receiver<LogMsg>,
+    journal: Option<&Journal>,
+    path: &Path,
+) {
     let mut batch = Vec::new();
     let mut acks = Vec::new();
     // Price versions already in the file (written once each).
     let mut prices = HashSet::new();
     loop {
         std::thread::sleep(TICK);
-        let closed = drain(&rx, &mut batch, &mut acks);
-        if !batch.is_empty()
-            && let Err(e) = write_batch(&mut conn, &batch, &mut prices)
-        {
-            tracing::error!(path = %path.display(), error = %e, rows = batch.len(), "request log write failed");
-        }
+        let (closed, tick) = gather(&rx, journal, &mut batch, &mut acks);
+        let ok = batch.is_empty()
+            || write_batch(&mut conn, &batch, &mut prices)
+                .inspect_err(|e| {
+                    tracing::error!(path = %path.display(), error = %e, rows = batch.len(), "request log write failed");
+                })
+                .is_ok();
+        settle(journal, tick, ok, closed);
         batch.clear();
         for ack in acks.drain(..) {
             let _ = ack.send(());
@@ -446,12 +454,12 @@ mod tests {
     #[tokio::test]
     async fn rows_written_off_thread_are_read_back_newest_first() {
         let dir = tempfile::tempdir().unwrap();
-        let log = RequestLog::open(&dir.path().join("log.db"), 16).unwrap();
+        let log = RequestLog::open(&dir.path().join("log.db"), 16, None).unwrap();
         for i in 0..3 {
             log.record(LogRow {
                 id: format!("r{i}"),
                 ts_ms: 1000 + i,
-                endpoint: "chat",
+                endpoint: "chat".into(),
                 status: 200,
                 outcome: "ok".into(),
                 attempts: "[]".into(),
@@ -471,11 +479,11 @@ mod tests {
     #[test]
     fn a_full_queue_drops_and_counts_instead_of_blocking() {
         let dir = tempfile::tempdir().unwrap();
-        let log = RequestLog::open(&dir.path().join("log.db"), 1).unwrap();
+        let log = RequestLog::open(&dir.path().join("log.db"), 1, None).unwrap();
         for i in 0..10_000 {
             log.record(LogRow {
                 id: format!("r{i}"),
-                endpoint: "chat",
+                endpoint: "chat".into(),
                 attempts: "[]".into(),
                 ..LogRow::default()
             });
@@ -501,10 +509,10 @@ mod tests {
                 .unwrap()
             );
         }
-        let log = RequestLog::open(&path, 4).unwrap();
+        let log = RequestLog::open(&path, 4, None).unwrap();
         log.record(LogRow {
             id: "r".into(),
-            endpoint: "chat",
+            endpoint: "chat".into(),
             attempts: "[]".into(),
             translation: Some("lossless".into()),
             ..LogRow::default()

@@ -1,0 +1,372 @@
+//! The request log's journal: each row is appended to a local file (one `write`, no `fsync`)
+//! before its answer's last byte is handed to the client, then queued for the writer as
+//! before. Rows are postcard records behind a length (JSON cost ten times the instructions
+//! on the request's thread), after a header naming the format. A process killed with SIGKILL leaves its rows in the page cache, so the rows of
+//! every answer it gave survive it; a machine that loses power may lose the last few.
+//!
+//! The files are segments: each process appends to one of its own, held under an exclusive
+//! `flock`. The writer retires a segment once its rows are in the store (a new one takes its
+//! place when it grows past [`SEGMENT_BYTES`]) and deletes it. A segment nobody holds (its
+//! process died, or the store refused some of its rows) is an orphan: the writer of any
+//! process sharing the directory adopts it, writes its rows again (the writes are upserts by
+//! request id, so a row already in the store stays one row) and deletes it.
+
+use std::cell::RefCell;
+use std::fs::{File, OpenOptions, TryLockError};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError, RwLock};
+use std::time::{Duration, Instant};
+
+use super::LogRow;
+
+/// A segment past this size is retired at the next tick (~3,000 rows).
+const SEGMENT_BYTES: u64 = 2 << 20;
+
+/// How often the writer looks for orphans (and at its first tick, and at the tick after it
+/// let one go). A segment that may hold rows the store lacks is retired (let go as an orphan)
+/// once it is as old. While the store refuses rows the interval doubles, up to
+/// [`ADOPT_AT_MOST`], so an outage costs no rereading every tick.
+const ADOPT_EVERY: Duration = Duration::from_secs(2);
+const ADOPT_AT_MOST: Duration = Duration::from_secs(60);
+
+/// Orphans adopted in one tick stop at this many bytes; the rest wait for the next tick.
+const ADOPT_BYTES: u64 = 16 << 20;
+
+/// What a segment's file name ends with (`.tmp` while it is being made; `.unknown` once a
+/// writer found a format it cannot read, kept for the operator).
+const EXT: &str = "rows";
+
+/// A segment's first bytes: the record format. A new `LogRow` field means a new version.
+const HEADER: &[u8; 8] = b"SYJRNL01";
+
+#[derive(Debug, thiserror::Error)]
+#[error("request log journal {path}: {source}")]
+pub struct JournalError {
+    path: PathBuf,
+    source: std::io::Error,
+}
+
+struct Segment {
+    file: File,
+    path: PathBuf,
+    born: Instant,
+}
+
+pub(super) struct Journal {
+    dir: PathBuf,
+    current: RwLock<Segment>,
+    /// The current segment holds rows the store may not have (the queue was full, or a
+    /// write failed): it is kept as an orphan when retired, instead of deleted.
+    dirty: AtomicBool,
+    made: AtomicU64,
+    adoption: Mutex<Adoption>,
+    append_errors: AtomicU64,
+}
+
+struct Adoption {
+    /// When the writer last looked for orphans (`None`: at its next tick).
+    at: Option<Instant>,
+    every: Duration,
+}
+
+/// The journal's work around one write of the writer: the segment retired before the drain,
+/// and the orphans adopted, whose rows go into the same write.
+pub(super) struct Tick {
+    retired: Option<(Segment, bool)>,
+    adopted: Vec<Segment>,
+}
+
+thread_local! {
+    /// The row's record, serialised on the request's thread without an allocation per row.
+    static RECORD: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Journal {
+    /// Opens the journal in `dir` (made if missing) with a fresh segment of this process's.
+    pub fn open(dir: &Path) -> Result<Journal, JournalError> {
+        let err = |source| JournalError {
+            path: dir.to_path_buf(),
+            source,
+        };
+        std::fs::create_dir_all(dir).map_err(err)?;
+        let made = AtomicU64::new(0);
+        let first = new_segment(dir, &made).map_err(err)?;
+        Ok(Journal {
+            dir: dir.to_path_buf(),
+            current: RwLock::new(first),
+            dirty: AtomicBool::new(false),
+            made,
+            adoption: Mutex::new(Adoption {
+                at: None,
+                every: ADOPT_EVERY,
+            }),
+            append_errors: AtomicU64::new(0),
+        })
+    }
+
+    /// Appends `row`'s record, then hands the row to `queue` (false: the queue dropped it),
+    /// both under the segment's read lock: a segment retired (write lock) holds no row that
+    /// is not already queued or marked dirty.
+    pub fn append(&self, row: LogRow, queue: impl FnOnce(LogRow) -> bool) {
+        RECORD.with_borrow_mut(|buf| {
+            let len = encode(&row, buf);
+            let seg = self.current.read().unwrap_or_else(PoisonError::into_inner);
+            if let Some(n) = len
+                && let Err(e) = (&seg.file).write_all(&buf[..n])
+            {
+                let n = self.append_errors.fetch_add(1, Ordering::Relaxed) + 1;
+                if n.is_power_of_two() {
+                    tracing::warn!(path = %seg.path.display(), error = %e, failed = n,
+                        "request log journal append failed; those rows are only queued");
+                }
+            }
+            if !queue(row) {
+                self.dirty.store(true, Ordering::Relaxed);
+            }
+        });
+    }
+
+    /// Before the writer drains the queue: retires the segment when it is due (a fresh one
+    /// takes its place first, so every row of the old one is queued by now) and adopts
+    /// orphans when it is time to look.
+    pub fn begin(&self) -> Tick {
+        let mut a = self.adoption();
+        let retired = self.due(a.every).then(|| self.rotate()).flatten();
+        let adopted = match a.at {
+            Some(t) if t.elapsed() < a.every => Vec::new(),
+            _ => {
+                let (found, more) = adopt(&self.dir);
+                a.at = (!more).then(Instant::now);
+                found
+            }
+        };
+        Tick { retired, adopted }
+    }
+
+    /// The adopted orphans' rows, to be written with the queue's.
+    pub fn recovered(&self, tick: &Tick) -> Vec<LogRow> {
+        let mut rows = Vec::new();
+        for seg in &tick.adopted {
+            read_rows(seg, &mut rows);
+        }
+        if !rows.is_empty() {
+            tracing::info!(
+                rows = rows.len(),
+                segments = tick.adopted.len(),
+                "request log rows recovered from the journal"
+            );
+        }
+        rows
+    }
+
+    /// After the write: `ok` says whether the store took every row. Settled segments are
+    /// deleted; the others are let go as orphans, to be adopted and written again.
+    pub fn end(&self, tick: Tick, ok: bool) {
+        if !ok {
+            self.dirty.store(true, Ordering::Relaxed);
+        }
+        let mut a = self.adoption();
+        if !tick.adopted.is_empty() {
+            a.every = match ok {
+                true => ADOPT_EVERY,
+                false => (a.every * 2).min(ADOPT_AT_MOST),
+            };
+        }
+        if let Some((seg, dirty)) = tick.retired {
+            settle(seg, ok && !dirty);
+            if ok && dirty {
+                // Let go with rows the queue dropped: adopted (and written) next tick.
+                a.at = None;
+            }
+        }
+        for seg in tick.adopted {
+            settle(seg, ok);
+        }
+    }
+
+    fn adoption(&self) -> std::sync::MutexGuard<'_, Adoption> {
+        self.adoption.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The writer's last word, once no row can come: the current segment goes if the store
+    /// has all its rows.
+    pub fn close(&self) {
+        if !self.dirty.load(Ordering::Relaxed) {
+            let seg = self.current.read().unwrap_or_else(PoisonError::into_inner);
+            let _ = std::fs::remove_file(&seg.path);
+        }
+    }
+
+    /// Whether the segment is to be retired: grown past [`SEGMENT_BYTES`], or dirty and as
+    /// old as the adoption interval.
+    fn due(&self, every: Duration) -> bool {
+        let seg = self.current.read().unwrap_or_else(PoisonError::into_inner);
+        let big = seg.file.metadata().is_ok_and(|m| m.len() >= SEGMENT_BYTES);
+        big || (self.dirty.load(Ordering::Relaxed) && seg.born.elapsed() >= every)
+    }
+
+    /// A fresh segment in place of the current one, which is returned with its dirtiness.
+    fn rotate(&self) -> Option<(Segment, bool)> {
+        let fresh = match new_segment(&self.dir, &self.made) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(dir = %self.dir.display(), error = %e,
+                    "request log journal: no new segment; the current one grows");
+                return None;
+            }
+        };
+        let mut cur = self.current.write().unwrap_or_else(PoisonError::into_inner);
+        let old = std::mem::replace(&mut *cur, fresh);
+        Some((old, self.dirty.swap(false, Ordering::Relaxed)))
+    }
+}
+
+/// A segment of this process's, made under a temporary name and renamed once locked, so no
+/// other process ever sees it unlocked.
+fn new_segment(dir: &Path, made: &AtomicU64) -> std::io::Result<Segment> {
+    let n = made.fetch_add(1, Ordering::Relaxed);
+    let name = format!("{}-{}-{n}", crate::clock::unix_ms(), std::process::id());
+    let tmp = dir.join(format!("{name}.tmp"));
+    let mut file = OpenOptions::new()
+        .create_new(true)
+        .append(true)
+        .read(true)
+        .mode_0600()
+        .open(&tmp)?;
+    file.try_lock().map_err(|e| match e {
+        TryLockError::Error(e) => e,
+        TryLockError::WouldBlock => std::io::Error::other("a fresh segment is locked"),
+    })?;
+    file.write_all(HEADER)?;
+    let path = dir.join(format!("{name}.{EXT}"));
+    std::fs::rename(&tmp, &path)?;
+    Ok(Segment {
+        file,
+        path,
+        born: Instant::now(),
+    })
+}
+
+/// Orphans in `dir`, up to [`ADOPT_BYTES`]; true when more were left for later.
+fn adopt(dir: &Path) -> (Vec<Segment>, bool) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return (Vec::new(), false);
+    };
+    let (mut found, mut bytes) = (Vec::new(), 0);
+    for path in entries.flatten().map(|e| e.path()) {
+        let ext = path.extension().and_then(|e| e.to_str());
+        if !matches!(ext, Some(EXT) | Some("tmp")) {
+            continue;
+        }
+        if bytes >= ADOPT_BYTES {
+            return (found, true);
+        }
+        // A young `.tmp` may be a segment being made (locked a moment later): not touched.
+        if ext == Some("tmp") && !older_than(&path, Duration::from_secs(60)) {
+            continue;
+        }
+        let Ok(file) = OpenOptions::new().read(true).open(&path) else {
+            continue;
+        };
+        // Held: a live process's segment (this one's too: locks are per open file).
+        if file.try_lock().is_err() {
+            continue;
+        }
+        if ext == Some("tmp") {
+            // Made by a process that died before renaming it: it never held a row.
+            let _ = std::fs::remove_file(&path);
+            continue;
+        }
+        bytes += file.metadata().map_or(0, |m| m.len());
+        found.push(Segment {
+            file,
+            path,
+            born: Instant::now(),
+        });
+    }
+    (found, false)
+}
+
+/// `row` as one record at the start of `buf`: its length (4 bytes, little-endian), then its
+/// postcard, written in place (the buffer grown and the row written again when too small);
+/// the record's length, or `None` when the row cannot be encoded.
+fn encode(row: &LogRow, buf: &mut Vec<u8>) -> Option<usize> {
+    if buf.len() < 1024 {
+        buf.resize(1024, 0);
+    }
+    loop {
+        let size = buf.len();
+        match postcard::to_slice(row, &mut buf[4..]).map(|body| body.len()) {
+            Ok(len) => {
+                buf[..4].copy_from_slice(&u32::try_from(len).ok()?.to_le_bytes());
+                return Some(4 + len);
+            }
+            Err(postcard::Error::SerializeBufferFull) if size < 1 << 24 => buf.resize(size * 2, 0),
+            Err(_) => return None,
+        }
+    }
+}
+
+fn older_than(path: &Path, age: Duration) -> bool {
+    let modified = std::fs::metadata(path).and_then(|m| m.modified());
+    modified.is_ok_and(|t| t.elapsed().is_ok_and(|e| e > age))
+}
+
+/// Every whole row in `seg`. A record cut short (a write torn by a crash of the machine) ends
+/// the reading; one that does not decode is skipped; both are said.
+fn read_rows(seg: &Segment, rows: &mut Vec<LogRow>) {
+    let mut bytes = Vec::new();
+    if let Err(e) = (&seg.file).read_to_end(&mut bytes) {
+        tracing::warn!(path = %seg.path.display(), error = %e,
+            "request log journal: a segment could not be read");
+        return;
+    }
+    if !bytes.is_empty() && !bytes.starts_with(HEADER) {
+        tracing::warn!(path = %seg.path.display(),
+            "request log journal: a segment of an unknown format is set aside (.unknown)");
+        let _ = std::fs::rename(&seg.path, seg.path.with_extension("unknown"));
+        return;
+    }
+    let mut rest = bytes.get(HEADER.len()..).unwrap_or_default();
+    let (mut bad, mut torn) = (0u64, false);
+    while let Some((len, after)) = rest.split_first_chunk::<4>() {
+        let len = u32::from_le_bytes(*len) as usize;
+        let Some((record, after)) = after.split_at_checked(len) else {
+            torn = true;
+            break;
+        };
+        match postcard::from_bytes::<LogRow>(record) {
+            Ok(row) => rows.push(row),
+            Err(_) => bad += 1,
+        }
+        rest = after;
+    }
+    if bad > 0 || torn || !rest.is_empty() {
+        tracing::warn!(path = %seg.path.display(), undecodable = bad, torn,
+            "request log journal: records that are no row were skipped");
+    }
+}
+
+/// Deletes a segment whose rows are all in the store; else lets it go (closing the file
+/// drops the lock) for a writer to adopt.
+fn settle(seg: Segment, written: bool) {
+    if written && let Err(e) = std::fs::remove_file(&seg.path) {
+        tracing::warn!(path = %seg.path.display(), error = %e,
+            "request log journal: a settled segment could not be deleted; it will be written again");
+    }
+}
+
+/// Journal files hold no secret, but they are the operator's alone.
+trait Private {
+    fn mode_0600(&mut self) -> &mut Self;
+}
+
+impl Private for OpenOptions {
+    fn mode_0600(&mut self) -> &mut Self {
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(self, 0o600);
+        self
+    }
+}
