@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Network chaos between real hosts: every case of tests/it/chaos.rs, the upstream in a network
 # namespace of its own (made by each test, removed after), the link cut or degraded. CI runs
-# only the stream partition; this runs the matrix. Needs root and iproute2; the latency and
-# loss case needs the kernel's sch_netem (probed; skipped with a message without it).
+# only the stream partition; this runs the matrix. Needs root and iproute2; the random loss
+# case needs nftables (apt-get install nftables), the latency case the kernel's sch_netem (each
+# probed, and skipped with a message without it).
 #
 #   scripts/chaos.sh
 set -euo pipefail

@@ -1,8 +1,8 @@
 //! Network faults between real hosts: the upstream in a network namespace of its own, joined by
 //! a veth pair, and the link cut (packets dropped, no RST) before, during and after a stream
 //! commits. CI runs the stream partition; `scripts/chaos.sh` runs the whole matrix
-//! (`SWITCHYARD_CHAOS_MATRIX=1`). Latency, jitter, loss and reordering need the kernel's
-//! `sch_netem`, probed first.
+//! (`SWITCHYARD_CHAOS_MATRIX=1`). Random loss is made with nftables in the namespace; latency,
+//! jitter and reordering need the kernel's `sch_netem`, probed first.
 
 use std::time::{Duration, Instant};
 
@@ -162,4 +162,35 @@ async fn latency_and_loss_on_the_link_are_survived() {
         let r = gw.chat(chat_body(i % 2 == 0)).await;
         assert_eq!(r.status(), 200, "request {i}");
     }
+}
+
+#[tokio::test]
+async fn random_loss_on_the_link_is_survived() {
+    let Some(far) = far_host(true, &["--chunks", "8"]).await else {
+        return;
+    };
+    if !nft_available() {
+        return;
+    }
+    // 20 % of packets lost each way (nftables, where netem is missing): TCP retransmits, and
+    // where a first token comes too late the backup answers; every answer is whole.
+    far.lose(20);
+    let (gw, backup) = with_backup(&far, "").await;
+    let n = 60;
+    for i in 0..n {
+        let stream = i % 2 == 0;
+        let r = gw.chat(chat_body(stream)).await;
+        assert_eq!(r.status(), 200, "request {i}");
+        let body = r.text().await.expect("body");
+        assert!(
+            !stream || (body.contains("data: [DONE]") && !body.contains("\"error\"")),
+            "request {i}: {body}"
+        );
+    }
+    let lost = far.lost();
+    eprintln!(
+        "random loss 20 %: {n} requests answered, {} by the backup; {lost} packets dropped",
+        backup.requests()
+    );
+    assert!(lost > 0, "the loss rules dropped nothing");
 }

@@ -73,7 +73,19 @@ pub fn netem_available() -> bool {
             .status()
             .is_ok_and(|s| s.success());
     if !ok {
-        eprintln!("SKIPPED: this kernel has no sch_netem (tc netem): latency and loss cases");
+        eprintln!(
+            "SKIPPED: this kernel has no sch_netem (tc netem): the latency, jitter and loss case"
+        );
+    }
+    ok
+}
+
+/// Whether nftables works in a namespace: random loss without netem. Without `nft` the loss
+/// case is skipped with a message.
+pub fn nft_available() -> bool {
+    let ok = Netns::bare().is_ok_and(|ns| ns.nft(&["add", "table", "inet", "probe"]).is_ok());
+    if !ok {
+        eprintln!("SKIPPED: no working nft (nftables) in a namespace: the random loss case");
     }
     ok
 }
@@ -169,6 +181,49 @@ impl Netns {
             .status()
             .is_ok_and(|s| s.success());
         assert!(ok, "tc netem {args:?}");
+    }
+
+    fn nft(&self, args: &[&str]) -> Result<(), String> {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.name, "nft"])
+            .args(args)
+            .output()
+            .map_err(|e| e.to_string())?;
+        match out.status.success() {
+            true => Ok(()),
+            false => Err(String::from_utf8_lossy(&out.stderr).into_owned()),
+        }
+    }
+
+    /// `percent` % of the packets into and out of the namespace dropped at random (nftables in
+    /// the namespace: loss both ways, as on a lossy path).
+    pub fn lose(&self, percent: u32) {
+        let rule = format!("numgen random mod 100 < {percent} counter drop");
+        for (chain, hook) in [("in", "input"), ("out", "output")] {
+            let spec = format!("{{ type filter hook {hook} priority 0; }}");
+            let made = self
+                .nft(&["add", "table", "inet", "chaos"])
+                .and_then(|_| self.nft(&["add", "chain", "inet", "chaos", chain, &spec]))
+                .and_then(|_| self.nft(&["add", "rule", "inet", "chaos", chain, &rule]));
+            assert!(made.is_ok(), "nft loss rules: {made:?}");
+        }
+    }
+
+    /// Packets the [`lose`](Self::lose) rules dropped so far.
+    pub fn lost(&self) -> u64 {
+        let out = Command::new("ip")
+            .args([
+                "netns", "exec", &self.name, "nft", "list", "table", "inet", "chaos",
+            ])
+            .output()
+            .expect("nft list");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let words: Vec<&str> = text.split_whitespace().collect();
+        words
+            .windows(2)
+            .filter(|w| w[0] == "packets")
+            .filter_map(|w| w[1].parse::<u64>().ok())
+            .sum()
     }
 
     /// Packets to the upstream vanish from now on (no RST, no ICMP).
