@@ -109,7 +109,7 @@ impl Running {
         }
         let finished = tokio::time::timeout(grace, &mut self.task).await.is_ok();
         self.abort();
-        self.state.log.flush().await;
+        self.state.log.close().await;
         // The spans still queued go out now (the flush waits on the exporter's thread).
         let telemetry = self.state.telemetry.clone();
         let _ = tokio::task::spawn_blocking(move || telemetry.flush()).await;

@@ -317,6 +317,14 @@ async fn sigterm_lets_streams_in_flight_finish_and_writes_their_log_rows() {
         })
         .unwrap();
     assert_eq!((outcome.as_str(), channel.as_str()), ("ok", "slow"));
+    // Every row written, the journal's segment went with the process: the next start has
+    // nothing to write again.
+    let journal: Vec<_> = std::fs::read_dir(dir.path().join("g.db.journal"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(journal.is_empty(), "{journal:?}");
 }
 
 #[tokio::test]

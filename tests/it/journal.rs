@@ -7,6 +7,8 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
+use switchyard::store::{Db, LogRow, RequestLog};
+
 use crate::support::*;
 
 fn config(dir: &Path, upstream: &str, log_extra: &str) -> std::path::PathBuf {
@@ -180,4 +182,96 @@ async fn rows_the_full_queue_dropped_are_written_from_the_journal() {
     .await;
     assert!(dropped > 0.0);
     all_logged(&dir.path().join("log.db"), &ids, Duration::from_secs(15)).await;
+}
+
+fn logged(id: &str, model: &str) -> LogRow {
+    LogRow {
+        id: id.into(),
+        ts_ms: 1,
+        endpoint: "chat".into(),
+        requested_model: Some(model.into()),
+        status: 200,
+        outcome: "ok".into(),
+        attempts: "[]".into(),
+        ..LogRow::default()
+    }
+}
+
+/// The `requested_model` of every row in PostgreSQL's log, by id.
+async fn pg_models(pool: &sqlx::PgPool) -> HashMap<String, String> {
+    sqlx::query_as::<_, (String, String)>("SELECT id, requested_model FROM requests")
+        .fetch_all(pool)
+        .await
+        .expect("requests")
+        .into_iter()
+        .collect()
+}
+
+#[tokio::test]
+async fn a_row_postgresql_refuses_holds_back_no_other_row() {
+    let pg = Postgres::fresh("journal_refused").await;
+    let Db::Postgres(pool) = Db::open(&pg.url).await.expect("store") else {
+        unreachable!("a postgres:// URL opens PostgreSQL")
+    };
+    // A row PostgreSQL refuses for what it holds (SQLSTATE 23514), as the operator's own
+    // constraint could.
+    sqlx::query(
+        "ALTER TABLE requests ADD CONSTRAINT no_refused CHECK (requested_model <> 'refused')",
+    )
+    .execute(&pool)
+    .await
+    .expect("constraint");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let journal = dir.path().join("journal");
+    let log = RequestLog::postgres(pool.clone(), 8192, Some(&journal)).expect("log");
+    // One batch: a NUL in a model's name (PostgreSQL's text holds none), a refused row, and
+    // rows that are fine.
+    for (id, model) in [
+        ("a", "m"),
+        ("b", "with\0nul"),
+        ("c", "refused"),
+        ("d", "m"),
+        ("e", "m"),
+    ] {
+        log.record(logged(id, model));
+    }
+    log.flush().await;
+    let models = pg_models(&pool).await;
+    let want: HashMap<String, String> =
+        [("a", "m"), ("b", "with\u{FFFD}nul"), ("d", "m"), ("e", "m")]
+            .into_iter()
+            .map(|(id, m)| (id.to_string(), m.to_string()))
+            .collect();
+    assert_eq!(models, want);
+    // Later rows go in, and the refused one is not tried again and again.
+    log.record(logged("f", "m"));
+    log.flush().await;
+    assert_eq!(pg_models(&pool).await.len(), 5);
+    assert!(log.alive());
+}
+
+#[tokio::test]
+async fn a_segment_of_an_unknown_format_is_set_aside_not_deleted() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let journal = dir.path().join("journal");
+    std::fs::create_dir_all(&journal).expect("journal dir");
+    let foreign = journal.join("1-1-0.rows");
+    std::fs::write(&foreign, b"SYJRNL99 rows of a later version").expect("segment");
+    let log = RequestLog::open(&dir.path().join("log.db"), 8192, Some(&journal)).expect("log");
+    let kept = journal.join("1-1-0.unknown");
+    until(
+        "the segment set aside",
+        Duration::from_secs(5),
+        async || match (kept.exists(), foreign.exists()) {
+            (true, false) => Ok(()),
+            seen => Err(format!("{seen:?}")),
+        },
+    )
+    .await;
+    // A few ticks later it is still there, as it was, for the operator.
+    log.record(logged("a", "m"));
+    log.flush().await;
+    log.flush().await;
+    let bytes = std::fs::read(&kept).expect("the set-aside segment");
+    assert_eq!(bytes, b"SYJRNL99 rows of a later version");
 }

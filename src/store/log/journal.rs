@@ -15,7 +15,7 @@ use std::cell::RefCell;
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
@@ -60,10 +60,21 @@ pub(super) struct Journal {
     /// The current segment holds rows the store may not have (the queue was full, or a
     /// write failed): it is kept as an orphan when retired, instead of deleted.
     dirty: AtomicBool,
+    /// [`BROKEN`] and [`CLOSED`]: rows are not written to the current segment.
+    state: AtomicU8,
     made: AtomicU64,
+    /// Tells this process's segments from another's of the same pid and millisecond
+    /// (containers sharing a directory are all pid 1).
+    tag: u32,
     adoption: Mutex<Adoption>,
     append_errors: AtomicU64,
 }
+
+/// An append failed: the segment may end in a torn record, so nothing more goes after it; the
+/// writer retires it at its next tick.
+const BROKEN: u8 = 1;
+/// The journal is closed (a graceful stop wrote every row): rows only go to the queue.
+const CLOSED: u8 = 2;
 
 struct Adoption {
     /// When the writer last looked for orphans (`None`: at its next tick).
@@ -72,10 +83,17 @@ struct Adoption {
 }
 
 /// The journal's work around one write of the writer: the segment retired before the drain,
-/// and the orphans adopted, whose rows go into the same write.
+/// and the orphans adopted, whose rows the writer writes in a write of their own (a row the
+/// store refuses then holds back only other recovered rows, never the live ones).
 pub(super) struct Tick {
     retired: Option<(Segment, bool)>,
     adopted: Vec<Segment>,
+    /// The adopted segments' rows.
+    pub rows: Vec<LogRow>,
+    /// Some segment could not be read: kept, and the adoption backs off.
+    unread: bool,
+    /// Orphans were left for a later tick (the byte cap).
+    more: bool,
 }
 
 thread_local! {
@@ -92,12 +110,15 @@ impl Journal {
         };
         std::fs::create_dir_all(dir).map_err(err)?;
         let made = AtomicU64::new(0);
-        let first = new_segment(dir, &made).map_err(err)?;
+        let tag = fastrand::u32(..);
+        let first = new_segment(dir, tag, &made).map_err(err)?;
         Ok(Journal {
             dir: dir.to_path_buf(),
             current: RwLock::new(first),
             dirty: AtomicBool::new(false),
+            state: AtomicU8::new(0),
             made,
+            tag,
             adoption: Mutex::new(Adoption {
                 at: None,
                 every: ADOPT_EVERY,
@@ -110,22 +131,36 @@ impl Journal {
     /// both under the segment's read lock: a segment retired (write lock) holds no row that
     /// is not already queued or marked dirty.
     pub fn append(&self, row: LogRow, queue: impl FnOnce(LogRow) -> bool) {
-        RECORD.with_borrow_mut(|buf| {
-            let len = encode(&row, buf);
-            let seg = self.current.read().unwrap_or_else(PoisonError::into_inner);
-            if let Some(n) = len
-                && let Err(e) = (&seg.file).write_all(&buf[..n])
-            {
-                let n = self.append_errors.fetch_add(1, Ordering::Relaxed) + 1;
-                if n.is_power_of_two() {
-                    tracing::warn!(path = %seg.path.display(), error = %e, failed = n,
-                        "request log journal append failed; those rows are only queued");
-                }
+        // A thread being torn down has no buffer left: its row gets a fresh one.
+        let mut queue = Some(queue);
+        let mut row = Some(row);
+        let mut with = |buf: &mut Vec<u8>| {
+            if let (Some(row), Some(queue)) = (row.take(), queue.take()) {
+                self.append_with(row, queue, buf);
             }
-            if !queue(row) {
-                self.dirty.store(true, Ordering::Relaxed);
+        };
+        if RECORD.try_with(|b| with(&mut b.borrow_mut())).is_err() {
+            with(&mut Vec::new());
+        }
+    }
+
+    fn append_with(&self, row: LogRow, queue: impl FnOnce(LogRow) -> bool, buf: &mut Vec<u8>) {
+        let len = encode(&row, buf);
+        let seg = self.current.read().unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = len
+            && self.state.load(Ordering::Relaxed) == 0
+            && let Err(e) = (&seg.file).write_all(&buf[..n])
+        {
+            self.state.fetch_or(BROKEN, Ordering::Relaxed);
+            let n = self.append_errors.fetch_add(1, Ordering::Relaxed) + 1;
+            if n.is_power_of_two() {
+                tracing::warn!(path = %seg.path.display(), error = %e, failed = n,
+                    "request log journal append failed; rows are only queued until a new segment");
             }
-        });
+        }
+        if !queue(row) {
+            self.dirty.store(true, Ordering::Relaxed);
+        }
     }
 
     /// Before the writer drains the queue: retires the segment when it is due (a fresh one
@@ -134,55 +169,62 @@ impl Journal {
     pub fn begin(&self) -> Tick {
         let mut a = self.adoption();
         let retired = self.due(a.every).then(|| self.rotate()).flatten();
-        let adopted = match a.at {
-            Some(t) if t.elapsed() < a.every => Vec::new(),
-            _ => {
-                let (found, more) = adopt(&self.dir);
-                a.at = (!more).then(Instant::now);
-                found
-            }
+        let mut tick = Tick {
+            retired,
+            adopted: Vec::new(),
+            rows: Vec::new(),
+            unread: false,
+            more: false,
         };
-        Tick { retired, adopted }
-    }
-
-    /// The adopted orphans' rows, to be written with the queue's.
-    pub fn recovered(&self, tick: &Tick) -> Vec<LogRow> {
-        let mut rows = Vec::new();
-        for seg in &tick.adopted {
-            read_rows(seg, &mut rows);
+        if a.at.is_none_or(|t| t.elapsed() >= a.every) {
+            a.at = Some(Instant::now());
+            let (found, more) = adopt(&self.dir);
+            tick.more = more;
+            for seg in found {
+                match read_rows(&seg, &mut tick.rows) {
+                    Reading::Rows => tick.adopted.push(seg),
+                    Reading::Failed => tick.unread = true,
+                    Reading::SetAside => {}
+                }
+            }
         }
-        if !rows.is_empty() {
+        if !tick.rows.is_empty() {
             tracing::info!(
-                rows = rows.len(),
+                rows = tick.rows.len(),
                 segments = tick.adopted.len(),
                 "request log rows recovered from the journal"
             );
         }
-        rows
+        tick
     }
 
-    /// After the write: `ok` says whether the store took every row. Settled segments are
-    /// deleted; the others are let go as orphans, to be adopted and written again.
-    pub fn end(&self, tick: Tick, ok: bool) {
-        if !ok {
+    /// After the writes: `live` says whether the store took every queued row, `recovered`
+    /// whether it took every row of the adopted orphans. Settled segments are deleted; the
+    /// others are let go as orphans, to be adopted and written again.
+    pub fn end(&self, tick: Tick, live: bool, recovered: bool) {
+        if !live {
             self.dirty.store(true, Ordering::Relaxed);
         }
+        let recovered = recovered && !tick.unread;
         let mut a = self.adoption();
-        if !tick.adopted.is_empty() {
-            a.every = match ok {
+        if !tick.adopted.is_empty() || tick.unread {
+            a.every = match recovered {
                 true => ADOPT_EVERY,
                 false => (a.every * 2).min(ADOPT_AT_MOST),
             };
         }
+        if recovered && tick.more {
+            a.at = None;
+        }
         if let Some((seg, dirty)) = tick.retired {
-            settle(seg, ok && !dirty);
-            if ok && dirty {
+            settle(seg, live && !dirty);
+            if live && dirty {
                 // Let go with rows the queue dropped: adopted (and written) next tick.
                 a.at = None;
             }
         }
         for seg in tick.adopted {
-            settle(seg, ok);
+            settle(seg, recovered);
         }
     }
 
@@ -190,18 +232,25 @@ impl Journal {
         self.adoption.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The writer's last word, once no row can come: the current segment goes if the store
-    /// has all its rows.
+    /// The writer's last word, after a write that left the store with every row (a graceful
+    /// stop, or every sender gone): the current segment goes unless it holds rows the store
+    /// may lack, and rows recorded later only go to the queue.
     pub fn close(&self) {
+        let seg = self.current.write().unwrap_or_else(PoisonError::into_inner);
+        self.state.fetch_or(CLOSED, Ordering::Relaxed);
         if !self.dirty.load(Ordering::Relaxed) {
-            let seg = self.current.read().unwrap_or_else(PoisonError::into_inner);
             let _ = std::fs::remove_file(&seg.path);
         }
     }
 
-    /// Whether the segment is to be retired: grown past [`SEGMENT_BYTES`], or dirty and as
-    /// old as the adoption interval.
+    /// Whether the segment is to be retired: grown past [`SEGMENT_BYTES`], broken by a failed
+    /// append, or dirty and as old as the adoption interval.
     fn due(&self, every: Duration) -> bool {
+        match self.state.load(Ordering::Relaxed) {
+            0 => {}
+            BROKEN => return true,
+            _ => return false,
+        }
         let seg = self.current.read().unwrap_or_else(PoisonError::into_inner);
         let big = seg.file.metadata().is_ok_and(|m| m.len() >= SEGMENT_BYTES);
         big || (self.dirty.load(Ordering::Relaxed) && seg.born.elapsed() >= every)
@@ -209,7 +258,7 @@ impl Journal {
 
     /// A fresh segment in place of the current one, which is returned with its dirtiness.
     fn rotate(&self) -> Option<(Segment, bool)> {
-        let fresh = match new_segment(&self.dir, &self.made) {
+        let fresh = match new_segment(&self.dir, self.tag, &self.made) {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(dir = %self.dir.display(), error = %e,
@@ -219,15 +268,19 @@ impl Journal {
         };
         let mut cur = self.current.write().unwrap_or_else(PoisonError::into_inner);
         let old = std::mem::replace(&mut *cur, fresh);
+        // Appends go to the fresh segment again (not after a close, which a rotation never
+        // follows: the writer closes last).
+        self.state.fetch_and(!BROKEN, Ordering::Relaxed);
         Some((old, self.dirty.swap(false, Ordering::Relaxed)))
     }
 }
 
 /// A segment of this process's, made under a temporary name and renamed once locked, so no
 /// other process ever sees it unlocked.
-fn new_segment(dir: &Path, made: &AtomicU64) -> std::io::Result<Segment> {
+fn new_segment(dir: &Path, tag: u32, made: &AtomicU64) -> std::io::Result<Segment> {
     let n = made.fetch_add(1, Ordering::Relaxed);
-    let name = format!("{}-{}-{n}", crate::clock::unix_ms(), std::process::id());
+    let (ms, pid) = (crate::clock::unix_ms(), std::process::id());
+    let name = format!("{ms}-{pid}-{tag:08x}-{n}");
     let tmp = dir.join(format!("{name}.tmp"));
     let mut file = OpenOptions::new()
         .create_new(true)
@@ -270,8 +323,9 @@ fn adopt(dir: &Path) -> (Vec<Segment>, bool) {
         let Ok(file) = OpenOptions::new().read(true).open(&path) else {
             continue;
         };
-        // Held: a live process's segment (this one's too: locks are per open file).
-        if file.try_lock().is_err() {
+        // Held: a live process's segment (this one's too: locks are per open file). Gone or
+        // replaced since it was opened: settled by its owner in between.
+        if file.try_lock().is_err() || !same_file(&file, &path) {
             continue;
         }
         if ext == Some("tmp") {
@@ -309,25 +363,52 @@ fn encode(row: &LogRow, buf: &mut Vec<u8>) -> Option<usize> {
     }
 }
 
+/// Whether `path` still names the file `file` has open.
+fn same_file(file: &File, path: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let (Ok(open), Ok(named)) = (file.metadata(), std::fs::metadata(path)) else {
+            return false;
+        };
+        open.dev() == named.dev() && open.ino() == named.ino()
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = file;
+        path.exists()
+    }
+}
+
 fn older_than(path: &Path, age: Duration) -> bool {
     let modified = std::fs::metadata(path).and_then(|m| m.modified());
     modified.is_ok_and(|t| t.elapsed().is_ok_and(|e| e > age))
 }
 
-/// Every whole row in `seg`. A record cut short (a write torn by a crash of the machine) ends
-/// the reading; one that does not decode is skipped; both are said.
-fn read_rows(seg: &Segment, rows: &mut Vec<LogRow>) {
+/// What reading a segment came to.
+enum Reading {
+    /// Its rows (some perhaps skipped, and said): deleted once the store has them.
+    Rows,
+    /// It could not be read: kept, to be tried again.
+    Failed,
+    /// Its format is unknown: renamed `.unknown`, kept for the operator.
+    SetAside,
+}
+
+/// Every whole row in `seg`. A record cut short (a write torn by a crash of the machine, or
+/// a failed append) ends the reading; one that does not decode is skipped; both are said.
+fn read_rows(seg: &Segment, rows: &mut Vec<LogRow>) -> Reading {
     let mut bytes = Vec::new();
     if let Err(e) = (&seg.file).read_to_end(&mut bytes) {
         tracing::warn!(path = %seg.path.display(), error = %e,
-            "request log journal: a segment could not be read");
-        return;
+            "request log journal: a segment could not be read; it is kept");
+        return Reading::Failed;
     }
     if !bytes.is_empty() && !bytes.starts_with(HEADER) {
         tracing::warn!(path = %seg.path.display(),
             "request log journal: a segment of an unknown format is set aside (.unknown)");
         let _ = std::fs::rename(&seg.path, seg.path.with_extension("unknown"));
-        return;
+        return Reading::SetAside;
     }
     let mut rest = bytes.get(HEADER.len()..).unwrap_or_default();
     let (mut bad, mut torn) = (0u64, false);
@@ -347,6 +428,7 @@ fn read_rows(seg: &Segment, rows: &mut Vec<LogRow>) {
         tracing::warn!(path = %seg.path.display(), undecodable = bad, torn,
             "request log journal: records that are no row were skipped");
     }
+    Reading::Rows
 }
 
 /// Deletes a segment whose rows are all in the store; else lets it go (closing the file
@@ -368,5 +450,63 @@ impl Private for OpenOptions {
         #[cfg(unix)]
         std::os::unix::fs::OpenOptionsExt::mode(self, 0o600);
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(id: &str) -> LogRow {
+        LogRow {
+            id: id.into(),
+            ..LogRow::default()
+        }
+    }
+
+    fn rows_in(path: &Path) -> Vec<String> {
+        let seg = Segment {
+            file: File::open(path).expect("segment"),
+            path: path.to_path_buf(),
+            born: Instant::now(),
+        };
+        let mut rows = Vec::new();
+        assert!(matches!(read_rows(&seg, &mut rows), Reading::Rows));
+        rows.into_iter().map(|r| r.id).collect()
+    }
+
+    #[test]
+    fn a_failed_append_stops_appends_to_its_segment_until_the_next_one() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let j = Journal::open(dir.path()).expect("journal");
+        j.append(row("a"), |_| true);
+        let first = {
+            let mut cur = j.current.write().expect("segment");
+            // Appends to a handle open for reading fail, as they would on a full disk.
+            cur.file = File::open(&cur.path).expect("segment");
+            cur.path.clone()
+        };
+        j.append(row("b"), |_| true);
+        assert_eq!(j.state.load(Ordering::Relaxed), BROKEN);
+        j.append(row("c"), |_| true);
+        assert_eq!(
+            j.append_errors.load(Ordering::Relaxed),
+            1,
+            "one failure, then no tries"
+        );
+
+        let tick = j.begin();
+        assert!(
+            tick.retired.is_some(),
+            "the broken segment is retired at the next tick"
+        );
+        j.end(tick, true, true);
+        assert!(
+            !first.exists(),
+            "its rows were all queued and written: deleted"
+        );
+        j.append(row("d"), |_| true);
+        let path = j.current.read().expect("segment").path.clone();
+        assert_eq!(rows_in(&path), ["d"]);
     }
 }

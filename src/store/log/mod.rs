@@ -91,6 +91,8 @@ pub struct LogRow {
 
 enum LogMsg {
     Row(Box<LogRow>),
+    /// A graceful stop: like `Flush`, and the journal is closed after the write.
+    Close(oneshot::Sender<()>),
     /// Answered once every row queued before it is written.
     Flush(oneshot::Sender<()>),
 }
@@ -165,7 +167,7 @@ impl RequestLog {
         let writer_journal = journal.clone();
         runtime.spawn(async move {
             let _alive = AliveGuard(flag);
-            postgres::writer(writer_pool, rx, writer_journal.as_deref()).await;
+            postgres::writer(writer_pool, rx, writer_journal).await;
         });
         Ok(RequestLog::with(
             tx,
@@ -220,9 +222,19 @@ impl RequestLog {
 
     /// Waits until every row queued so far is written (tests, shutdown). Waits for queue room.
     pub async fn flush(&self) {
+        self.send_and_wait(LogMsg::Flush).await;
+    }
+
+    /// A graceful stop's flush: every queued row written, then the journal's segment deleted
+    /// (when the store took every row), so the next start has nothing to write again.
+    pub async fn close(&self) {
+        self.send_and_wait(LogMsg::Close).await;
+    }
+
+    async fn send_and_wait(&self, msg: fn(oneshot::Sender<()>) -> LogMsg) {
         let (ack, done) = oneshot::channel();
         let tx = self.tx.clone();
-        let sent = tokio::task::spawn_blocking(move || tx.send(LogMsg::Flush(ack)).is_ok()).await;
+        let sent = tokio::task::spawn_blocking(move || tx.send(msg(ack)).is_ok()).await;
         if matches!(sent, Ok(true)) {
             let _ = done.await;
         }
@@ -355,49 +367,52 @@ fn open_journal(dir: Option<&Path>) -> Result<Option<Arc<Journal>>, StoreError> 
     Ok(dir.map(Journal::open).transpose()?.map(Arc::new))
 }
 
-/// A writer's tick before its write: the journal's segment retired if due, the queue drained
-/// into `batch` and `acks`, and rows recovered from orphaned segments put first in `batch`.
-/// True once every sender is gone.
-fn gather(
-    rx: &Receiver<LogMsg>,
-    journal: Option<&Journal>,
-    batch: &mut Vec<LogRow>,
-    acks: &mut Vec<oneshot::Sender<()>>,
-) -> (bool, Option<Tick>) {
-    let tick = journal.map(Journal::begin);
-    let closed = drain(rx, batch, acks);
-    if let (Some(j), Some(t)) = (journal, &tick) {
-        let mut rows = j.recovered(t);
-        if !rows.is_empty() {
-            rows.append(batch);
-            *batch = rows;
-        }
-    }
-    (closed, tick)
+/// What a writer drained from its queue in one tick.
+struct Drained {
+    /// Every sender is gone: the writer's last tick.
+    closed: bool,
+    /// A graceful stop asked for the last write ([`RequestLog::close`]).
+    closing: bool,
 }
 
-/// A writer's tick after its write (`ok`: the store took every row of `batch`).
-fn settle(journal: Option<&Journal>, tick: Option<Tick>, ok: bool, closed: bool) {
+/// A writer's tick after its writes: `live`, the store took every queued row; `recovered`,
+/// every row the journal recovered. A last tick that left nothing unwritten closes the journal.
+fn settle(journal: Option<&Journal>, tick: Option<Tick>, live: bool, recovered: bool, last: bool) {
     if let (Some(j), Some(t)) = (journal, tick) {
-        j.end(t, ok);
-        if closed {
+        j.end(t, live, recovered);
+        if last && live {
             j.close();
         }
     }
 }
 
-/// Takes everything queued into `batch` and `acks`; true once every sender is gone.
+/// Takes everything queued into `batch` and `acks`.
 fn drain(
     rx: &Receiver<LogMsg>,
     batch: &mut Vec<LogRow>,
     acks: &mut Vec<oneshot::Sender<()>>,
-) -> bool {
+) -> Drained {
+    let mut closing = false;
     loop {
         match rx.try_recv() {
             Ok(LogMsg::Row(r)) => batch.push(*r),
             Ok(LogMsg::Flush(ack)) => acks.push(ack),
-            Err(TryRecvError::Empty) => return false,
-            Err(TryRecvError::Disconnected) => return true,
+            Ok(LogMsg::Close(ack)) => {
+                acks.push(ack);
+                closing = true;
+            }
+            Err(TryRecvError::Empty) => {
+                return Drained {
+                    closed: false,
+                    closing,
+                };
+            }
+            Err(TryRecvError::Disconnected) => {
+                return Drained {
+                    closed: true,
+                    closing,
+                };
+            }
         }
     }
 }

@@ -3,6 +3,7 @@
 //! array per column: one statement and one round trip per tick, whatever the batch's size).
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::sync::mpsc::Receiver;
 
 use serde_json::Value;
@@ -12,32 +13,117 @@ use sqlx::postgres::{PgPool, PgRow};
 use super::journal::Journal;
 use super::ledger::{COLUMNS, ChargeRow, charge_json, rates_json};
 use super::query::{Cursor, Dialect, LogQuery, Param, Row as LogRead, Sample, samples_sql};
-use super::{GroupBy, LogMsg, LogRow, PRUNE_BATCH, StoreError, Sum, TICK, Window, gather, settle};
+use super::{GroupBy, LogMsg, LogRow, PRUNE_BATCH, StoreError, Sum, TICK, Window, drain, settle};
 
 /// Drains the queue every tick and writes the tick's rows in one statement; exits when every
-/// sender is gone.
-pub(super) async fn writer(pool: PgPool, rx: Receiver<LogMsg>, journal: Option<&Journal>) {
+/// sender is gone. The journal's file work (reading orphans, up to 16 MiB a tick) runs on the
+/// blocking pool, off the runtime's threads.
+pub(super) async fn writer(pool: PgPool, rx: Receiver<LogMsg>, journal: Option<Arc<Journal>>) {
     let mut every = tokio::time::interval(TICK);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut batch = Vec::new();
     let mut acks = Vec::new();
     loop {
         every.tick().await;
-        let (closed, tick) = gather(&rx, journal, &mut batch, &mut acks);
-        let ok = batch.is_empty()
-            || write_batch(&pool, &batch)
-                .await
-                .inspect_err(|e| {
-                    tracing::error!(error = %e, rows = batch.len(), "request log write to PostgreSQL failed");
-                })
-                .is_ok();
-        settle(journal, tick, ok, closed);
+        let mut tick = match journal.clone() {
+            Some(j) => tokio::task::spawn_blocking(move || j.begin()).await.ok(),
+            None => None,
+        };
+        let drained = drain(&rx, &mut batch, &mut acks);
+        let mut recovered = tick.as_mut().map(|t| std::mem::take(&mut t.rows));
+        let recovered = write(&pool, recovered.as_deref_mut().unwrap_or_default()).await;
+        let live = write(&pool, &mut batch).await;
+        let last = drained.closed || drained.closing;
+        if let (Some(j), Some(t)) = (journal.clone(), tick) {
+            let end = move || settle(Some(&j), Some(t), live, recovered, last);
+            let _ = tokio::task::spawn_blocking(end).await;
+        }
         batch.clear();
         for ack in acks.drain(..) {
             let _ = ack.send(());
         }
-        if closed {
+        if drained.closed {
             return;
+        }
+    }
+}
+
+/// Writes `rows`; false when PostgreSQL did not take them (they are written again later, from
+/// the journal).
+async fn write(pool: &PgPool, rows: &mut [LogRow]) -> bool {
+    if rows.is_empty() {
+        return true;
+    }
+    strip_nul(rows);
+    write_apart(pool, rows)
+        .await
+        .inspect_err(|e| {
+            tracing::error!(error = %e, rows = rows.len(), "request log write to PostgreSQL failed");
+        })
+        .is_ok()
+}
+
+/// Writes `rows` in one transaction. When PostgreSQL refuses them for what they hold
+/// ([`refused`]), writes the halves apart, down to the rows it refuses alone, which are set
+/// aside (logged with their id, not written) so they hold back no other row. Any other error
+/// (the database down, a timeout) fails the write, to be tried again.
+async fn write_apart(pool: &PgPool, rows: &[LogRow]) -> Result<(), sqlx::Error> {
+    match write_batch(pool, rows).await {
+        Err(e) if refused(&e) => {
+            if let [row] = rows {
+                tracing::error!(id = %row.id, error = %e,
+                    "PostgreSQL refused a request log row; it is set aside");
+                return Ok(());
+            }
+            let (a, b) = rows.split_at(rows.len() / 2);
+            Box::pin(write_apart(pool, a)).await?;
+            Box::pin(write_apart(pool, b)).await
+        }
+        done => done,
+    }
+}
+
+/// An error about the rows' data, which writing them again would meet again: SQLSTATE
+/// classes 22 (data exception), 23 (integrity constraint) and 54 (program limit).
+fn refused(e: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(db) = e else {
+        return false;
+    };
+    db.code()
+        .is_some_and(|c| ["22", "23", "54"].iter().any(|class| c.starts_with(class)))
+}
+
+/// PostgreSQL's text holds no NUL, which a client may put in a model's name: each becomes
+/// U+FFFD, so such a row is written like any other.
+fn strip_nul(rows: &mut [LogRow]) {
+    fn text(v: &mut String) {
+        if v.contains('\0') {
+            *v = v.replace('\0', "\u{FFFD}");
+        }
+    }
+    fn shared(v: &mut Arc<str>) {
+        if v.contains('\0') {
+            *v = v.replace('\0', "\u{FFFD}").into();
+        }
+    }
+    for r in rows {
+        for v in [&mut r.id, &mut r.outcome, &mut r.attempts] {
+            text(v);
+        }
+        let optional = [
+            &mut r.key_name,
+            &mut r.requested_model,
+            &mut r.served_model,
+            &mut r.channel,
+            &mut r.translation,
+            &mut r.session,
+        ];
+        optional.into_iter().flatten().for_each(text);
+        for c in &mut r.charges {
+            [&mut c.channel, &mut c.model, &mut c.upstream_model]
+                .into_iter()
+                .chain(c.credential.as_mut())
+                .for_each(shared);
         }
     }
 }

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::journal::Journal;
 use super::query::{Cursor, Dialect, LogQuery, Param, Row, Sample, samples_sql};
-use super::{GroupBy, LogMsg, LogRow, PRUNE_BATCH, StoreError, Sum, TICK, Window, gather, settle};
+use super::{GroupBy, LogMsg, LogRow, PRUNE_BATCH, StoreError, Sum, TICK, Window, drain, settle};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS requests (
@@ -148,19 +148,31 @@ pub(super) fn writer(
     let mut prices = HashSet::new();
     loop {
         std::thread::sleep(TICK);
-        let (closed, tick) = gather(&rx, journal, &mut batch, &mut acks);
-        let ok = batch.is_empty()
-            || write_batch(&mut conn, &batch, &mut prices)
-                .inspect_err(|e| {
-                    tracing::error!(path = %path.display(), error = %e, rows = batch.len(), "request log write failed");
-                })
-                .is_ok();
-        settle(journal, tick, ok, closed);
+        let mut tick = journal.map(Journal::begin);
+        let drained = drain(&rx, &mut batch, &mut acks);
+        let mut write = |rows: &[LogRow]| {
+            rows.is_empty()
+                || write_batch(&mut conn, rows, &mut prices)
+                    .inspect_err(|e| {
+                        tracing::error!(path = %path.display(), error = %e, rows = rows.len(), "request log write failed");
+                    })
+                    .is_ok()
+        };
+        let recovered = tick.as_mut().map(|t| std::mem::take(&mut t.rows));
+        let recovered = write(recovered.as_deref().unwrap_or_default());
+        let live = write(&batch);
+        settle(
+            journal,
+            tick,
+            live,
+            recovered,
+            drained.closed || drained.closing,
+        );
         batch.clear();
         for ack in acks.drain(..) {
             let _ = ack.send(());
         }
-        if closed {
+        if drained.closed {
             return;
         }
     }
