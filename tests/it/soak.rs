@@ -256,8 +256,11 @@ async fn two_replicas_under_faults_kills_and_restarts_lose_nothing() {
                     assert_eq!(r.status(), 200, "reload at request {i}");
                 }
             }
-            if i == n / 4 {
-                warm_rss = rss_kib(pid_a);
+            // After warm-up: the highest RSS read through the second quarter. One reading
+            // swung 57-73 MiB between runs (threads, the allocator's pages); a leak still
+            // shows, as the end above the highest of them.
+            if (n / 4..n / 2).contains(&i) && i.is_multiple_of(50) {
+                warm_rss = warm_rss.max(rss_kib(pid_a));
             }
             let (replica, base) = replicas.lock().expect("lock").pick(i);
             let rb = request(&http, &base, i);
