@@ -27,6 +27,8 @@ pub struct StreamEncoder {
     passthrough: bool,
     /// In passthrough, the upstream's own `error` event went out.
     upstream_failed: bool,
+    /// Each tool call's block: (OpenAI tool-call index, block index).
+    tool_blocks: Vec<(u32, u32)>,
 }
 
 fn event(out: &mut Vec<u8>, name: &str, data: &Value) {
@@ -123,14 +125,19 @@ impl StreamEncoder {
             );
         }
         for tc in &d.tool_calls {
-            let index = match (self.open, &tc.id) {
-                (Some((i, Block::Tool(t))), None) if t == tc.index => i,
-                _ => self.open_block(
-                    Block::Tool(tc.index),
-                    json!({"type": "tool_use", "id": tc.id.clone().unwrap_or_default(),
-                        "name": tc.name.clone().unwrap_or_default(), "input": {}}),
-                    out,
-                ),
+            // Arguments of a call whose block other content closed (found by fuzzing) go to
+            // that block, as Anthropic deltas name theirs, not to a new call without a name.
+            let earlier = self.tool_blocks.iter().find(|(t, _)| *t == tc.index);
+            let index = match (self.open, &tc.id, earlier) {
+                (Some((i, Block::Tool(t))), None, _) if t == tc.index => i,
+                (_, None, Some(&(_, i))) => i,
+                _ => {
+                    let start = json!({"type": "tool_use", "id": tc.id.clone().unwrap_or_default(),
+                        "name": tc.name.clone().unwrap_or_default(), "input": {}});
+                    let i = self.open_block(Block::Tool(tc.index), start, out);
+                    self.tool_blocks.push((tc.index, i));
+                    i
+                }
             };
             if let Some(args) = tc.arguments.as_deref().filter(|a| !a.is_empty()) {
                 event(
