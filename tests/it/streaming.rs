@@ -371,7 +371,7 @@ data:{\"choices\":[{\"delta\":{\"content\":\"Hel\"},\"index\":0,\"finish_reason\
 data: {\"id\":\"c-1\",\"object\":\"chat.completion.chunk\",\"created\":7,\"model\":\"up-model\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"lo \\u00e9\\n\"},\"finish_reason\":null}],\"usage\":null}\n\n\
 data: {\"id\":\"c-1\",\"object\":\"chat.completion.chunk\",\"created\":7,\"model\":\"up-model\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]},\"finish_reason\":null}],\"usage\":null}\n\n\
 data: {\"id\":\"c-1\",\"object\":\"chat.completion.chunk\",\"created\":7,\"model\":\"up-model\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}],\"usage\":null}\n\n\
-data: {\"id\":\"c-1\",\"object\":\"chat.completion.chunk\",\"created\":7,\"model\":\"up-model\",\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":4,\"total_tokens\":13,\"prompt_tokens_details\":{\"cached_tokens\":0}}}\n\n\
+data: {\"id\":\"c-1\",\"object\":\"chat.completion.chunk\",\"created\":7,\"model\":\"up-model\",\"choices\":[],\"usage\": {\"prompt_tokens\": 9,\"completion_tokens\":4,\"total_tokens\":13,\"prompt_tokens_details\":{\"cached_tokens\":0}}}\n\n\
 data: [DONE]\n\n";
 
 /// The upstream's `data:` payloads, as sent.
@@ -394,6 +394,14 @@ async fn a_chat_client_gets_the_upstreams_events_byte_for_byte() {
             assert_eq!(g, w, "event {i}");
         }
     }
+    // The upstream's bytes, then the cost as the event's last member.
+    let upstream = want[usage].strip_suffix('}').unwrap();
+    let cost = got[usage].strip_prefix(upstream).unwrap_or_default();
+    assert!(
+        cost.starts_with(",\"switchyard\":{\"cost_micros\":"),
+        "{}",
+        got[usage]
+    );
     let mut g: Value = serde_json::from_str(&got[usage]).unwrap();
     assert!(g["switchyard"]["cost_micros"].is_u64(), "{g}");
     g.as_object_mut().unwrap().remove("switchyard");

@@ -1,7 +1,7 @@
 //! Same-protocol answers read without building them: a borrowed, typed look at a Chat
 //! Completions chunk or whole answer for what the gateway must know (content seen, finish
 //! reasons, usage, the id and model), while the upstream's own bytes go on to the client as they
-//! came. Anything a scan does not model — for a chunk: usage, an error, tool calls, refusals, any
+//! came. Anything a scan does not model — for a chunk: an error, tool calls, refusals, any
 //! other delta field; for an answer: tool calls, content parts — makes it say "read it whole"
 //! (`None`), and the full reader gives the exact canonical form (and its errors).
 
@@ -24,7 +24,7 @@ struct Chunk<'a> {
     #[serde(default)]
     choices: Option<Choices>,
     #[serde(default)]
-    usage: Option<IgnoredAny>,
+    usage: Option<Counts>,
     #[serde(default)]
     error: Option<IgnoredAny>,
 }
@@ -114,7 +114,7 @@ impl<'de> Deserialize<'de> for Choices {
 /// stream's first chunk, whose id and model are kept (telemetry reads them once).
 pub fn scan_chunk(data: &str, head: bool) -> Option<Box<StreamChunk>> {
     let c: Chunk = serde_json::from_str(data).ok()?;
-    if c.usage.is_some() || c.error.is_some() {
+    if c.error.is_some() {
         return None;
     }
     let choices = c.choices.map(|Choices(v)| v).unwrap_or_default();
@@ -124,7 +124,7 @@ pub fn scan_chunk(data: &str, head: bool) -> Option<Box<StreamChunk>> {
         model: keep(c.model),
         created: None,
         choices,
-        usage: None,
+        usage: c.usage.map(Counts::usage),
         extra: Default::default(),
         raw: None,
     }))
@@ -181,6 +181,23 @@ struct Counts {
     completion_tokens_details: Option<Detail>,
 }
 
+impl Counts {
+    /// The counts the gateway reads; the details stay in the upstream's bytes, not in `extra`.
+    fn usage(self) -> Usage {
+        Usage {
+            input_tokens: self.prompt_tokens,
+            output_tokens: self.completion_tokens,
+            total_tokens: self.total_tokens,
+            cached_tokens: self.prompt_tokens_details.and_then(|d| d.cached_tokens),
+            reasoning_tokens: self
+                .completion_tokens_details
+                .and_then(|d| d.reasoning_tokens),
+            cache_write_tokens: None,
+            extra: Default::default(),
+        }
+    }
+}
+
 #[derive(Deserialize)]
 struct Detail {
     #[serde(default)]
@@ -190,8 +207,7 @@ struct Detail {
 }
 
 /// What the gateway needs of a whole answer (its text for counting and tracing, finish
-/// reasons, usage), or `None` when it must be read whole. The usage's details stay in the
-/// upstream's bytes, not in `extra`.
+/// reasons, usage), or `None` when it must be read whole.
 pub fn scan_answer(body: &[u8]) -> Option<ChatResponse> {
     let a: Answer = serde_json::from_slice(body).ok()?;
     let mut choices = Vec::with_capacity(a.choices.len());
@@ -216,15 +232,7 @@ pub fn scan_answer(body: &[u8]) -> Option<ChatResponse> {
             extra: Default::default(),
         });
     }
-    let usage = a.usage.map(|u| Usage {
-        input_tokens: u.prompt_tokens,
-        output_tokens: u.completion_tokens,
-        total_tokens: u.total_tokens,
-        cached_tokens: u.prompt_tokens_details.and_then(|d| d.cached_tokens),
-        reasoning_tokens: u.completion_tokens_details.and_then(|d| d.reasoning_tokens),
-        cache_write_tokens: None,
-        extra: Default::default(),
-    });
+    let usage = a.usage.map(Counts::usage);
     Some(ChatResponse {
         id: a.id.map(Cow::into_owned),
         model: a.model.map(Cow::into_owned),

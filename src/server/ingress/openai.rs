@@ -101,6 +101,30 @@ fn edited(json: &[u8], edit: impl FnOnce(&mut Map<String, Value>)) -> Option<Vec
     serde_json::to_vec(&m).ok()
 }
 
+/// `data`, a JSON object, written as a `data:` frame with `"key": value` added as its last
+/// member; false (nothing written) when it holds `"key"` already, or spans lines.
+fn append_member(data: &str, key: &str, value: &Value, out: &mut Vec<u8>) -> bool {
+    let Some(open) = data.trim_end().strip_suffix('}') else {
+        return false;
+    };
+    let quoted = format!("\"{key}\"");
+    if open.contains('\n') || memchr::memmem::find(open.as_bytes(), quoted.as_bytes()).is_some() {
+        return false;
+    }
+    out.extend_from_slice(b"data: ");
+    out.extend_from_slice(open.as_bytes());
+    // Valid JSON ends an object's last member with a quote, a digit, a letter, `]` or `}`:
+    // only an empty object ends in `{`.
+    if !open.trim_end().ends_with('{') {
+        out.push(b',');
+    }
+    out.extend_from_slice(quoted.as_bytes());
+    out.push(b':');
+    let _ = serde_json::to_writer(&mut *out, value);
+    out.extend_from_slice(b"}\n\n");
+    true
+}
+
 /// `"usage"` as a key: what a passed event holds when the upstream answered our usage request.
 static USAGE_KEY: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
     std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\"usage\""));
@@ -177,6 +201,16 @@ impl OpenAiEncoder {
             }
         }
         if !self.include_usage && c.is_usage_only() {
+            return;
+        }
+        // The usage event the client asked for: the cost goes in as the event's last member,
+        // without reading the event (it is read and written again only to merge with an
+        // upstream `switchyard` of its own).
+        if self.report.is_none()
+            && self.include_usage
+            && let Some(ours) = c.extra.get("switchyard")
+            && append_member(&raw.data, "switchyard", ours, out)
+        {
             return;
         }
         let (report, include_usage) = (self.report.take(), self.include_usage);
