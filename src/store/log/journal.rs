@@ -60,7 +60,8 @@ pub(super) struct Journal {
     /// The current segment holds rows the store may not have (the queue was full, or a
     /// write failed): it is kept as an orphan when retired, instead of deleted.
     dirty: AtomicBool,
-    /// [`BROKEN`] and [`CLOSED`]: rows are not written to the current segment.
+    /// [`BROKEN`]: rows are not written to the current segment; [`CLOSED`]: it is deleted,
+    /// and the next row opens a fresh one.
     state: AtomicU8,
     made: AtomicU64,
     /// Tells this process's segments from another's of the same pid and millisecond
@@ -73,7 +74,7 @@ pub(super) struct Journal {
 /// An append failed: the segment may end in a torn record, so nothing more goes after it; the
 /// writer retires it at its next tick.
 const BROKEN: u8 = 1;
-/// The journal is closed (a graceful stop wrote every row): rows only go to the queue.
+/// The journal is closed (a graceful stop wrote every row, and its segment is deleted).
 const CLOSED: u8 = 2;
 
 struct Adoption {
@@ -94,6 +95,9 @@ pub(super) struct Tick {
     unread: bool,
     /// Orphans were left for a later tick (the byte cap).
     more: bool,
+    /// The current segment's length once the rows queued by then were all queued: a segment
+    /// still this long at [`Journal::close`] got no row the writer has not drained since.
+    pub length: u64,
 }
 
 thread_local! {
@@ -146,7 +150,12 @@ impl Journal {
 
     fn append_with(&self, row: LogRow, queue: impl FnOnce(LogRow) -> bool, buf: &mut Vec<u8>) {
         let len = encode(&row, buf);
-        let seg = self.current.read().unwrap_or_else(PoisonError::into_inner);
+        let mut seg = self.current.read().unwrap_or_else(PoisonError::into_inner);
+        if self.state.load(Ordering::Relaxed) & CLOSED != 0 {
+            drop(seg);
+            self.reopen();
+            seg = self.current.read().unwrap_or_else(PoisonError::into_inner);
+        }
         if let Some(n) = len
             && self.state.load(Ordering::Relaxed) == 0
             && let Err(e) = (&seg.file).write_all(&buf[..n])
@@ -169,12 +178,19 @@ impl Journal {
     pub fn begin(&self) -> Tick {
         let mut a = self.adoption();
         let retired = self.due(a.every).then(|| self.rotate()).flatten();
+        // Under the write lock, every append begun is done: its row is queued, for the drain
+        // that follows to take.
+        let length = {
+            let seg = self.current.write().unwrap_or_else(PoisonError::into_inner);
+            seg.file.metadata().map_or(u64::MAX, |m| m.len())
+        };
         let mut tick = Tick {
             retired,
             adopted: Vec::new(),
             rows: Vec::new(),
             unread: false,
             more: false,
+            length,
         };
         if a.at.is_none_or(|t| t.elapsed() >= a.every) {
             a.at = Some(Instant::now());
@@ -205,10 +221,10 @@ impl Journal {
         if !live {
             self.dirty.store(true, Ordering::Relaxed);
         }
-        let recovered = recovered && !tick.unread;
         let mut a = self.adoption();
         if !tick.adopted.is_empty() || tick.unread {
-            a.every = match recovered {
+            // A segment that cannot be read backs the look off, but settles no other.
+            a.every = match recovered && !tick.unread {
                 true => ADOPT_EVERY,
                 false => (a.every * 2).min(ADOPT_AT_MOST),
             };
@@ -232,14 +248,36 @@ impl Journal {
         self.adoption.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The writer's last word, after a write that left the store with every row (a graceful
-    /// stop, or every sender gone): the current segment goes unless it holds rows the store
-    /// may lack, and rows recorded later only go to the queue.
-    pub fn close(&self) {
+    /// The writer's last word, after a write that left the store with every row it drained (a
+    /// graceful stop, or every sender gone): the current segment goes, unless it may hold a row
+    /// the store lacks (dirty, broken, or grown since `length` was read at the tick's start).
+    /// A row recorded after that (a stream cut as the process stops) opens a fresh segment.
+    pub fn close(&self, length: u64) {
         let seg = self.current.write().unwrap_or_else(PoisonError::into_inner);
-        self.state.fetch_or(CLOSED, Ordering::Relaxed);
-        if !self.dirty.load(Ordering::Relaxed) {
-            let _ = std::fs::remove_file(&seg.path);
+        let grown = seg.file.metadata().map_or(true, |m| m.len() != length);
+        if grown || self.dirty.load(Ordering::Relaxed) || self.state.load(Ordering::Relaxed) != 0 {
+            return;
+        }
+        if std::fs::remove_file(&seg.path).is_ok() {
+            self.state.fetch_or(CLOSED, Ordering::Relaxed);
+        }
+    }
+
+    /// A row after [`Journal::close`] deleted the segment: a fresh one takes it, for the next
+    /// start (or a replica) to write.
+    #[cold]
+    fn reopen(&self) {
+        let mut cur = self.current.write().unwrap_or_else(PoisonError::into_inner);
+        if self.state.load(Ordering::Relaxed) & CLOSED == 0 {
+            return;
+        }
+        match new_segment(&self.dir, self.tag, &self.made) {
+            Ok(fresh) => {
+                *cur = fresh;
+                self.state.fetch_and(!CLOSED, Ordering::Relaxed);
+            }
+            Err(e) => tracing::warn!(dir = %self.dir.display(), error = %e,
+                "request log journal: no segment for a row after close; it is only queued"),
         }
     }
 
@@ -473,6 +511,62 @@ mod tests {
         let mut rows = Vec::new();
         assert!(matches!(read_rows(&seg, &mut rows), Reading::Rows));
         rows.into_iter().map(|r| r.id).collect()
+    }
+
+    fn segments(dir: &Path) -> Vec<PathBuf> {
+        let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+            .expect("journal dir")
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        found.sort();
+        found
+    }
+
+    #[test]
+    fn close_keeps_a_segment_that_got_a_row_since_the_ticks_start_and_a_late_row_reopens() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let j = Journal::open(dir.path()).expect("journal");
+        j.append(row("a"), |_| true);
+        // A row after the tick's start may not be in its write: the segment stays.
+        let tick = j.begin();
+        let length = tick.length;
+        j.append(row("b"), |_| true);
+        j.end(tick, true, true);
+        j.close(length);
+        assert_eq!(segments(dir.path()).len(), 1, "kept with b");
+
+        // Nothing since: deleted.
+        let tick = j.begin();
+        let length = tick.length;
+        j.end(tick, true, true);
+        j.close(length);
+        assert!(segments(dir.path()).is_empty());
+
+        // A row after close (a stream cut as the process stops) gets a fresh segment.
+        j.append(row("late"), |_| true);
+        let after = segments(dir.path());
+        assert_eq!(after.len(), 1);
+        assert_eq!(rows_in(&after[0]), ["late"]);
+    }
+
+    #[test]
+    fn an_unreadable_orphan_holds_back_no_other() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        // Opens and locks, but cannot be read.
+        let unreadable = dir.path().join("1-1-0-0.rows");
+        std::fs::create_dir(&unreadable).expect("dir");
+        let dead = Journal::open(dir.path()).expect("journal");
+        dead.append(row("a"), |_| true);
+        let orphan = dead.current.read().expect("segment").path.clone();
+        drop(dead);
+
+        let j = Journal::open(dir.path()).expect("journal");
+        let tick = j.begin();
+        assert_eq!(tick.rows.len(), 1);
+        j.end(tick, true, true);
+        assert!(!orphan.exists(), "its rows written, the orphan is deleted");
+        assert!(unreadable.exists(), "kept");
     }
 
     #[test]

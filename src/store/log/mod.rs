@@ -379,9 +379,10 @@ struct Drained {
 /// every row the journal recovered. A last tick that left nothing unwritten closes the journal.
 fn settle(journal: Option<&Journal>, tick: Option<Tick>, live: bool, recovered: bool, last: bool) {
     if let (Some(j), Some(t)) = (journal, tick) {
+        let length = t.length;
         j.end(t, live, recovered);
         if last && live {
-            j.close();
+            j.close(length);
         }
     }
 }
