@@ -89,15 +89,13 @@ struct Adoption {
 pub(super) struct Tick {
     retired: Option<(Segment, bool)>,
     adopted: Vec<Segment>,
-    /// The adopted segments' rows.
-    pub rows: Vec<LogRow>,
     /// Some segment could not be read: kept, and the adoption backs off.
     unread: bool,
     /// Orphans were left for a later tick (the byte cap).
     more: bool,
     /// The current segment's length once the rows queued by then were all queued: a segment
     /// still this long at [`Journal::close`] got no row the writer has not drained since.
-    pub length: u64,
+    length: u64,
 }
 
 thread_local! {
@@ -174,8 +172,9 @@ impl Journal {
 
     /// Before the writer drains the queue: retires the segment when it is due (a fresh one
     /// takes its place first, so every row of the old one is queued by now) and adopts
-    /// orphans when it is time to look.
-    pub fn begin(&self) -> Tick {
+    /// orphans when it is time to look. The adopted orphans' rows come beside the tick, for a
+    /// write of their own.
+    pub fn begin(&self) -> (Tick, Vec<LogRow>) {
         let mut a = self.adoption();
         let retired = self.due(a.every).then(|| self.rotate()).flatten();
         // Under the write lock, every append begun is done: its row is queued, for the drain
@@ -184,10 +183,10 @@ impl Journal {
             let seg = self.current.write().unwrap_or_else(PoisonError::into_inner);
             seg.file.metadata().map_or(u64::MAX, |m| m.len())
         };
+        let mut rows = Vec::new();
         let mut tick = Tick {
             retired,
             adopted: Vec::new(),
-            rows: Vec::new(),
             unread: false,
             more: false,
             length,
@@ -197,27 +196,31 @@ impl Journal {
             let (found, more) = adopt(&self.dir);
             tick.more = more;
             for seg in found {
-                match read_rows(&seg, &mut tick.rows) {
+                match read_rows(&seg, &mut rows) {
                     Reading::Rows => tick.adopted.push(seg),
                     Reading::Failed => tick.unread = true,
                     Reading::SetAside => {}
                 }
             }
         }
-        if !tick.rows.is_empty() {
+        if !rows.is_empty() {
             tracing::info!(
-                rows = tick.rows.len(),
+                rows = rows.len(),
                 segments = tick.adopted.len(),
                 "request log rows recovered from the journal"
             );
         }
-        tick
+        (tick, rows)
     }
 
     /// After the writes: `live` says whether the store took every queued row, `recovered`
     /// whether it took every row of the adopted orphans. Settled segments are deleted; the
-    /// others are let go as orphans, to be adopted and written again.
-    pub fn end(&self, tick: Tick, live: bool, recovered: bool) {
+    /// others are let go as orphans, to be adopted and written again. On the writer's `last`
+    /// tick, a segment the store has every row of is closed ([`Journal::close`]).
+    pub fn end(&self, tick: Tick, live: bool, recovered: bool, last: bool) {
+        if last && live {
+            self.close(tick.length);
+        }
         if !live {
             self.dirty.store(true, Ordering::Relaxed);
         }
@@ -252,7 +255,7 @@ impl Journal {
     /// graceful stop, or every sender gone): the current segment goes, unless it may hold a row
     /// the store lacks (dirty, broken, or grown since `length` was read at the tick's start).
     /// A row recorded after that (a stream cut as the process stops) opens a fresh segment.
-    pub fn close(&self, length: u64) {
+    fn close(&self, length: u64) {
         let seg = self.current.write().unwrap_or_else(PoisonError::into_inner);
         let grown = seg.file.metadata().map_or(true, |m| m.len() != length);
         if grown || self.dirty.load(Ordering::Relaxed) || self.state.load(Ordering::Relaxed) != 0 {
@@ -529,18 +532,14 @@ mod tests {
         let j = Journal::open(dir.path()).expect("journal");
         j.append(row("a"), |_| true);
         // A row after the tick's start may not be in its write: the segment stays.
-        let tick = j.begin();
-        let length = tick.length;
+        let (tick, _) = j.begin();
         j.append(row("b"), |_| true);
-        j.end(tick, true, true);
-        j.close(length);
+        j.end(tick, true, true, true);
         assert_eq!(segments(dir.path()).len(), 1, "kept with b");
 
         // Nothing since: deleted.
-        let tick = j.begin();
-        let length = tick.length;
-        j.end(tick, true, true);
-        j.close(length);
+        let (tick, _) = j.begin();
+        j.end(tick, true, true, true);
         assert!(segments(dir.path()).is_empty());
 
         // A row after close (a stream cut as the process stops) gets a fresh segment.
@@ -562,9 +561,9 @@ mod tests {
         drop(dead);
 
         let j = Journal::open(dir.path()).expect("journal");
-        let tick = j.begin();
-        assert_eq!(tick.rows.len(), 1);
-        j.end(tick, true, true);
+        let (tick, rows) = j.begin();
+        assert_eq!(rows.len(), 1);
+        j.end(tick, true, true, false);
         assert!(!orphan.exists(), "its rows written, the orphan is deleted");
         assert!(unreadable.exists(), "kept");
     }
@@ -589,12 +588,12 @@ mod tests {
             "one failure, then no tries"
         );
 
-        let tick = j.begin();
+        let (tick, _) = j.begin();
         assert!(
             tick.retired.is_some(),
             "the broken segment is retired at the next tick"
         );
-        j.end(tick, true, true);
+        j.end(tick, true, true, false);
         assert!(
             !first.exists(),
             "its rows were all queued and written: deleted"

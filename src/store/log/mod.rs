@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError, sync_channel};
 use std::time::Duration;
 
-use journal::{Journal, Tick};
+use journal::Journal;
 use serde_json::Value;
 use sqlx::postgres::PgPool;
 use tokio::sync::oneshot;
@@ -375,15 +375,10 @@ struct Drained {
     closing: bool,
 }
 
-/// A writer's tick after its writes: `live`, the store took every queued row; `recovered`,
-/// every row the journal recovered. A last tick that left nothing unwritten closes the journal.
-fn settle(journal: Option<&Journal>, tick: Option<Tick>, live: bool, recovered: bool, last: bool) {
-    if let (Some(j), Some(t)) = (journal, tick) {
-        let length = t.length;
-        j.end(t, live, recovered);
-        if last && live {
-            j.close(length);
-        }
+impl Drained {
+    /// The tick after which the journal is closed.
+    fn last(&self) -> bool {
+        self.closed || self.closing
     }
 }
 

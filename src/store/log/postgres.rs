@@ -13,7 +13,7 @@ use sqlx::postgres::{PgPool, PgRow};
 use super::journal::Journal;
 use super::ledger::{COLUMNS, ChargeRow, charge_json, rates_json};
 use super::query::{Cursor, Dialect, LogQuery, Param, Row as LogRead, Sample, samples_sql};
-use super::{GroupBy, LogMsg, LogRow, PRUNE_BATCH, StoreError, Sum, TICK, Window, drain, settle};
+use super::{GroupBy, LogMsg, LogRow, PRUNE_BATCH, StoreError, Sum, TICK, Window, drain};
 
 /// Drains the queue every tick and writes the tick's rows in one statement; exits when every
 /// sender is gone. The journal's file work (reading orphans, up to 16 MiB a tick) runs on the
@@ -25,17 +25,19 @@ pub(super) async fn writer(pool: PgPool, rx: Receiver<LogMsg>, journal: Option<A
     let mut acks = Vec::new();
     loop {
         every.tick().await;
-        let mut tick = match journal.clone() {
-            Some(j) => tokio::task::spawn_blocking(move || j.begin()).await.ok(),
-            None => None,
+        let (tick, mut recovered) = match journal.clone() {
+            Some(j) => tokio::task::spawn_blocking(move || j.begin())
+                .await
+                .ok()
+                .unzip(),
+            None => (None, None),
         };
         let drained = drain(&rx, &mut batch, &mut acks);
-        let mut recovered = tick.as_mut().map(|t| std::mem::take(&mut t.rows));
         let recovered = write(&pool, recovered.as_deref_mut().unwrap_or_default()).await;
         let live = write(&pool, &mut batch).await;
-        let last = drained.closed || drained.closing;
+        let last = drained.last();
         if let (Some(j), Some(t)) = (journal.clone(), tick) {
-            let end = move || settle(Some(&j), Some(t), live, recovered, last);
+            let end = move || j.end(t, live, recovered, last);
             let _ = tokio::task::spawn_blocking(end).await;
         }
         batch.clear();

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::journal::Journal;
 use super::query::{Cursor, Dialect, LogQuery, Param, Row, Sample, samples_sql};
-use super::{GroupBy, LogMsg, LogRow, PRUNE_BATCH, StoreError, Sum, TICK, Window, drain, settle};
+use super::{GroupBy, LogMsg, LogRow, PRUNE_BATCH, StoreError, Sum, TICK, Window, drain};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS requests (
@@ -148,7 +148,7 @@ pub(super) fn writer(
     let mut prices = HashSet::new();
     loop {
         std::thread::sleep(TICK);
-        let mut tick = journal.map(Journal::begin);
+        let (tick, recovered) = journal.map(Journal::begin).unzip();
         let drained = drain(&rx, &mut batch, &mut acks);
         let mut write = |rows: &[LogRow]| {
             rows.is_empty()
@@ -158,16 +158,11 @@ pub(super) fn writer(
                     })
                     .is_ok()
         };
-        let recovered = tick.as_mut().map(|t| std::mem::take(&mut t.rows));
         let recovered = write(recovered.as_deref().unwrap_or_default());
         let live = write(&batch);
-        settle(
-            journal,
-            tick,
-            live,
-            recovered,
-            drained.closed || drained.closing,
-        );
+        if let (Some(j), Some(t)) = (journal, tick) {
+            j.end(t, live, recovered, drained.last());
+        }
         batch.clear();
         for ack in acks.drain(..) {
             let _ = ack.send(());
