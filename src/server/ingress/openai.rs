@@ -101,14 +101,13 @@ fn edited(json: &[u8], edit: impl FnOnce(&mut Map<String, Value>)) -> Option<Vec
     serde_json::to_vec(&m).ok()
 }
 
-/// `data`, a JSON object, written as a `data:` frame with `"key": value` added as its last
-/// member; false (nothing written) when it holds `"key"` already, or spans lines.
-fn append_member(data: &str, key: &str, value: &Value, out: &mut Vec<u8>) -> bool {
+/// `data`, a JSON object, written as a `data:` frame with `"switchyard": ours` added as its
+/// last member; false (nothing written) when it has a `switchyard` of its own, or spans lines.
+fn append_switchyard(data: &str, ours: &Value, out: &mut Vec<u8>) -> bool {
     let Some(open) = data.trim_end().strip_suffix('}') else {
         return false;
     };
-    let quoted = format!("\"{key}\"");
-    if open.contains('\n') || memchr::memmem::find(open.as_bytes(), quoted.as_bytes()).is_some() {
+    if open.contains('\n') || SWITCHYARD_KEY.find(open.as_bytes()).is_some() {
         return false;
     }
     out.extend_from_slice(b"data: ");
@@ -118,12 +117,15 @@ fn append_member(data: &str, key: &str, value: &Value, out: &mut Vec<u8>) -> boo
     if !open.trim_end().ends_with('{') {
         out.push(b',');
     }
-    out.extend_from_slice(quoted.as_bytes());
-    out.push(b':');
-    let _ = serde_json::to_writer(&mut *out, value);
+    out.extend_from_slice(b"\"switchyard\":");
+    let _ = serde_json::to_writer(&mut *out, ours);
     out.extend_from_slice(b"}\n\n");
     true
 }
+
+/// `"switchyard"` as a key: an upstream's own object of that name, which ours is merged into.
+static SWITCHYARD_KEY: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+    std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\"switchyard\""));
 
 /// `"usage"` as a key: what a passed event holds when the upstream answered our usage request.
 static USAGE_KEY: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
@@ -209,7 +211,7 @@ impl OpenAiEncoder {
         if self.report.is_none()
             && self.include_usage
             && let Some(ours) = c.extra.get("switchyard")
-            && append_member(&raw.data, "switchyard", ours, out)
+            && append_switchyard(&raw.data, ours, out)
         {
             return;
         }
