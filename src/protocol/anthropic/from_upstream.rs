@@ -131,13 +131,13 @@ impl StreamDecoder {
                 )
             }
             Some("content_block_start") if data["content_block"]["type"] == "tool_use" => {
-                let n = self.tool_index.len() as u32;
                 let index = data["index"].as_u64().unwrap_or(0);
                 // A block started again is ignored (found by fuzzing): numbered anew, it
                 // left the next block's call the same number as its own.
                 if self.tool_index.contains_key(&index) {
                     return Decoded::Nothing;
                 }
+                let n = self.tool_index.len() as u32;
                 self.tool_index.insert(index, n);
                 let b = &data["content_block"];
                 self.chunk(
