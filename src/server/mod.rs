@@ -14,6 +14,7 @@ mod continuation;
 mod ctx;
 mod error;
 pub mod explain;
+mod gather;
 mod headers;
 mod ingress;
 mod listen;

@@ -14,6 +14,7 @@ use futures_util::{Stream, StreamExt};
 
 use super::continuation::Keeping;
 use super::ctx::Trail;
+use super::gather::Gather;
 use super::ingress::Encode;
 use crate::exec::{Committed, OutcomeClass, Relay, RelayItem};
 use crate::pricing::Tokens;
@@ -166,10 +167,12 @@ struct SseBody<E> {
     /// A completed stream's conversation being kept, and the last frames held until it is.
     keeping: Option<Keeping>,
     held: Vec<u8>,
+    /// Frames made and held while the upstream's burst goes on.
+    gather: Gather,
 }
 
 /// Frames already available are written together, up to this size: one syscall and one TCP
-/// segment instead of one per event, with no waiting (a frame is never held back).
+/// segment instead of one per event.
 const COALESCE_BYTES: usize = 16 * 1024;
 
 impl<E: Encode> SseBody<E> {
@@ -207,7 +210,7 @@ impl<E: Encode> Stream for SseBody<E> {
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         // Everything inside a poll is the gateway's own work: it never blocks.
         let since = Instant::now();
-        let polled = self.as_mut().poll_frames(cx);
+        let polled = self.as_mut().poll_frames(cx, since);
         self.log.busy += since.elapsed();
         polled
     }
@@ -217,6 +220,7 @@ impl<E: Encode> SseBody<E> {
     fn poll_frames(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
+        now: Instant,
     ) -> Poll<Option<Result<Bytes, std::convert::Infallible>>> {
         if let Some(k) = self.keeping.as_mut() {
             std::task::ready!(k.as_mut().poll(cx));
@@ -225,17 +229,28 @@ impl<E: Encode> SseBody<E> {
             let held = std::mem::take(&mut self.held);
             return Poll::Ready((!held.is_empty()).then(|| Ok(Bytes::from(held))));
         }
-        let mut out = Vec::new();
+        let mut out = self.gather.take();
+        let mut brought = false;
         while !self.finished && out.len() < COALESCE_BYTES {
             match self.relay.poll_next_unpin(cx) {
-                Poll::Ready(item) => self.encode(item, &mut out),
+                Poll::Ready(item) => {
+                    brought = true;
+                    self.encode(item, &mut out);
+                }
                 Poll::Pending if out.is_empty() => return Poll::Pending,
-                Poll::Pending => break,
+                Poll::Pending => match self.gather.hold(out, brought, now, cx) {
+                    None => return Poll::Pending,
+                    Some(all) => {
+                        out = all;
+                        break;
+                    }
+                },
             }
         }
+        self.gather.written(brought, now);
         if self.keeping.is_some() {
             self.held = out;
-            return self.poll_frames(cx);
+            return self.poll_frames(cx, now);
         }
         if self.finished && !self.log.closed {
             self.log.close();
@@ -272,6 +287,7 @@ pub fn response<E: Encode>(
         finished: false,
         keeping: None,
         held: Vec::new(),
+        gather: Gather::default(),
     };
     let mut resp = Response::new(Body::from_stream(body));
     let h = resp.headers_mut();

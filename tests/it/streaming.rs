@@ -350,6 +350,31 @@ async fn chunks_reach_the_client_as_they_are_produced() {
 }
 
 #[tokio::test]
+async fn a_burst_of_events_is_written_together_after_the_first() {
+    let up = mock(MockSpec {
+        text: "abcdefghijklmnopqrst".into(),
+        chunks: 20,
+        ..MockSpec::default()
+    })
+    .await;
+    let gw = gateway(&openai_channel("up", &up.base_url(), 1, "")).await;
+    let mut resp = gw.chat(stream_body(false)).await;
+    let (mut writes, mut text, mut first) = (0, String::new(), None);
+    // Each body frame the client reads is (at least) one HTTP chunk the gateway wrote.
+    while let Some(bytes) = resp.chunk().await.unwrap() {
+        writes += 1;
+        let got = sse_text(&String::from_utf8_lossy(&bytes));
+        first.get_or_insert(got.clone());
+        text.push_str(&got);
+    }
+    assert_eq!(text, "abcdefghijklmnopqrst");
+    // The first token is written alone, at once.
+    assert_eq!(first.as_deref(), Some("a"));
+    // 22 events (role, 20 tokens, the finish) came in one burst: one write each before.
+    assert!(writes <= 6, "{writes} writes for one burst");
+}
+
+#[tokio::test]
 async fn an_upstream_400_on_a_stream_is_returned_as_is() {
     let (_picky, backup, gw) = two_tiers(
         ("picky", faulty("x", status(400)), ""),
