@@ -8,6 +8,8 @@
 #   STREAMS="4000" DURATION=20 bench/streams.sh
 #   STREAMS=10000 TTFT_MS=100 CHUNK_MS=500 DURATION=30 bench/streams.sh   # a slower cadence (a
 #                                       # chunk every 500 ms for 10 s), so the direct run keeps up
+#   UPSTREAM_HTTP2=1 STREAMS=10000 …    # the channel on HTTP/2: one upstream connection, not
+#                                       # 10,000 (which, with the clients', pass 20,000 files)
 #
 # "KiB/stream" is the gateway's resident memory at full load less its memory before the load,
 # divided by the streams open.
@@ -31,6 +33,9 @@ taskset -c 1 "$BIN" --log-level error mock --port "$MOCK_PORT" --ttft-ms "$TTFT_
   --text "Streams stay open for about a second, one small chunk every fifty milliseconds, like tokens." >/dev/null &
 pids+=($!)
 LOG_EXTRA="queue_capacity = 65536" gateway_toml bench
+# The upstream side over HTTP/2 (h2c): a few connections instead of a socket a stream, so
+# 10,000 streams fit this machine's 20,000 open files.
+[ "${UPSTREAM_HTTP2:-0}" = 1 ] && echo "http2 = true" >>"$work/bench.toml"
 taskset -c 0 "$BIN" --log-level error serve --config "$work/bench.toml" >/dev/null &
 gw=$!
 pids+=($gw)

@@ -4,6 +4,7 @@
 //! HTTP/1.1 unless a channel opts into HTTP/2; and `/v1/models` lists what the key may use.
 
 use serde_json::json;
+use switchyard::provider::mock::MockSpec;
 
 use crate::support::*;
 
@@ -177,6 +178,32 @@ async fn upstream_http_version_is_1_1_unless_the_channel_opts_into_http2() {
     assert_eq!(
         versions,
         [reqwest::Version::HTTP_11, reqwest::Version::HTTP_2]
+    );
+}
+
+#[tokio::test]
+async fn an_http2_channel_carries_more_streams_at_once_than_one_connections_default() {
+    // hyper serves 200 streams a connection unless told otherwise; the mock lifts that, so
+    // `bench/streams.sh` can carry 10,000 streams on one connection.
+    let up = mock(MockSpec {
+        text: "ok".into(),
+        chunks: 1,
+        ttft_ms: 1500,
+        ..MockSpec::default()
+    })
+    .await;
+    let gw = gateway(&openai_channel("h2", &up.base_url(), 1, "http2 = true")).await;
+    let streams = (0..300).map(|_| async {
+        let resp = gw.chat(chat_body(true)).await;
+        (resp.status(), sse_text(&resp.text().await.unwrap()))
+    });
+    let done = futures_util::future::join_all(streams).await;
+    assert!(done.iter().all(|(s, text)| *s == 200 && text == "ok"));
+    assert!(up.max_in_flight() > 200, "{}", up.max_in_flight());
+    assert!(
+        up.received()
+            .iter()
+            .all(|r| r.version == reqwest::Version::HTTP_2)
     );
 }
 

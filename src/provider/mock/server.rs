@@ -11,8 +11,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::serve::ListenerExt;
 use futures_util::{StreamExt, stream};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
@@ -64,6 +64,35 @@ impl Drop for MockServer {
     }
 }
 
+/// `axum::serve`, with HTTP/2's limit of streams a connection lifted (hyper's default is 200):
+/// a gateway whose channel has `http2 = true` carries `bench/streams.sh`'s 10,000 streams on a
+/// few connections, where HTTP/1 would need a socket each.
+async fn serve(listener: TcpListener, app: axum::Router) {
+    let mut b = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    b.http2().max_concurrent_streams(None);
+    loop {
+        let tcp = match listener.accept().await {
+            Ok((tcp, _)) => tcp,
+            Err(e) => {
+                // Out of file descriptors, most likely: wait for some to close.
+                tracing::warn!(error = %e, "mock: accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = tcp.set_nodelay(true);
+        let app = app.clone();
+        let service =
+            hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                tower_service::Service::call(&mut app.clone(), req.map(Body::new))
+            });
+        let b = b.clone();
+        tokio::spawn(async move {
+            let _ = b.serve_connection(TokioIo::new(tcp), service).await;
+        });
+    }
+}
+
 impl MockServer {
     /// Starts on 127.0.0.1 with an OS-chosen port, recording every request (for tests).
     pub async fn start(spec: MockSpec) -> std::io::Result<MockServer> {
@@ -109,12 +138,7 @@ impl MockServer {
             .route("/embeddings", post(embeddings))
             .route("/v1/models", get(models))
             .with_state(state.clone());
-        let listener = listener.tap_io(|tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        let task = tokio::spawn(serve(listener, app));
         Ok(MockServer { addr, state, task })
     }
 
@@ -405,12 +429,16 @@ fn stream_answer(
             Paced::Break => Err(std::io::Error::other("mock cut the stream")),
         })
         .chain(stream::iter(end.map(Ok::<_, std::io::Error>)))
-        .chain(stream::once(async move {
-            // Reached only when the whole stream was sent: not an abort.
-            guard.done = true;
-            drop(guard);
-            Ok::<_, std::io::Error>(Bytes::new())
-        }));
+        .chain(
+            stream::once(async move {
+                // Reached only when the whole stream was sent: not an abort.
+                guard.done = true;
+                drop(guard);
+            })
+            // No frame of its own: over HTTP/2 an empty DATA frame a stream is what h2 counts
+            // as a flood (GOAWAY `too_many_data_frames` at a few hundred streams).
+            .filter_map(|()| std::future::ready(None::<Result<Bytes, std::io::Error>>)),
+        );
     Response::builder()
         .header(header::CONTENT_TYPE, "text/event-stream")
         .header(header::CACHE_CONTROL, "no-cache")
