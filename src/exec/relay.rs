@@ -30,6 +30,10 @@ pub struct Relay {
     on_break: Option<super::BreakReport>,
     started: Instant,
     idle: Duration,
+    /// When the stream is idle too long: moved on by every chunk, while the timer is only
+    /// re-armed when it fires early (resetting a tokio timer per chunk takes the timer
+    /// wheel's lock each event).
+    deadline: Instant,
     timer: Pin<Box<Sleep>>,
     done: bool,
 }
@@ -43,6 +47,7 @@ impl Relay {
             on_break: c.on_break,
             started: Instant::now(),
             idle,
+            deadline: Instant::now() + idle,
             timer: Box::pin(tokio::time::sleep(idle)),
             done: false,
         }
@@ -69,8 +74,7 @@ impl Stream for Relay {
         }
         match self.rest.poll_next_unpin(cx) {
             Poll::Ready(Some(Ok(c))) => {
-                let next = Instant::now() + self.idle;
-                self.timer.as_mut().reset(next);
+                self.deadline = Instant::now() + self.idle;
                 // The stream's usage settles its credential's tpm charge when the slot drops.
                 if let (Some(slot), Some(total)) =
                     (self.slot.as_mut(), c.usage.as_ref().and_then(|u| u.total()))
@@ -88,13 +92,17 @@ impl Stream for Relay {
                 self.done = true;
                 Poll::Ready(None)
             }
-            Poll::Pending => match self.timer.as_mut().poll(cx) {
-                Poll::Ready(()) => {
-                    self.done = true;
-                    self.report_break();
-                    Poll::Ready(Some(RelayItem::Fault(OutcomeClass::Timeout)))
+            Poll::Pending => loop {
+                std::task::ready!(self.timer.as_mut().poll(cx));
+                let deadline = self.deadline;
+                if Instant::now() < deadline {
+                    // A chunk came since the timer was set: wait out the rest.
+                    self.timer.as_mut().reset(deadline);
+                    continue;
                 }
-                Poll::Pending => Poll::Pending,
+                self.done = true;
+                self.report_break();
+                return Poll::Ready(Some(RelayItem::Fault(OutcomeClass::Timeout)));
             },
         }
     }

@@ -126,6 +126,26 @@ async fn a_stall_after_commit_ends_with_a_timeout_frame() {
 }
 
 #[tokio::test]
+async fn a_stream_longer_than_the_idle_timeout_is_not_cut_while_chunks_keep_coming() {
+    let slow = mock(MockSpec {
+        text: "aaabbbcccdddeeefff".into(),
+        chunks: 6,
+        chunk_ms: 120,
+        ..MockSpec::default()
+    })
+    .await;
+    let gw = gateway_with(
+        "stream_idle_timeout_ms = 300",
+        &openai_channel("slow", &slow.base_url(), 1, ""),
+    )
+    .await;
+    // ~600 ms in all, no gap past 300 ms: the idle timer fires once early and waits out the rest.
+    let body = gw.chat(stream_body(false)).await.text().await.unwrap();
+    assert_eq!(sse_text(&body), "aaabbbcccdddeeefff");
+    assert!(body.contains("[DONE]"), "{body}");
+}
+
+#[tokio::test]
 async fn a_client_gone_before_commit_cancels_the_upstream_call() {
     let hang = mock(faulty(
         "x",
