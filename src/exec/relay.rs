@@ -40,15 +40,16 @@ pub struct Relay {
 
 impl Relay {
     pub fn new(c: Committed, idle: Duration) -> Self {
+        let started = Instant::now();
         Relay {
             head: c.head.into(),
             rest: c.rest,
             slot: c.slot,
             on_break: c.on_break,
-            started: Instant::now(),
+            started,
             idle,
-            deadline: Instant::now() + idle,
-            timer: Box::pin(tokio::time::sleep(idle)),
+            deadline: started + idle,
+            timer: Box::pin(tokio::time::sleep_until(started + idle)),
             done: false,
         }
     }

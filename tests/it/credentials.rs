@@ -267,12 +267,7 @@ async fn max_concurrency_is_never_exceeded_and_overflow_goes_elsewhere() {
 
 #[tokio::test]
 async fn a_stream_holds_its_key_slot_until_it_ends() {
-    let slow = mock(MockSpec {
-        chunks: 5,
-        chunk_ms: 100,
-        ..text_spec("streaming slowly")
-    })
-    .await;
+    let slow = mock(paced("streaming slowly", 5, 100)).await;
     let backup = mock(text_spec("backup")).await;
     let gw = gateway(&format!(
         "{}{}",

@@ -186,10 +186,8 @@ async fn an_http2_channel_carries_more_streams_at_once_than_one_connections_defa
     // hyper serves 200 streams a connection unless told otherwise; the mock lifts that, so
     // `bench/streams.sh` can carry 10,000 streams on one connection.
     let up = mock(MockSpec {
-        text: "ok".into(),
-        chunks: 1,
         ttft_ms: 1500,
-        ..MockSpec::default()
+        ..paced("ok", 1, 0)
     })
     .await;
     let gw = gateway(&openai_channel("h2", &up.base_url(), 1, "http2 = true")).await;

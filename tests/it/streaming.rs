@@ -127,13 +127,7 @@ async fn a_stall_after_commit_ends_with_a_timeout_frame() {
 
 #[tokio::test]
 async fn a_stream_longer_than_the_idle_timeout_is_not_cut_while_chunks_keep_coming() {
-    let slow = mock(MockSpec {
-        text: "aaabbbcccdddeeefff".into(),
-        chunks: 6,
-        chunk_ms: 120,
-        ..MockSpec::default()
-    })
-    .await;
+    let slow = mock(paced("aaabbbcccdddeeefff", 6, 120)).await;
     let gw = gateway_with(
         "stream_idle_timeout_ms = 300",
         &openai_channel("slow", &slow.base_url(), 1, ""),
@@ -191,13 +185,7 @@ async fn a_client_gone_before_commit_cancels_the_upstream_call() {
 
 #[tokio::test]
 async fn a_client_gone_after_commit_cancels_the_upstream_stream_and_is_logged() {
-    let slow = mock(MockSpec {
-        text: "x".repeat(100),
-        chunks: 100,
-        chunk_ms: 50,
-        ..MockSpec::default()
-    })
-    .await;
+    let slow = mock(paced(&"x".repeat(100), 100, 50)).await;
     let gw = gateway(&openai_channel("slow", &slow.base_url(), 1, "")).await;
     let mut resp = gw.chat(stream_body(false)).await;
     assert_eq!(resp.status(), 200);
@@ -342,13 +330,7 @@ async fn a_slow_client_holds_the_upstream_back_instead_of_filling_memory() {
 
 #[tokio::test]
 async fn chunks_reach_the_client_as_they_are_produced() {
-    let slow = mock(MockSpec {
-        text: "aaaabbbbccccdddd".into(),
-        chunks: 4,
-        chunk_ms: 150,
-        ..MockSpec::default()
-    })
-    .await;
+    let slow = mock(paced("aaaabbbbccccdddd", 4, 150)).await;
     let gw = gateway(&openai_channel("slow", &slow.base_url(), 1, "")).await;
     let mut resp = gw.chat(stream_body(false)).await;
     let mut first_content_at = None;
@@ -371,12 +353,7 @@ async fn chunks_reach_the_client_as_they_are_produced() {
 
 #[tokio::test]
 async fn a_burst_of_events_is_written_together_after_the_first() {
-    let up = mock(MockSpec {
-        text: "abcdefghijklmnopqrst".into(),
-        chunks: 20,
-        ..MockSpec::default()
-    })
-    .await;
+    let up = mock(paced("abcdefghijklmnopqrst", 20, 0)).await;
     let gw = gateway(&openai_channel("up", &up.base_url(), 1, "")).await;
     let mut resp = gw.chat(stream_body(false)).await;
     let (mut writes, mut text, mut first) = (0, String::new(), None);

@@ -17,6 +17,15 @@ pub fn text_spec(text: &str) -> MockSpec {
     }
 }
 
+/// `text` streamed as `chunks` chunks, `chunk_ms` apart.
+pub fn paced(text: &str, chunks: u32, chunk_ms: u64) -> MockSpec {
+    MockSpec {
+        chunks,
+        chunk_ms,
+        ..text_spec(text)
+    }
+}
+
 pub fn faulty(text: &str, fault: Fault) -> MockSpec {
     MockSpec {
         fault: Some(fault),
