@@ -91,6 +91,8 @@ pub struct Prefer<'a> {
     pub bound: Option<&'a str>,
     /// The only channel that may serve (a continuation of a response only it keeps).
     pub only: Option<&'a str>,
+    /// Only channels that count tokens in this protocol (a count forwarded upstream).
+    pub counting: Option<crate::protocol::Protocol>,
 }
 
 /// The ordered attempt plan for a model as `key` sees it: only channels in the key's groups;
@@ -112,6 +114,15 @@ pub fn plan(
         let named = |i: usize| snap.channels.get(i).is_some_and(|c| &*c.name == only);
         plan.candidates.retain(|c| named(c.channel));
         plan.skipped.retain(|s| named(s.channel));
+    }
+    if let Some(p) = prefer.counting {
+        let counts = |i: usize| {
+            snap.channels
+                .get(i)
+                .is_some_and(|c| c.upstream.counts_in() == Some(p))
+        };
+        plan.candidates.retain(|c| counts(c.channel));
+        plan.skipped.retain(|s| counts(s.channel));
     }
     if let Some(i) = prefer.bound.and_then(|b| {
         snap.channels
@@ -613,13 +624,13 @@ mod tests {
         let team = s.key_named("team").unwrap();
         let bound = Prefer {
             bound: Some("std"),
-            only: None,
+            ..Prefer::default()
         };
         let p = plan(&s, team, "m", &healthy, Pick::Random(&mut rng), bound).unwrap();
         assert_eq!(names(&s, &p), ["std", "prem"]);
         let only = Prefer {
-            bound: None,
             only: Some("std"),
+            ..Prefer::default()
         };
         let p = plan(&s, team, "m", &healthy, Pick::Random(&mut rng), only).unwrap();
         assert_eq!(names(&s, &p), ["std"]);

@@ -149,6 +149,16 @@ impl<'a> Fitter<'a> {
     }
 }
 
+/// `req`'s prompt tokens for `model`, counted as trimming counts them (a token-counting
+/// endpoint's local answer).
+pub fn count_for(req: &ChatRequest, model: &str, catalog: &Catalog) -> Counted {
+    let tok = match catalog.lookup(model) {
+        Some(info) => tokenizer(model, info),
+        None => Tokenizer::for_model(model),
+    };
+    count_request(req, tok)
+}
+
 /// The model's own tokenizer, or its catalog family's (an alias such as `smart` configured
 /// for a GPT model counts by its family only if named like one).
 fn tokenizer(model: &str, info: &ModelInfo) -> Tokenizer {

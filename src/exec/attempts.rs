@@ -115,6 +115,7 @@ impl<'s> Model<'_, 's, '_> {
         let prefer = Prefer {
             bound: self.job.route.bound,
             only: self.job.route.only,
+            counting: self.job.route.counting,
         };
         let mut plan = router::plan(snap, self.job.route.key, model, &standing, pick, prefer)?;
         let meter = self.job.spend.meter;

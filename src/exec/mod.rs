@@ -4,6 +4,7 @@
 //! `outcome.rs`, the post-commit relay in `relay.rs`; exec never renders anything.
 
 mod attempts;
+mod beside;
 mod chain;
 mod error;
 mod judge;
@@ -12,6 +13,7 @@ mod relay;
 mod report;
 mod stream;
 
+pub use beside::{count_tokens, kept_response};
 pub use error::ExecError;
 pub use judge::{At, Next, judge};
 pub use outcome::{Failure, OutcomeClass, Passthrough, classify};
@@ -48,6 +50,8 @@ pub struct Route<'a> {
     pub trim: Option<bool>,
     /// The only channel that may serve (a continuation of a response only it keeps).
     pub only: Option<&'a str>,
+    /// Only channels that count tokens in this protocol (a count forwarded upstream).
+    pub counting: Option<crate::protocol::Protocol>,
 }
 
 /// One request's run: what every model and attempt of it reads.

@@ -7,8 +7,10 @@
 
 pub mod anthropic;
 pub mod chain;
+pub mod count;
 mod crossing;
 pub mod gemini;
+pub mod listing;
 pub mod openai;
 pub mod responses;
 

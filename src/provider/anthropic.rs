@@ -21,6 +21,7 @@ pub struct Anthropic {
     messages_url: Url,
     /// Parsed once.
     messages: Target,
+    count: Target,
     models: Target,
     keys: Vec<Secret>,
     client: http::Client,
@@ -54,6 +55,7 @@ impl Anthropic {
         let messages_url = join(&root, "messages");
         Ok(Anthropic {
             messages: Target::of(&messages_url)?,
+            count: Target::of(&join(&root, "messages/count_tokens"))?,
             models: Target::of(&join(&root, "models"))?,
             messages_url,
             keys,
@@ -85,15 +87,19 @@ impl Anthropic {
         via: Via<'_>,
         hops: u32,
     ) -> Result<http::Response, UpstreamError> {
+        self.post_to(&self.messages, body, stream, via, hops).await
+    }
+
+    async fn post_to(
+        &self,
+        to: &Target,
+        body: &Value,
+        stream: bool,
+        via: Via<'_>,
+        hops: u32,
+    ) -> Result<http::Response, UpstreamError> {
         let auth = self.auth(via.cred)?;
-        let mut req = post_json(
-            &self.messages,
-            to_body(body)?,
-            stream,
-            hops,
-            auth,
-            via.trace,
-        );
+        let mut req = post_json(to, to_body(body)?, stream, hops, auth, via.trace);
         req.headers_mut()
             .insert(VERSION_HEADER, HeaderValue::from_static(VERSION));
         send(&self.client, req, via.waited).await
@@ -134,6 +140,17 @@ impl Anthropic {
             StreamDecoder::default(),
             (req.origin == Protocol::AnthropicMessages).then_some(Protocol::AnthropicMessages),
         )))
+    }
+
+    /// `POST {root}/messages/count_tokens` with the client's counting body.
+    pub async fn count_tokens(
+        &self,
+        body: &Value,
+        via: Via<'_>,
+        hops: u32,
+    ) -> Result<Value, UpstreamError> {
+        let resp = self.post_to(&self.count, body, false, via, hops).await?;
+        read_json(resp, "anthropic token count", via.waited).await
     }
 
     pub async fn models(&self, cred: Option<usize>) -> Result<(), UpstreamError> {

@@ -141,6 +141,19 @@ impl Gemini {
         )))
     }
 
+    /// `POST {root}/models/{model}:countTokens` with the client's counting body.
+    pub async fn count_tokens(
+        &self,
+        body: &Value,
+        model: &str,
+        via: Via<'_>,
+        hops: u32,
+    ) -> Result<Value, UpstreamError> {
+        let url = join(&self.root, &format!("models/{model}:countTokens"));
+        let resp = self.post(url, body, false, via, hops).await?;
+        read_json(resp, "gemini token count", via.waited).await
+    }
+
     pub async fn models(&self, cred: Option<usize>) -> Result<(), UpstreamError> {
         let req = http::get(&Target::of(&join(&self.root, "models"))?, self.auth(cred)?);
         send(&self.client, req, &Waited::default()).await?;

@@ -227,6 +227,28 @@ pub fn post_json(
     req
 }
 
+/// A call without a body on a client's behalf (a kept response read or deleted): like
+/// [`post_json`], the hop count and the credential, nothing of the client's.
+pub fn bodiless(
+    method: Method,
+    to: &Target,
+    hops: u32,
+    auth: Option<(HeaderName, HeaderValue)>,
+    trace: Option<&TraceHeaders>,
+) -> Request<Full<Bytes>> {
+    let mut req = request(method, to, Full::default());
+    let h = req.headers_mut();
+    h.insert(HOPS_HEADER, HeaderValue::from(hops.saturating_add(1)));
+    h.insert(ACCEPT, HeaderValue::from_static("application/json"));
+    if let Some(t) = trace {
+        h.insert(TRACEPARENT.clone(), t.traceparent.clone());
+    }
+    if let Some((name, value)) = auth {
+        h.insert(name, value);
+    }
+    req
+}
+
 /// A GET (the models probe), with the credential when there is one.
 pub fn get(to: &Target, auth: Option<(HeaderName, HeaderValue)>) -> Request<Full<Bytes>> {
     let mut req = request(Method::GET, to, Full::default());

@@ -7,6 +7,7 @@ mod gemini;
 mod http;
 pub mod mock;
 mod openai;
+mod side;
 mod sse;
 mod via;
 
@@ -24,6 +25,7 @@ use crate::secret::Secret;
 
 pub use http::{HOPS_HEADER, HttpClients, install_crypto_provider, redact_url};
 pub use mock::MockSpec;
+pub use side::KeptCall;
 pub use sse::{Frame, Frames, NotUtf8};
 pub use via::{TraceContext, TraceHeaders, Via, Waited};
 

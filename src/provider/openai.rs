@@ -3,13 +3,14 @@
 
 use std::fmt;
 
+use ::http::Method;
 use ::http::header::{AUTHORIZATION, HeaderName, HeaderValue};
 use reqwest::Url;
 use serde_json::Value;
 
 use super::http::{self, Target, join, post_json, read_json, send, to_body};
 use super::sse::{Decoder, Events};
-use super::{ChunkStream, UpstreamError, Via, Waited};
+use super::{ChunkStream, KeptCall, UpstreamError, Via, Waited};
 use crate::protocol::openai::{
     EmbeddingsBody, RequestBody, chunk_from_str, response_from_value, scan_answer, scan_chunk,
 };
@@ -213,6 +214,59 @@ impl OpenAi {
         } else {
             http::credential(&self.keys, cred, "Bearer ")?.map(|v| (AUTHORIZATION, v))
         })
+    }
+
+    /// Whether the upstream serves the Responses API.
+    pub fn serves_responses(&self) -> bool {
+        self.responses.is_some()
+    }
+
+    /// `POST {base}/responses/input_tokens` with the client's counting body.
+    pub async fn count_tokens(
+        &self,
+        body: &Value,
+        via: Via<'_>,
+        hops: u32,
+    ) -> Result<Value, UpstreamError> {
+        let to = Target::of(&join(&self.base, "responses/input_tokens"))?;
+        let resp = self.post(&to, to_body(body)?, false, via, hops).await?;
+        read_json(resp, "responses token count", via.waited).await
+    }
+
+    /// A response the upstream keeps: `GET` or `DELETE {base}/responses/{id}`, or its
+    /// `input_items` page.
+    pub async fn kept(
+        &self,
+        id: &str,
+        call: KeptCall<'_>,
+        via: Via<'_>,
+        hops: u32,
+    ) -> Result<Value, UpstreamError> {
+        let mut url = self.base.clone();
+        url.path_segments_mut()
+            .map_err(|_| UpstreamError::Connect("the base URL cannot take a path".into()))?
+            .pop_if_empty()
+            .extend(["responses", id]);
+        let method = match call {
+            KeptCall::Get => Method::GET,
+            KeptCall::Delete => Method::DELETE,
+            KeptCall::InputItems(query) => {
+                if let Ok(mut segments) = url.path_segments_mut() {
+                    segments.push("input_items");
+                }
+                url.set_query(query);
+                Method::GET
+            }
+        };
+        let req = http::bodiless(
+            method,
+            &Target::of(&url)?,
+            hops,
+            self.auth(via.cred)?,
+            via.trace,
+        );
+        let resp = send(&self.client, req, via.waited).await?;
+        read_json(resp, "kept response", via.waited).await
     }
 
     pub async fn models(&self, cred: Option<usize>) -> Result<(), UpstreamError> {

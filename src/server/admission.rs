@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::ApiError;
 use super::ctx::Ctx;
+use crate::config::quota::Quota;
 use crate::config::{GatewayKey, Snapshot};
 use crate::router::Chain;
 use crate::spend::{Ask, Holds, Meter, Verdict};
@@ -44,12 +45,39 @@ pub async fn admit(
     ask: Ask,
     ctx: &mut Ctx,
 ) -> Result<(), ApiError> {
-    if key.quota.is_empty() {
+    admit_to(meter, snap, key, &key.quota, ask, ctx).await
+}
+
+/// A call that costs nothing and carries no tokens (a count, a model list): held to the key's
+/// `rpm` alone, in the same counter its chat requests take from.
+pub async fn admit_request(
+    meter: &Arc<Meter>,
+    snap: &Snapshot,
+    key: &GatewayKey,
+    ctx: &mut Ctx,
+) -> Result<(), ApiError> {
+    let rpm = Quota {
+        rpm: key.quota.rpm,
+        rate_fail: key.quota.rate_fail,
+        ..Quota::default()
+    };
+    admit_to(meter, snap, key, &rpm, Ask::default(), ctx).await
+}
+
+async fn admit_to(
+    meter: &Arc<Meter>,
+    snap: &Snapshot,
+    key: &GatewayKey,
+    quota: &Quota,
+    ask: Ask,
+    ctx: &mut Ctx,
+) -> Result<(), ApiError> {
+    if quota.is_empty() {
         return Ok(());
     }
     let hold = snap.server.hold_ttl;
     // Boxed: the shared counters' futures are large.
-    match Box::pin(meter.admit(&key.scope, &key.quota, ask, hold)).await {
+    match Box::pin(meter.admit(&key.scope, quota, ask, hold)).await {
         Verdict::Held(h) => {
             let mut holds = Holds::new(meter.clone());
             holds.push(h);

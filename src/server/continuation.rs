@@ -14,7 +14,7 @@ use super::affinity::response_key;
 use super::ctx::Ctx;
 use super::{ApiError, AppState};
 use crate::exec::ExecError;
-use crate::protocol::responses;
+use crate::protocol::responses::{self, Kept};
 use crate::state::{State, StoredResponse};
 
 /// Where a `previous_response_id` takes the request: its channel, and whether only that one
@@ -56,8 +56,8 @@ pub async fn resolve(
 pub struct Keep {
     /// The response's id: the upstream's own, or this gateway's.
     pub id: Option<String>,
-    /// The conversation up to it, as input items (JSON text), for a translated answer.
-    pub items: Option<String>,
+    /// The conversation up to it and the response itself, for a translated answer.
+    pub kept: Kept,
     /// The client let it be stored (`store` is not false).
     pub store: bool,
 }
@@ -73,15 +73,21 @@ pub async fn keep(state: &AppState, ctx: &Ctx, keep: Keep) {
     let kept = if upstream_keeps {
         keep.store
     } else {
-        keep.items.is_some()
+        keep.kept.items.is_some()
     };
     let Some(id) = keep.id.filter(|_| kept) else {
         return;
     };
+    let ours = if upstream_keeps {
+        Kept::default()
+    } else {
+        keep.kept
+    };
     let stored = StoredResponse {
         channel: served.channel.clone(),
         upstream_keeps,
-        items: keep.items.filter(|_| !upstream_keeps).map(Into::into),
+        items: ours.items.map(Into::into),
+        response: ours.response.map(Into::into),
     };
     let ttl = ctx.snap.affinity.ttl;
     Box::pin(
@@ -127,11 +133,12 @@ pub struct Keeper {
 pub type Keeping = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 impl Keeper {
-    pub fn keep(self, id: &str, items: String) -> Keeping {
+    pub fn keep(self, id: &str, kept: Kept) -> Keeping {
         let stored = StoredResponse {
             channel: self.channel,
             upstream_keeps: false,
-            items: Some(items.into()),
+            items: kept.items.map(Into::into),
+            response: kept.response.map(Into::into),
         };
         let key = response_key(&self.key, id);
         Box::pin(async move {

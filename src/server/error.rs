@@ -46,6 +46,14 @@ pub enum ApiError {
     /// A Responses request continuing a response this gateway does not have.
     #[error("previous response with id {0:?} not found")]
     PreviousResponseNotFound(String),
+    /// A Responses read or delete naming a response this key never got (or one gone).
+    #[error("no response with id {0:?} is kept for this key")]
+    ResponseNotFound(String),
+    /// The response is kept by its channel's upstream, which cannot answer now.
+    #[error(
+        "the response is kept by the upstream of channel {0}, which cannot answer now: retry later"
+    )]
+    ResponseUnavailable(String),
     /// Gateways chained into each other: refused so retries cannot multiply down the chain.
     #[error("routing loop detected: the request has passed {hops} gateways (the limit is {max})")]
     LoopDetected { hops: u32, max: u32 },
@@ -88,7 +96,10 @@ impl ApiError {
             ApiError::InvalidJson(_) | ApiError::Invalid(_) | ApiError::BodyRead => 400,
             ApiError::TooLarge { .. } => 413,
             ApiError::BodyTimeout => 408,
-            ApiError::NotFound(_) | ApiError::PreviousResponseNotFound(_) => 404,
+            ApiError::NotFound(_)
+            | ApiError::PreviousResponseNotFound(_)
+            | ApiError::ResponseNotFound(_) => 404,
+            ApiError::ResponseUnavailable(_) => 503,
             ApiError::MethodNotAllowed => 405,
             ApiError::Exec { err, .. } => err.status(),
             ApiError::Admin(_) => 400,
@@ -112,6 +123,8 @@ impl ApiError {
             ApiError::BodyTimeout => "request_body_timeout",
             ApiError::NotFound(_) => "not_found",
             ApiError::PreviousResponseNotFound(_) => "previous_response_not_found",
+            ApiError::ResponseNotFound(_) => "response_not_found",
+            ApiError::ResponseUnavailable(_) => "response_unavailable",
             ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::Exec { err, .. } => err.code(),
             ApiError::Admin(_) => "invalid_config",
@@ -135,6 +148,7 @@ impl ApiError {
             },
             ApiError::LogUnavailable
             | ApiError::LoopDetected { .. }
+            | ApiError::ResponseUnavailable(_)
             | ApiError::BudgetUnavailable => "server_error",
             // What OpenAI's SDKs and the agents built on them treat as final.
             ApiError::Refused(r) if r.limit == crate::spend::Limit::Budget => "insufficient_quota",

@@ -26,6 +26,8 @@ pub mod hdr {
     pub const PROMPT_TOKENS: HeaderName = HeaderName::from_static("x-switchyard-prompt-tokens");
     pub const TRIMMED_TURNS: HeaderName = HeaderName::from_static("x-switchyard-trimmed-turns");
     pub const COST: HeaderName = HeaderName::from_static("x-switchyard-cost-micros");
+    /// Who counted a token-counting request's tokens: `upstream` or `local`.
+    pub const COUNT: HeaderName = HeaderName::from_static("x-switchyard-count");
 }
 
 pub fn set_header(resp: &mut Response, name: HeaderName, value: &str) {

@@ -22,6 +22,7 @@ mod metrics;
 mod pipeline;
 mod routes;
 mod semantic;
+mod side;
 mod sse;
 
 pub use admin::{refresh, reload};

@@ -99,6 +99,7 @@ async fn pipeline<C: Codec>(
         shared: Some(&state.state),
         trim,
         only: only.map(|(c, _)| &**c),
+        counting: None,
     };
     req.hops = ctx.hops;
     let waited = crate::provider::Waited::default();

@@ -9,11 +9,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 
-use super::ctx::{Ctx, bearer};
+use super::ctx::Ctx;
 use super::headers::{json_response, served};
 use super::ingress::openai::OpenAiEnvelope;
 use super::pipeline::resolve;
-use super::{ApiError, AppState, admin, body, explain, ingress};
+use super::{ApiError, AppState, admin, body, explain, ingress, side};
 use crate::exec;
 use crate::protocol::chain::ChainSpec;
 use crate::protocol::openai;
@@ -22,7 +22,20 @@ use crate::protocol::openai;
 pub fn router(state: AppState, with_admin: bool, with_metrics: bool) -> Router {
     let r = ingress::routes()
         .route("/v1/embeddings", post(embeddings))
-        .route("/v1/models", get(models))
+        .route("/v1/models", get(side::models::list))
+        .route("/v1/models/{model_action}", get(side::models::retrieve))
+        .route("/v1beta/models", get(side::models::gemini_list))
+        .route(
+            "/v1beta/models/{model_action}",
+            get(side::models::gemini_retrieve),
+        )
+        .route("/v1/messages/count_tokens", post(side::count::anthropic))
+        .route("/v1/responses/input_tokens", post(side::count::responses))
+        .route(
+            "/v1/responses/{id}",
+            get(side::kept::get).delete(side::kept::delete),
+        )
+        .route("/v1/responses/{id}/input_items", get(side::kept::items))
         .route("/v1/route/explain", post(explain::route_explain))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz));
@@ -93,6 +106,7 @@ async fn embed(
         shared: Some(&state.state),
         trim: None,
         only: None,
+        counting: None,
     };
     let waited = crate::provider::Waited::default();
     let job = exec::Job {
@@ -130,24 +144,6 @@ async fn embed(
     Ok(out)
 }
 
-async fn models(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    let snap = state.live.load();
-    let Some(key) = bearer(&headers).and_then(|p| snap.authenticate(p)) else {
-        return ApiError::Unauthorized.into_response();
-    };
-    // Only models that some enabled channel of the key's groups serves: the rest would answer
-    // 404 or 503.
-    let data: Vec<Value> = snap
-        .models
-        .iter()
-        .filter(|(m, _)| snap.serves(key, m, true))
-        .map(
-            |(m, _)| json!({"id": &**m, "object": "model", "created": 0, "owned_by": "switchyard"}),
-        )
-        .collect();
-    axum::Json(json!({"object": "list", "data": data})).into_response()
-}
-
 async fn healthz() -> Response {
     axum::Json(json!({"status": "ok"})).into_response()
 }
@@ -181,8 +177,21 @@ async fn readyz(State(state): State<AppState>) -> Response {
     (status, axum::Json(body)).into_response()
 }
 
-async fn not_found(uri: Uri) -> Response {
-    ApiError::NotFound(uri.path().to_string()).into_response()
+/// A path no route knows: logged (for a caller with a valid key; anyone else could fill the
+/// log) and answered in the envelope the client's headers say it reads.
+async fn not_found(State(state): State<AppState>, headers: HeaderMap, uri: Uri) -> Response {
+    let mut ctx = Ctx::new(
+        &state,
+        "unknown_route",
+        side::models::envelope_for(&headers),
+    );
+    if ctx.authenticate(&headers).is_ok() {
+        tracing::warn!(
+            path = uri.path(),
+            "a request for a route the gateway does not serve"
+        );
+    }
+    ctx.fail(ApiError::NotFound(uri.path().to_string()))
 }
 
 async fn method_not_allowed() -> Response {

@@ -89,7 +89,7 @@ impl Memory {
             map.responses.retain(|_, (r, t)| {
                 let keep = *t > now;
                 if !keep {
-                    freed += r.items.as_ref().map_or(0, |i| i.len());
+                    freed += r.size();
                 }
                 keep
             });
@@ -231,7 +231,7 @@ impl StateStore for Memory {
         let mut map = self.lock();
         // Expired ones go (at most once a minute) whether or not the caps are near.
         Self::sweep(&mut map, now);
-        let size = stored.items.as_ref().map_or(0, |i| i.len());
+        let size = stored.size();
         if map.response_bytes + size > MAX_RESPONSE_BYTES || map.responses.len() >= MAX_SESSIONS {
             // Not kept at all: a continuation gets a clear 404, never a half conversation.
             tracing::warn!("kept responses are at their cap; this one is not kept");
@@ -242,7 +242,14 @@ impl StateStore for Memory {
             .responses
             .insert(id.to_string(), (stored.clone(), now + ttl))
         {
-            map.response_bytes -= old.items.as_ref().map_or(0, |i| i.len());
+            map.response_bytes -= old.size();
+        }
+    }
+
+    async fn forget_response(&self, id: &str) {
+        let mut map = self.lock();
+        if let Some((old, _)) = map.responses.remove(id) {
+            map.response_bytes -= old.size();
         }
     }
 }

@@ -53,6 +53,8 @@ pub trait StateStore: Send + Sync {
         stored: &StoredResponse,
         ttl: Duration,
     ) -> impl Future<Output = ()> + Send;
+    /// Forgets a kept response (the client deleted it).
+    fn forget_response(&self, id: &str) -> impl Future<Output = ()> + Send;
 }
 
 /// A response served to a Responses client, kept so a request can continue it
@@ -69,6 +71,17 @@ pub struct StoredResponse {
     /// gateway may keep it (the client did not say `store: false`, it was translated, and it is
     /// within the size cap). Without them only that channel can continue it.
     pub items: Option<Arc<str>>,
+    /// The Response object as it was answered (JSON text), for `GET /v1/responses/{id}`, kept
+    /// with the items.
+    #[serde(default)]
+    pub response: Option<Arc<str>>,
+}
+
+impl StoredResponse {
+    /// Bytes of what it keeps of the conversation.
+    pub fn size(&self) -> usize {
+        self.items.as_ref().map_or(0, |i| i.len()) + self.response.as_ref().map_or(0, |r| r.len())
+    }
 }
 
 /// A change one replica shares with the others, as it travels between them: a circuit
@@ -199,6 +212,13 @@ impl State {
         match self {
             State::Memory(m) => m.keep_response(id, stored, ttl).await,
             State::Redis(r) => r.keep_response(id, stored, ttl).await,
+        }
+    }
+
+    pub async fn forget_response(&self, id: &str) {
+        match self {
+            State::Memory(m) => m.forget_response(id).await,
+            State::Redis(r) => r.forget_response(id).await,
         }
     }
 

@@ -546,4 +546,12 @@ impl StateStore for Redis {
             self.local.keep_response(id, stored, ttl).await;
         }
     }
+
+    async fn forget_response(&self, id: &str) {
+        let key = self.key("resp", id);
+        self.run(|mut c| async move { c.del::<_, ()>(key).await })
+            .await;
+        // It may have been kept here during an outage.
+        self.local.forget_response(id).await;
+    }
 }

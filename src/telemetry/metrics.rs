@@ -131,6 +131,12 @@ pub fn ingress(endpoint: &str) -> &'static str {
         "generateContent" => "gemini",
         "responses" => "responses",
         "embeddings" => "embeddings",
+        // The calls beside chat: each its own value, so they never inflate a protocol's.
+        "messages.count_tokens" => "anthropic.count_tokens",
+        "countTokens" => "gemini.count_tokens",
+        "responses.input_tokens" => "responses.input_tokens",
+        "models" => "models",
+        "responses.retrieve" | "responses.delete" | "responses.input_items" => "responses.kept",
         _ => OTHER,
     }
 }
@@ -147,10 +153,13 @@ pub fn provider_name(kind: Option<ProviderKind>) -> &'static str {
     }
 }
 
-/// `gen_ai.operation.name` of a call: embeddings, Gemini's `generate_content`, else `chat`.
+/// `gen_ai.operation.name` of a call: embeddings, a token count, a kept response, Gemini's
+/// `generate_content`, else `chat`.
 pub fn operation(endpoint: &str, kind: Option<ProviderKind>) -> &'static str {
     match (endpoint, kind) {
         ("embeddings", _) => "embeddings",
+        ("messages.count_tokens" | "countTokens" | "responses.input_tokens", _) => "count_tokens",
+        ("responses.retrieve" | "responses.delete" | "responses.input_items", _) => "kept_response",
         (_, Some(ProviderKind::Gemini)) => "generate_content",
         _ => "chat",
     }

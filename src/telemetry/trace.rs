@@ -73,6 +73,12 @@ pub fn span_name(endpoint: &str) -> &'static str {
         "responses" => "POST /v1/responses",
         "generateContent" => "POST /v1beta/models/{model}:generateContent",
         "embeddings" => "POST /v1/embeddings",
+        "messages.count_tokens" => "POST /v1/messages/count_tokens",
+        "countTokens" => "POST /v1beta/models/{model}:countTokens",
+        "responses.input_tokens" => "POST /v1/responses/input_tokens",
+        "responses.retrieve" => "GET /v1/responses/{id}",
+        "responses.delete" => "DELETE /v1/responses/{id}",
+        "responses.input_items" => "GET /v1/responses/{id}/input_items",
         _ => "POST",
     }
 }

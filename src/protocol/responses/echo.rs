@@ -19,6 +19,16 @@ pub struct Echo {
     pub(super) conversation: Vec<Value>,
 }
 
+/// What the gateway keeps of a Response it answered (JSON text each), when the client lets
+/// it and it is within the size cap.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Kept {
+    /// The conversation after it, as input items: what continues it.
+    pub items: Option<String>,
+    /// The Response object: what `GET /v1/responses/{id}` answers.
+    pub response: Option<String>,
+}
+
 impl Echo {
     /// The conversation to keep after this answer: what was sent, then `output`; `None` when
     /// the client said `store: false` or it is over the size cap.
@@ -31,6 +41,19 @@ impl Echo {
         serde_json::to_string(&all)
             .ok()
             .filter(|t| t.len() <= MAX_KEPT_BYTES)
+    }
+
+    /// What to keep of `response` (a Response object this gateway wrote): the conversation
+    /// after it, and itself, each within the size cap (nothing with `store: false`).
+    pub fn kept(&self, response: &Value) -> Kept {
+        let output = response["output"].as_array().map_or(&[][..], Vec::as_slice);
+        let items = self.kept_with(output);
+        let response = items.as_ref().and_then(|_| {
+            serde_json::to_string(response)
+                .ok()
+                .filter(|t| t.len() <= MAX_KEPT_BYTES)
+        });
+        Kept { items, response }
     }
 
     /// A tool call as its output item: a `custom_tool_call` for a custom tool (its `input`

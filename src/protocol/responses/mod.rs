@@ -27,6 +27,7 @@
 mod echo;
 mod from_client;
 mod from_upstream;
+mod items;
 mod stream_out;
 mod to_client;
 mod to_upstream;
@@ -34,9 +35,10 @@ mod to_upstream;
 #[cfg(test)]
 mod tests;
 
-pub use echo::{Echo, MAX_KEPT_BYTES};
+pub use echo::{Echo, Kept, MAX_KEPT_BYTES};
 pub use from_client::{continue_from, previous_response_id, request_from_value};
 pub use from_upstream::{StreamDecoder, response_from_value};
+pub use items::{ItemsQuery, input_items, items_page};
 pub use stream_out::StreamEncoder;
 pub use to_client::response_to_value;
 pub use to_upstream::for_upstream;

@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use super::echo::skeleton;
+use super::echo::{Kept, skeleton};
 use super::{Echo, message_item, reasoning_item, status_of, usage_json};
 use crate::protocol::{Protocol, StreamChunk, ToolCallDelta, Usage};
 
@@ -364,14 +364,8 @@ impl StreamEncoder {
         self.start(out);
         self.close_text(out);
         self.close_calls(out);
-        let (status, incomplete) = status_of(self.finish.as_deref());
-        let mut r = skeleton(&self.echo, &self.model, status);
-        r["incomplete_details"] = incomplete;
-        r["output"] = Value::Array(self.items());
-        if let Some(u) = &self.usage {
-            r["usage"] = usage_json(u);
-        }
-        let ty = if status == "incomplete" {
+        let r = self.whole();
+        let ty = if r["status"] == "incomplete" {
             "response.incomplete"
         } else {
             "response.completed"
@@ -379,10 +373,26 @@ impl StreamEncoder {
         self.event(out, ty, json!({ "response": r }));
     }
 
-    /// The response's id and the conversation to keep, once the stream completed: this
-    /// gateway's own answer (an upstream that speaks the API keeps its own).
-    pub fn completed(&self) -> Option<(String, Option<String>)> {
-        (!self.passthrough).then(|| (self.echo.id.clone(), self.echo.kept_with(&self.items())))
+    /// The whole response as the stream's last event carries it.
+    fn whole(&self) -> Value {
+        let (status, incomplete) = status_of(self.finish.as_deref());
+        let mut r = skeleton(&self.echo, &self.model, status);
+        r["incomplete_details"] = incomplete;
+        r["output"] = Value::Array(self.items());
+        if let Some(u) = &self.usage {
+            r["usage"] = usage_json(u);
+        }
+        r
+    }
+
+    /// The response's id, the conversation and the response to keep, once the stream
+    /// completed: this gateway's own answer (an upstream that speaks the API keeps its own).
+    pub fn completed(&self) -> Option<(String, Kept)> {
+        if self.passthrough {
+            return None;
+        }
+        let whole = self.whole();
+        Some((self.echo.id.clone(), self.echo.kept(&whole)))
     }
 
     /// A fault after the stream began: `response.failed`, and nothing after it (unless the

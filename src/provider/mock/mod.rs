@@ -11,6 +11,7 @@
 
 mod reply;
 mod server;
+mod side;
 mod spec;
 mod upstream;
 mod wire;

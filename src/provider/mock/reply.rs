@@ -14,7 +14,7 @@ use crate::protocol::{
     ToolCall, ToolCallDelta, Usage,
 };
 
-fn estimate_prompt_tokens(req: &ChatRequest) -> u64 {
+pub(super) fn estimate_prompt_tokens(req: &ChatRequest) -> u64 {
     let chars: usize = req
         .messages
         .iter()

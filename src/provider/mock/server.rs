@@ -20,6 +20,7 @@ use tokio::sync::Notify;
 use super::reply::{
     Paced, embeddings_reply, error_json, paced, pause, reply, reply_chunks, schedule,
 };
+use super::side;
 use super::spec::{Behaviour, MockSpec};
 use super::wire::{Proto, Wire};
 use crate::protocol::ChatRequest;
@@ -36,7 +37,7 @@ pub struct Received {
     pub body: Value,
 }
 
-struct MockState {
+pub(super) struct MockState {
     spec: Mutex<MockSpec>,
     seen: AtomicU64,
     record: bool,
@@ -137,6 +138,20 @@ impl MockServer {
             .route("/v1/embeddings", post(embeddings))
             .route("/embeddings", post(embeddings))
             .route("/v1/models", get(models))
+            .route("/v1/messages/count_tokens", post(side::anthropic_count))
+            .route("/messages/count_tokens", post(side::anthropic_count))
+            .route("/v1/responses/input_tokens", post(side::responses_count))
+            .route("/responses/input_tokens", post(side::responses_count))
+            .route(
+                "/v1/responses/{id}",
+                get(side::get_response).delete(side::delete_response),
+            )
+            .route(
+                "/responses/{id}",
+                get(side::get_response).delete(side::delete_response),
+            )
+            .route("/v1/responses/{id}/input_items", get(side::input_items))
+            .route("/responses/{id}/input_items", get(side::input_items))
             .with_state(state.clone());
         let task = tokio::spawn(serve(listener, app));
         Ok(MockServer { addr, state, task })
@@ -198,11 +213,21 @@ impl MockServer {
 }
 
 /// Everything a mock route reads of a request, taken in one extractor.
-struct Incoming {
+pub(super) struct Incoming {
     uri: axum::http::Uri,
     version: axum::http::Version,
     headers: HeaderMap,
     body: Bytes,
+}
+
+impl Incoming {
+    /// A GET or DELETE: nothing to parse.
+    pub(super) fn bodiless(self) -> Incoming {
+        Incoming {
+            body: Bytes::from_static(b"null"),
+            ..self
+        }
+    }
 }
 
 impl<S: Send + Sync> axum::extract::FromRequest<S> for Incoming {
@@ -222,7 +247,7 @@ impl<S: Send + Sync> axum::extract::FromRequest<S> for Incoming {
 
 /// What every mock route does first: parse the body, count and record the request, and pick
 /// the spec in force.
-fn begin(
+pub(super) fn begin(
     state: &MockState,
     path: &str,
     req: Incoming,
@@ -265,7 +290,7 @@ impl Drop for AbortGuard {
     }
 }
 
-fn status_response(status: u16, retry_after: Option<u64>) -> Response {
+pub(super) fn status_response(status: u16, retry_after: Option<u64>) -> Response {
     let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut resp = (
         code,
@@ -288,7 +313,7 @@ fn status_response(status: u16, retry_after: Option<u64>) -> Response {
     resp
 }
 
-fn bad_request(msg: &str) -> Response {
+pub(super) fn bad_request(msg: &str) -> Response {
     (
         StatusCode::BAD_REQUEST,
         [(header::CONTENT_TYPE, "application/json")],
@@ -321,6 +346,9 @@ async fn generate(
     let Some((model, action)) = model_action.rsplit_once(':') else {
         return bad_request("expected models/{model}:generateContent");
     };
+    if action == "countTokens" {
+        return side::count_in(&state, incoming, crate::protocol::Protocol::Gemini, model).await;
+    }
     let stream = action == "streamGenerateContent";
     answer(
         state,
@@ -468,12 +496,7 @@ async fn embeddings(State(state): State<Arc<MockState>>, incoming: Incoming) -> 
 }
 
 async fn models(State(state): State<Arc<MockState>>, incoming: Incoming) -> Response {
-    // A GET: nothing to parse.
-    let incoming = Incoming {
-        body: Bytes::from_static(b"null"),
-        ..incoming
-    };
-    let (n, spec, _) = match begin(&state, "/models", incoming) {
+    let (n, spec, _) = match begin(&state, "/models", incoming.bodiless()) {
         Ok(b) => b,
         Err(resp) => return *resp,
     };

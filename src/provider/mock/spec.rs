@@ -36,6 +36,9 @@ pub struct MockSpec {
     pub per_key: std::collections::HashMap<String, Fault>,
     /// Standalone server only: a fault for requests naming this (upstream) model.
     pub per_model: std::collections::HashMap<String, Fault>,
+    /// Standalone server only: what its token-counting endpoints answer (else the prompt as
+    /// its usage counts it).
+    pub count_tokens: Option<u64>,
 }
 
 impl Default for MockSpec {
@@ -53,6 +56,7 @@ impl Default for MockSpec {
             script: Vec::new(),
             per_key: std::collections::HashMap::new(),
             per_model: std::collections::HashMap::new(),
+            count_tokens: None,
         }
     }
 }

@@ -37,6 +37,10 @@ pub async fn handle(
     let stream = match model_action.rsplit_once(':') {
         Some((_, "generateContent")) => Some(false),
         Some((_, "streamGenerateContent")) => Some(true),
+        Some((model, "countTokens")) => {
+            let model = model.to_string();
+            return crate::server::side::count::gemini(state, headers, body, model).await;
+        }
         _ => None,
     };
     let (Some(stream), Some((model, _))) = (stream, model_action.rsplit_once(':')) else {

@@ -12,7 +12,9 @@ use super::openai::{OpenAiEnvelope, take_chain};
 use super::{Answer, Codec, Encode, Envelope, Parsed, Rendered, StreamStart};
 use crate::config::Channel;
 use crate::exec::OutcomeClass;
-use crate::protocol::responses::{Echo, StreamEncoder, request_from_value, response_to_value};
+use crate::protocol::responses::{
+    Echo, Kept, StreamEncoder, request_from_value, response_to_value,
+};
 use crate::protocol::{ChatResponse, Protocol, StreamChunk};
 use crate::server::AppState;
 use crate::server::continuation::{self, Keep, Keeper, Keeping};
@@ -64,18 +66,16 @@ impl Codec for Responses {
                     raw.body,
                     Keep {
                         id,
-                        items: None,
+                        kept: Kept::default(),
                         store: echo.store,
                     },
                 )
             }
             _ => {
                 let v = response_to_value(&resp, echo, a.model);
-                let output = v["output"].as_array().map_or(&[][..], Vec::as_slice);
-                let items = echo.kept_with(output);
                 let keep = Keep {
                     id: Some(echo.id.clone()),
-                    items,
+                    kept: echo.kept(&v),
                     store: echo.store,
                 };
                 (v, keep)
@@ -95,7 +95,7 @@ impl Codec for Responses {
         // now. A translated one is kept when its stream completes.
         let keep = s.answer.as_sent.then(|| Keep {
             id: s.committed.head.iter().find_map(|c| c.id.clone()),
-            items: None,
+            kept: Kept::default(),
             store: echo.store,
         });
         let keeper = continuation::keeper(s.state, s.ctx, echo.store);
@@ -126,7 +126,8 @@ impl Encode for ResponsesEncoder {
     fn done(&mut self, out: &mut Vec<u8>) -> Option<Keeping> {
         self.enc.done(out);
         let keeper = self.keeper.take()?;
-        let (id, items) = self.enc.completed()?;
-        Some(keeper.keep(&id, items?))
+        let (id, kept) = self.enc.completed()?;
+        kept.items.as_ref()?;
+        Some(keeper.keep(&id, kept))
     }
 }
