@@ -181,7 +181,7 @@ claude() { # model, prompt
 claude_clean() { python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); sys.exit(1 if r["is_error"] or r["permission_denials"] else 0)' "$work/last.out"; }
 
 gemini() { # model, prompt
-  fresh gemini
+  [ "${GEMINI_KEEP_CWD:-}" = 1 ] || fresh gemini
   mkdir -p "$work/gemini/home/.gemini"
   cat >"$work/gemini/home/.gemini/settings.json" <<JSON
 {"security": {"auth": {"selectedType": "gemini-api-key"}},
@@ -220,10 +220,18 @@ claude claude-plain "Say hello." || true
 check "claude: plain turn" claude_plain
 claude claude-tool "Write the marker file." || true
 check "claude: shell round trip" claude_trip
+# `/context` counts the system prompt, tools and skills with `POST /v1/messages/count_tokens`.
+claude claude-plain "/context" || true
+check "claude: /context (token counting)" has "Context Usage"
 
 echo "== Gemini CLI $GEMINI_VERSION (Gemini API)"
 gemini gemini-plain "Say hello." || true
 check "gemini: plain turn" has "PLAIN_OK"
+# A prompt with an image: Gemini CLI counts its tokens (`:countTokens`) before it sends it.
+fresh gemini
+python3 -c 'import base64,sys; open(sys.argv[1], "wb").write(base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="))' "$work/gemini/cwd/pic.png"
+GEMINI_KEEP_CWD=1 gemini gemini-plain "Describe @pic.png" || true
+check "gemini: an image prompt, its tokens counted first" has "PLAIN_OK"
 gemini gemini-tool "Write the marker file." || true
 check "gemini: shell round trip" round_trip gemini
 
@@ -238,22 +246,38 @@ check "aider: suggested shell command run" marked "$work/aider/cwd"
 # ---- every conversation failed over from the dead channel ---------------------------------
 # A conversation's first turn fails over from the dead primary; its next turns go straight to
 # the channel that served it (each agent's session header binds it there).
-curl -fsS -H "authorization: Bearer $ADMIN" "$url/admin/requests?limit=200" >"$work/last.out"
+curl -fsS -H "authorization: Bearer $ADMIN" "$url/admin/requests?limit=500" >"$work/last.out"
 : >"$work/last.err"
 check "every agent's requests failed over from the dead primary before the first token" python3 - "$work/last.out" <<'PY'
 import json, sys
 rows = json.load(open(sys.argv[1]))["data"]
+want = {"responses", "messages", "generateContent", "chat.completions"}
 def failed_over(r):
     a = r["attempts"]
     return len(a) >= 2 and a[0]["channel"] == "dead" and a[0]["reason"] == "connection_error"
-bad = [r for r in rows if r["status"] != 200 or r["channel"] == "dead"
+chats = [r for r in rows if r["endpoint"] in want]
+bad = [r for r in chats if r["status"] != 200 or r["channel"] == "dead"
        or not (failed_over(r) or r["affinity"] == "kept")]
-endpoints = {r["endpoint"] for r in rows if failed_over(r)}
-print(f"{len(rows)} requests; failed over on {sorted(endpoints)}; {len(bad)} not served cleanly")
+endpoints = {r["endpoint"] for r in chats if failed_over(r)}
+print(f"{len(chats)} chat requests; failed over on {sorted(endpoints)}; {len(bad)} not served cleanly")
 for r in bad:
     print(json.dumps(r)[:400])
-want = {"responses", "messages", "generateContent", "chat.completions"}
 sys.exit(1 if bad or not want <= endpoints else 0)
+PY
+# The calls beside chat (token counts, model lists...) and any route the gateway does not
+# serve are in the log too: none of them may have been refused.
+check "no agent call answered 404 or failed (token counts, model lists, unknown routes)" python3 - "$work/last.out" <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))["data"]
+chat = {"responses", "messages", "generateContent", "chat.completions"}
+side = [r for r in rows if r["endpoint"] not in chat]
+bad = [r for r in rows if r["status"] == 404 or (r in side and r["status"] != 200)]
+seen = {r["endpoint"] for r in side}
+print(f"{len(side)} calls beside chat: {sorted(seen)}; {len(bad)} refused")
+for r in bad:
+    print(json.dumps(r)[:400])
+# Claude Code's `/context` and Gemini CLI's image prompt each counted tokens.
+sys.exit(1 if bad or not {"messages.count_tokens", "countTokens"} <= seen else 0)
 PY
 
 echo "$passed passed, $failed failed"

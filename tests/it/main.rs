@@ -35,6 +35,7 @@ mod schemathesis;
 mod semantic;
 mod semantic_data;
 mod semantic_eval;
+mod side;
 mod soak;
 mod spend;
 mod sse_frames;

@@ -6,11 +6,17 @@ anthropic and gemini. Then drives the gateway with the openai (Chat Completions 
 anthropic and google-genai SDKs: plain, streaming, tools and streamed tools, in every client x
 channel combination; the
 anthropic SDK also gets every provider's reasoning as thinking blocks and sends them back.
+Then the calls beside chat, in every client x channel combination: token counting (forwarded
+to a channel of the client's protocol, which answers a count the checks know, else counted by
+the gateway: within 10 % of the family's own tokenizer on a fixed text, and more for a longer
+text, a tool, a system prompt or an image), model lists (paged, filtered by the key's groups),
+retrieval and its 404, and the responses the gateway keeps, read, listed and deleted.
 Any warning is an error. Prints 'N passed, N failed' and exits non-zero on a failure.
 
     python tests/sdk/matrix.py path/to/switchyard
 """
 
+import base64
 import json
 import os
 import re
@@ -27,6 +33,7 @@ warnings.simplefilter("error")
 import anthropic  # noqa: E402
 import openai  # noqa: E402
 from google import genai  # noqa: E402
+from google.genai import errors as genai_errors  # noqa: E402
 from google.genai import types  # noqa: E402
 
 BIN = sys.argv[1]
@@ -35,6 +42,15 @@ TEXT = "Hello from the matrix."
 TOOL_ARGS = {"city": "Paris"}
 REASONING = "Thinking it over."
 KINDS = ("openai", "anthropic", "gemini", "responses")
+NARROW_KEY = "sk-matrix-narrow-01"
+# What the text mock answers a token count with.
+COUNTED = 4242
+# Counted by the gateway with each family's tokenizer: the client protocol, the model, and a
+# fixed text of a kind that family's calibration fits, with its count by the family's own
+# tokenizer (tests/fixtures/tokens/estimates.json).
+FAMILY_MODELS = ("claude-sonnet-4-5", "gemini-2.5-flash", "gpt-4o")
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "tokens", "estimates.json")
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
 
 
 def spawn(args, marker):
@@ -60,7 +76,11 @@ def main():
             f.write(f"chunks = 3\ntext = {json.dumps(TEXT)}\nreasoning = {json.dumps(REASONING)}\n")
         reason_mock, reason_url = spawn(["mock", "--port", "0", "--spec", reason_spec], "listening on ")
         procs.append(reason_mock)
-        text_mock, text_url = spawn(["mock", "--port", "0", "--text", TEXT, "--chunks", "3"], "listening on ")
+        # The text mock also answers every token count with a number the checks know.
+        text_spec = os.path.join(work, "text.toml")
+        with open(text_spec, "w") as f:
+            f.write(f"chunks = 3\ntext = {json.dumps(TEXT)}\ncount_tokens = {COUNTED}\n")
+        text_mock, text_url = spawn(["mock", "--port", "0", "--spec", text_spec], "listening on ")
         tool_mock, tool_url = spawn(["mock", "--port", "0", "--spec", spec], "listening on ")
         procs += [text_mock, tool_mock]
         root = lambda url: url.rsplit("/v1", 1)[0]  # noqa: E731
@@ -74,9 +94,19 @@ def main():
                     f'[[channels]]\nname = "{kind}-{purpose}"\nprovider = "{provider}"\nbase_url = "{base}"\n'
                     f'api_keys = ["sk-upstream-matrix"]\nmodels = ["{kind}-{purpose}"]\n{extra}\n'
                 )
+        # Models named like their families on a chat-only channel: every count of theirs is
+        # made by the gateway. And one model only the narrow key's group reaches.
+        families = ", ".join(f'"{m}"' for m in FAMILY_MODELS)
+        channels += (
+            f'[[channels]]\nname = "local-count"\nprovider = "openai"\nbase_url = "{text_url}"\n'
+            f'api_keys = ["sk-upstream-matrix"]\nmodels = [{families}]\n\n'
+            f'[[channels]]\nname = "narrow"\nprovider = "openai"\nbase_url = "{text_url}"\n'
+            f'api_keys = ["sk-upstream-matrix"]\nmodels = ["narrow-model"]\ngroups = ["narrow"]\n\n'
+        )
         config = os.path.join(work, "gw.toml")
         with open(config, "w") as f:
-            f.write(f'[log]\nsqlite_path = "{work}/gw.db"\n[[keys]]\nname = "matrix"\nkey = "{KEY}"\n\n{channels}')
+            f.write(f'[log]\nsqlite_path = "{work}/gw.db"\n[[keys]]\nname = "matrix"\nkey = "{KEY}"\n'
+                    f'[[keys]]\nname = "narrow"\nkey = "{NARROW_KEY}"\ngroups = ["narrow"]\n\n{channels}')
         gw, gw_url = spawn(["serve", "--listen", "127.0.0.1:0", "--config", config], "switchyard listening on ")
         procs.append(gw)
         return run(gw_url)
@@ -180,10 +210,136 @@ def check_gemini(url, kind):
     assert len(calls) == 1 and calls[0].args == TOOL_ARGS, calls
 
 
+def fixture(kind, family):
+    """A fixed text of `kind` and its count by `family`'s own tokenizer."""
+    with open(FIXTURES) as f:
+        texts = json.load(f)["texts"]
+    t = next(t for t in texts if t["kind"] == kind and t[family] > 300)
+    return t["text"], t[family]
+
+
+def near(n, reference):
+    return abs(n - reference) <= reference / 10
+
+
+def check_anthropic_side(url, kind):
+    """Token counting (forwarded to an Anthropic channel, else counted here), the model list
+    in Anthropic's shape, paged and filtered by the key's groups, and its 404."""
+    c = anthropic.Anthropic(base_url=url, api_key=KEY, max_retries=0)
+    ask = [{"role": "user", "content": "hi"}]
+    raw = c.messages.with_raw_response.count_tokens(model=f"{kind}-text", messages=ask)
+    n, who = raw.parse().input_tokens, raw.headers.get("x-switchyard-count")
+    assert (n, who) == ((COUNTED, "upstream") if kind == "anthropic" else (n, "local")), (n, who)
+    assert kind == "anthropic" or n != COUNTED, n
+    text, reference = fixture("code-rust", "claude")
+    base = c.messages.count_tokens(model="claude-sonnet-4-5", messages=[{"role": "user", "content": text}]).input_tokens
+    assert near(base, reference), (base, reference)
+    tools = [{"name": "weather", "description": "Current weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]
+    image = [{"type": "text", "text": text}, {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}]
+    for what, more in (("longer", {"messages": [{"role": "user", "content": text + text}]}),
+                       ("tool", {"messages": [{"role": "user", "content": text}], "tools": tools}),
+                       ("system", {"messages": [{"role": "user", "content": text}], "system": "Be brief and exact."}),
+                       ("image", {"messages": [{"role": "user", "content": image}]})):
+        m = c.messages.count_tokens(model="claude-sonnet-4-5", **more).input_tokens
+        assert m > base, (what, m, base)
+    ids = [m.id for m in c.models.list(limit=2)]  # pages of two, followed to the end
+    assert f"{kind}-text" in ids and "narrow-model" in ids and ids == sorted(ids), ids
+    m = c.models.retrieve(f"{kind}-text")
+    assert (m.type, m.display_name) == ("model", f"{kind}-text"), m
+    try:
+        c.models.retrieve("no-such-model")
+        raise AssertionError("an unknown model was found")
+    except anthropic.NotFoundError:
+        pass
+    with anthropic.Anthropic(base_url=url, api_key=NARROW_KEY, max_retries=0) as narrow:
+        assert [m.id for m in narrow.models.list()] == ["narrow-model"]
+    c.close()
+
+
+def check_gemini_side(url, kind):
+    c = genai.Client(api_key=KEY, http_options=types.HttpOptions(base_url=url))
+    r = c.models.count_tokens(model=f"{kind}-text", contents="hi")
+    who = r.sdk_http_response.headers.get("x-switchyard-count")
+    assert (r.total_tokens, who) == ((COUNTED, "upstream") if kind == "gemini" else (r.total_tokens, "local")), r
+    text, reference = fixture("log", "gemini")
+    base = c.models.count_tokens(model="gemini-2.5-flash", contents=text).total_tokens
+    assert near(base, reference), (base, reference)
+    longer = c.models.count_tokens(model="gemini-2.5-flash", contents=text + text).total_tokens
+    picture = types.Part.from_bytes(data=base64.b64decode(PNG), mime_type="image/png")
+    imaged = c.models.count_tokens(model="gemini-2.5-flash", contents=[text, picture]).total_tokens
+    assert longer > base and imaged > base, (base, longer, imaged)
+    names = [m.name for m in c.models.list(config={"page_size": 2})]
+    assert f"models/{kind}-text" in names and names == sorted(names), names
+    m = c.models.get(model="gemini-2.5-flash")
+    assert (m.name, m.input_token_limit) == ("models/gemini-2.5-flash", 1048576), m
+    assert "countTokens" in m.supported_actions, m
+    try:
+        c.models.get(model="no-such-model")
+        raise AssertionError("an unknown model was found")
+    except genai_errors.ClientError as e:
+        assert e.code == 404, e
+    with genai.Client(api_key=NARROW_KEY, http_options=types.HttpOptions(base_url=url)) as narrow:
+        assert [m.name for m in narrow.models.list()] == ["models/narrow-model"]
+    c.close()
+
+
+def check_openai_side(url, kind):
+    """Counting Responses input, the model list and retrieval, and the responses the gateway
+    keeps: read, listed, deleted (asked of the channel itself when it keeps them)."""
+    c = openai.OpenAI(base_url=url + "/v1", api_key=KEY, max_retries=0)
+    raw = c.responses.input_tokens.with_raw_response.count(model=f"{kind}-text", input="hi")
+    r, who = raw.parse(), raw.headers.get("x-switchyard-count")
+    assert r.object == "response.input_tokens", r
+    assert (r.input_tokens, who) == ((COUNTED, "upstream") if kind == "responses" else (r.input_tokens, "local")), r
+    text, reference = fixture("prose-en", "o200k_base")
+    base = c.responses.input_tokens.count(model="gpt-4o", input=text).input_tokens
+    assert near(base, reference), (base, reference)
+    tools = [{"type": "function", "name": "weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]
+    image = [{"role": "user", "content": [{"type": "input_text", "text": text},
+                                          {"type": "input_image", "image_url": f"data:image/png;base64,{PNG}"}]}]
+    for what, more in (("longer", {"input": text + text}), ("tool", {"input": text, "tools": tools}),
+                       ("instructions", {"input": text, "instructions": "Be brief."}), ("image", {"input": image})):
+        m = c.responses.input_tokens.count(model="gpt-4o", **more).input_tokens
+        assert m > base, (what, m, base)
+    ids = [m.id for m in c.models.list()]
+    assert f"{kind}-text" in ids and "narrow-model" in ids, ids
+    assert c.models.retrieve(f"{kind}-text").object == "model"
+    try:
+        c.models.retrieve("no-such-model")
+        raise AssertionError("an unknown model was found")
+    except openai.NotFoundError:
+        pass
+    narrow = openai.OpenAI(base_url=url + "/v1", api_key=NARROW_KEY, max_retries=0)
+    assert [m.id for m in narrow.models.list()] == ["narrow-model"]
+    made = c.responses.create(model=f"{kind}-text", input="keep me")
+    got = c.responses.retrieve(made.id)
+    assert (got.id, got.output_text) == (made.id, TEXT), got
+    items = list(c.responses.input_items.list(made.id))
+    assert items and items[0].type == "message", items
+    if kind != "responses":  # the gateway answered it: its own record of the input
+        assert items[0].content[0].text == "keep me", items
+    try:
+        narrow.responses.retrieve(made.id)
+        raise AssertionError("another key read the response")
+    except openai.NotFoundError:
+        pass
+    c.responses.delete(made.id)
+    try:
+        c.responses.retrieve(made.id)
+        raise AssertionError("a deleted response was read")
+    except openai.NotFoundError:
+        pass
+    narrow.close()
+    c.close()
+
+
 def run(url):
     passed = failed = 0
     for client, check in (("openai", check_openai), ("openai responses", check_responses),
-                          ("anthropic", check_anthropic), ("gemini", check_gemini)):
+                          ("anthropic", check_anthropic), ("gemini", check_gemini),
+                          ("openai side calls", check_openai_side),
+                          ("anthropic side calls", check_anthropic_side),
+                          ("gemini side calls", check_gemini_side)):
         for kind in KINDS:
             name = f"{client} SDK -> {kind} channel"
             try:
