@@ -4,7 +4,8 @@
 # (Chat Completions). Each does one plain turn and one shell round trip (the model calls the
 # agent's shell tool, the agent runs it, the model answers the result; Aider, which has no
 # tools, runs the shell block the model suggests). Every request first hits a dead primary
-# channel (connection refused) and fails over to the mock before the first token.
+# channel (connection refused) and fails over to the mock before the first token. Claude Code's
+# `/context` and Gemini CLI's image prompt count tokens first; no call may be answered 404.
 #
 #   scripts/agents-e2e.sh                      # installs the pinned agents once, then runs
 #   SWITCHYARD_AGENTS_DIR=/path scripts/agents-e2e.sh
