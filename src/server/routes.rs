@@ -3,7 +3,7 @@
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -23,11 +23,14 @@ pub fn router(state: AppState, with_admin: bool, with_metrics: bool) -> Router {
     let r = ingress::routes()
         .route("/v1/embeddings", post(embeddings))
         .route("/v1/models", get(side::models::list))
-        .route("/v1/models/{model_action}", get(side::models::retrieve))
+        .route(
+            "/v1/models/{model_action}",
+            get(side::models::retrieve).post(gemini_post),
+        )
         .route("/v1beta/models", get(side::models::gemini_list))
         .route(
             "/v1beta/models/{model_action}",
-            get(side::models::gemini_retrieve),
+            get(side::models::gemini_retrieve).post(gemini_post),
         )
         .route("/v1/messages/count_tokens", post(side::count::anthropic))
         .route("/v1/responses/input_tokens", post(side::count::responses))
@@ -142,6 +145,27 @@ async fn embed(
     out.headers_mut()
         .insert(super::headers::hdr::COST, cost.into());
     Ok(out)
+}
+
+/// Gemini's `POST models/{model}:{action}`: token counting beside chat, the rest the
+/// protocol's (which refuses an action it does not know).
+async fn gemini_post(
+    State(state): State<AppState>,
+    Path(model_action): Path<String>,
+    Query(q): Query<ingress::gemini::KeyQuery>,
+    mut headers: HeaderMap,
+    body: Body,
+) -> Response {
+    match model_action.strip_suffix(":countTokens") {
+        Some(model) => {
+            q.into_header(&mut headers);
+            side::count::gemini(state, headers, body, model.to_string()).await
+        }
+        None => {
+            let (path, query) = (Path(model_action), Query(q));
+            ingress::gemini::handle(State(state), path, query, headers, body).await
+        }
+    }
 }
 
 async fn healthz() -> Response {

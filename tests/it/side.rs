@@ -232,7 +232,11 @@ async fn a_count_fails_over_between_channels_that_count_and_is_counted_here_when
     let gw = gateway(&channel("est", "anthropic", &plain, "[\"m\"]", "")).await;
     let (path, body) = count_request("anthropic", "m", json!("Hello there"));
     let (code, who, v) = count(&gw, &path, body).await;
-    assert_eq!((code, who.as_str(), tokens("anthropic", &v)), (200, "upstream", 6), "{v}");
+    assert_eq!(
+        (code, who.as_str(), tokens("anthropic", &v)),
+        (200, "upstream", 6),
+        "{v}"
+    );
 }
 
 /// A text of the token fixtures with its count by a family's own tokenizer.

@@ -6,9 +6,11 @@
 //! also records what it received, for tests that must see what crossed the wire.
 //!
 //! `spec` says how to answer (text, timings, faults), `reply` builds the canonical answer and
-//! its paced schedule, `upstream` and `server` are the two forms, and `wire` writes the
-//! server's answers in each protocol it speaks.
+//! its paced schedule, `upstream` and `server` are the two forms, `exchange` what every server
+//! route shares (its state, the request as read), `wire` writes the server's answers in each
+//! protocol it speaks, and `side` its calls beside chat (token counts, kept responses).
 
+mod exchange;
 mod reply;
 mod server;
 mod side;
@@ -16,6 +18,7 @@ mod spec;
 mod upstream;
 mod wire;
 
-pub use server::{MockServer, Received};
+pub use exchange::Received;
+pub use server::MockServer;
 pub use spec::{Fault, MockSpec, MockToolCall};
 pub use upstream::MockUpstream;

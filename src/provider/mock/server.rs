@@ -17,40 +17,12 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 
-use super::reply::{
-    Paced, embeddings_reply, error_json, paced, pause, reply, reply_chunks, schedule,
-};
+use super::exchange::{Incoming, MockState, Received, bad_request, begin, status_response};
+use super::reply::{Paced, embeddings_reply, paced, pause, reply, reply_chunks, schedule};
 use super::side;
 use super::spec::{Behaviour, MockSpec};
 use super::wire::{Proto, Wire};
 use crate::protocol::ChatRequest;
-
-/// What the mock server received: path, headers and JSON body of one request.
-#[derive(Debug, Clone)]
-pub struct Received {
-    /// The route that answered (`/chat/completions`, `/embeddings`).
-    pub path: String,
-    /// The request's path and query as sent.
-    pub uri: String,
-    pub version: axum::http::Version,
-    pub headers: HeaderMap,
-    pub body: Value,
-}
-
-pub(super) struct MockState {
-    spec: Mutex<MockSpec>,
-    seen: AtomicU64,
-    record: bool,
-    received: Mutex<Vec<Received>>,
-    /// Responses whose connection went away before the answer was complete.
-    aborted: AtomicU64,
-    /// Responses sent to the end (for a stream: its last byte was taken by the connection).
-    completed: AtomicU64,
-    /// Requests being answered now, and the most there ever were at once.
-    in_flight: AtomicU64,
-    max_in_flight: AtomicU64,
-    changed: Notify,
-}
 
 /// A running standalone mock server on 127.0.0.1.
 pub struct MockServer {
@@ -212,65 +184,6 @@ impl MockServer {
     }
 }
 
-/// Everything a mock route reads of a request, taken in one extractor.
-pub(super) struct Incoming {
-    uri: axum::http::Uri,
-    version: axum::http::Version,
-    headers: HeaderMap,
-    body: Bytes,
-}
-
-impl Incoming {
-    /// A GET or DELETE: nothing to parse.
-    pub(super) fn bodiless(self) -> Incoming {
-        Incoming {
-            body: Bytes::from_static(b"null"),
-            ..self
-        }
-    }
-}
-
-impl<S: Send + Sync> axum::extract::FromRequest<S> for Incoming {
-    type Rejection = axum::extract::rejection::BytesRejection;
-
-    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, Self::Rejection> {
-        let (uri, version, headers) = (req.uri().clone(), req.version(), req.headers().clone());
-        let body = Bytes::from_request(req, state).await?;
-        Ok(Incoming {
-            uri,
-            version,
-            headers,
-            body,
-        })
-    }
-}
-
-/// What every mock route does first: parse the body, count and record the request, and pick
-/// the spec in force.
-pub(super) fn begin(
-    state: &MockState,
-    path: &str,
-    req: Incoming,
-) -> Result<(u64, MockSpec, Value), Box<Response>> {
-    let body: Value = serde_json::from_slice(&req.body)
-        .map_err(|e| Box::new(bad_request(&format!("invalid JSON: {e}"))))?;
-    let n = state.seen.fetch_add(1, Ordering::SeqCst);
-    if state.record
-        && let Ok(mut r) = state.received.lock()
-    {
-        r.push(Received {
-            path: path.to_string(),
-            uri: req.uri.to_string(),
-            version: req.version,
-            headers: req.headers,
-            body: body.clone(),
-        });
-    }
-    state.changed.notify_waiters();
-    let spec = state.spec.lock().map(|s| s.clone()).unwrap_or_default();
-    Ok((n, spec, body))
-}
-
 /// Counts an abort when dropped before `done` is set: the peer went away mid-answer.
 struct AbortGuard {
     state: Arc<MockState>,
@@ -288,39 +201,6 @@ impl Drop for AbortGuard {
         counter.fetch_add(1, Ordering::SeqCst);
         self.state.changed.notify_waiters();
     }
-}
-
-pub(super) fn status_response(status: u16, retry_after: Option<u64>) -> Response {
-    let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut resp = (
-        code,
-        [(header::CONTENT_TYPE, "application/json")],
-        error_json(status).to_string(),
-    )
-        .into_response();
-    if let Some(s) = retry_after
-        && let Ok(v) = s.to_string().parse()
-    {
-        resp.headers_mut().insert(header::RETRY_AFTER, v);
-    }
-    if (300..400).contains(&status) {
-        // Back to this same mock: a client that follows it shows up as a second request.
-        resp.headers_mut().insert(
-            header::LOCATION,
-            header::HeaderValue::from_static("/v1/chat/completions?redirected=1"),
-        );
-    }
-    resp
-}
-
-pub(super) fn bad_request(msg: &str) -> Response {
-    (
-        StatusCode::BAD_REQUEST,
-        [(header::CONTENT_TYPE, "application/json")],
-        json!({"error": {"message": msg, "type": "invalid_request_error", "param": null, "code": null}})
-            .to_string(),
-    )
-        .into_response()
 }
 
 async fn chat(State(state): State<Arc<MockState>>, incoming: Incoming) -> Response {

@@ -10,8 +10,8 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
+use super::exchange::{Incoming, MockState, bad_request, begin, status_response};
 use super::reply::{estimate_prompt_tokens, reply};
-use super::server::{Incoming, MockState, bad_request, begin, status_response};
 use super::spec::Behaviour;
 use crate::protocol::{Protocol, count, responses};
 

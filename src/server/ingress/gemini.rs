@@ -23,6 +23,21 @@ pub struct KeyQuery {
     key: Option<String>,
 }
 
+impl KeyQuery {
+    /// The key may come as a query parameter: presented like the header form.
+    pub fn into_header(self, headers: &mut HeaderMap) {
+        if let Some(k) = self
+            .key
+            .as_deref()
+            .and_then(|k| HeaderValue::from_str(k).ok())
+        {
+            headers.insert("x-goog-api-key", k);
+        }
+    }
+}
+
+/// `models/{model}:generateContent` and `:streamGenerateContent` (any other action is a 404;
+/// `:countTokens` is routed beside it, by `server::routes`).
 pub async fn handle(
     State(state): State<AppState>,
     Path(model_action): Path<String>,
@@ -30,17 +45,10 @@ pub async fn handle(
     mut headers: HeaderMap,
     body: Body,
 ) -> Response {
-    // The key may come as a query parameter: present it like the header form.
-    if let Some(k) = q.key.as_deref().and_then(|k| HeaderValue::from_str(k).ok()) {
-        headers.insert("x-goog-api-key", k);
-    }
+    q.into_header(&mut headers);
     let stream = match model_action.rsplit_once(':') {
         Some((_, "generateContent")) => Some(false),
         Some((_, "streamGenerateContent")) => Some(true),
-        Some((model, "countTokens")) => {
-            let model = model.to_string();
-            return crate::server::side::count::gemini(state, headers, body, model).await;
-        }
         _ => None,
     };
     let (Some(stream), Some((model, _))) = (stream, model_action.rsplit_once(':')) else {

@@ -25,14 +25,13 @@ use crate::exec::{Committed, OutcomeClass};
 use crate::protocol::chain::ChainSpec;
 use crate::protocol::{ChatRequest, ChatResponse, StreamChunk};
 
-/// Every client protocol's routes.
+/// Every client protocol's routes but Gemini's, whose paths it shares with its token counting
+/// (`server::routes` sends `:countTokens` beside, the rest to [`gemini::handle`]).
 pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/v1/chat/completions", post(openai::handle))
         .route("/v1/messages", post(anthropic::handle))
         .route("/v1/responses", post(responses::handle))
-        .route("/v1beta/models/{model_action}", post(gemini::handle))
-        .route("/v1/models/{model_action}", post(gemini::handle))
 }
 
 /// A request as a protocol read it.
