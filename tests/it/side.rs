@@ -83,6 +83,10 @@ fn tokens(proto: &str, v: &Value) -> u64 {
 async fn count(gw: &Gateway, path: &str, body: Value) -> (u16, String, Value) {
     let resp = gw.post_as(path, KEY, &[], body).await;
     let status = resp.status().as_u16();
+    assert!(
+        header(&resp, "x-request-id").starts_with("req_"),
+        "{status}"
+    );
     let who = header(&resp, "x-switchyard-count").to_string();
     (status, who, resp.json().await.expect("JSON answer"))
 }
@@ -167,7 +171,14 @@ async fn a_count_goes_to_a_channel_that_counts_in_the_clients_protocol_else_it_i
         })
         .collect();
     assert_eq!(counts.len(), 6, "{rows:?}");
+    // Each row has its count as the prompt's tokens: the three forwarded ones the mock's.
+    let forwarded = counts
+        .iter()
+        .filter(|r| r["prompt_tokens"] == COUNTED)
+        .count();
+    assert_eq!(forwarded, 3, "{counts:?}");
     for r in &counts {
+        assert!(r["prompt_tokens"].as_u64().is_some_and(|n| n > 0), "{r}");
         assert_eq!(r["status"], 200, "{r}");
         assert!(r["cost_micros"].as_u64().unwrap_or(0) == 0, "{r}");
         let charges = client()
@@ -276,8 +287,23 @@ fn with_tool(proto: &str, body: &mut Value) {
     }
 }
 
+const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==";
+/// A one-page PDF's first bytes, base64: what matters is that it is a document part.
+const PDF: &str = "JVBERi0xLjQKMSAwIG9iago8PCAvVHlwZSAvQ2F0YWxvZyA+PgplbmRvYmoKdHJhaWxlcgo8PCAvUm9vdCAxIDAgUiA+PgolJUVPRgo=";
+
+fn document_parts(proto: &str, text: &str) -> Value {
+    match proto {
+        "anthropic" => json!([{"type": "text", "text": text},
+            {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": PDF}}]),
+        "gemini" => {
+            json!([{"text": text}, {"inlineData": {"mimeType": "application/pdf", "data": PDF}}])
+        }
+        _ => json!([{"type": "input_text", "text": text},
+            {"type": "input_file", "filename": "a.pdf", "file_data": format!("data:application/pdf;base64,{PDF}")}]),
+    }
+}
+
 fn image_parts(proto: &str, text: &str) -> Value {
-    const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==";
     match proto {
         "anthropic" => json!([{"type": "text", "text": text},
             {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}]),
@@ -288,8 +314,7 @@ fn image_parts(proto: &str, text: &str) -> Value {
 }
 
 #[tokio::test]
-async fn a_local_count_is_the_model_familys_within_ten_percent_and_counts_tools_images_and_length()
-{
+async fn a_local_count_is_the_model_familys_within_ten_percent_and_counts_tools_images_documents() {
     let up = mock(text_spec("ok")).await;
     let models = "[\"claude-sonnet-4-5\", \"gemini-2.5-flash\", \"gpt-4o\"]";
     let gw = gateway(&channel("plain", "openai", &up, models, "")).await;
@@ -317,10 +342,12 @@ async fn a_local_count_is_the_model_familys_within_ten_percent_and_counts_tools_
         let mut tooled = body.clone();
         with_tool(proto, &mut tooled);
         let imaged = count_request(proto, model, image_parts(proto, &text)).1;
+        let documented = count_request(proto, model, document_parts(proto, &text)).1;
         for (what, more) in [
             ("a longer text", longer),
             ("a tool", tooled),
             ("an image", imaged),
+            ("a document", documented),
         ] {
             let (status, _, w) = count(&gw, &path, more).await;
             assert_eq!(status, 200, "{proto} with {what}: {w}");
@@ -425,7 +452,15 @@ async fn get_as(gw: &Gateway, shape: &str, path: &str, key: &str) -> (u16, Value
         _ => rb.bearer_auth(key),
     };
     let resp = rb.send().await.unwrap();
-    (resp.status().as_u16(), resp.json().await.unwrap())
+    let status = resp.status().as_u16();
+    // Answers and refusals alike name their row in the log.
+    if status != 401 {
+        assert!(
+            header(&resp, "x-request-id").starts_with("req_"),
+            "{status} {path}"
+        );
+    }
+    (status, resp.json().await.unwrap())
 }
 
 const NARROW: &str = "sk-narrow-key-000001";
