@@ -6,6 +6,7 @@
 //! know still reaches the upstream.
 
 pub mod anthropic;
+pub mod bedrock;
 pub mod chain;
 pub mod count;
 mod crossing;

@@ -23,11 +23,32 @@ pub trait Decoder: Send + Unpin {
     fn at_end(&self) -> Result<(), &'static str>;
 }
 
+/// How a body's bytes are cut into events: SSE's grammar ([`Frames`]), or another framing
+/// whose messages carry an event name and a text payload (AWS's event stream).
+pub trait Framing: Send + Unpin {
+    type Error: std::fmt::Display;
+    fn push(&mut self, bytes: &[u8]);
+    /// The next whole event, if one is in; `ended`: no more bytes will come.
+    fn next(&mut self, ended: bool) -> Result<Option<Frame>, Self::Error>;
+}
+
+impl Framing for Frames {
+    type Error = NotUtf8;
+
+    fn push(&mut self, bytes: &[u8]) {
+        Frames::push(self, bytes);
+    }
+
+    fn next(&mut self, ended: bool) -> Result<Option<Frame>, NotUtf8> {
+        Frames::next(self, ended)
+    }
+}
+
 /// A decoder's events over an upstream body (`Incoming` in the gateway; any body of bytes for
-/// the fuzz targets, which drive this very code).
-pub struct Events<D, B = hyper::body::Incoming> {
+/// the fuzz targets, which drive this very code), cut by `F` (SSE unless said).
+pub struct Events<D, B = hyper::body::Incoming, F = Frames> {
     body: B,
-    frames: Frames,
+    frames: F,
     /// The upstream's bytes ended.
     ended: bool,
     decoder: D,
@@ -45,9 +66,16 @@ impl<D: Decoder> Events<D> {
 
 impl<D: Decoder, B> Events<D, B> {
     pub fn over(body: B, decoder: D, raw: Option<Protocol>) -> Self {
+        Events::framed(body, Frames::default(), decoder, raw)
+    }
+}
+
+impl<D: Decoder, B, F: Framing> Events<D, B, F> {
+    /// Events cut from `body` by `frames`.
+    pub fn framed(body: B, frames: F, decoder: D, raw: Option<Protocol>) -> Self {
         Events {
             body,
-            frames: Frames::default(),
+            frames,
             ended: false,
             decoder,
             raw,
@@ -65,7 +93,7 @@ impl<D: Decoder, B> Events<D, B> {
     }
 }
 
-impl<D: Decoder, B> Stream for Events<D, B>
+impl<D: Decoder, B, F: Framing> Stream for Events<D, B, F>
 where
     B: Body<Data = bytes::Bytes> + Unpin,
     B::Error: std::error::Error + 'static,
