@@ -342,15 +342,21 @@ pub async fn send(
 ) -> Result<Response, UpstreamError> {
     // Until the status (and, for an error, its body) is in, the time is the upstream's.
     let _waiting = waited.start();
-    // hyper's errors name no URL (it may carry credentials, `?key=`).
-    let resp = client
-        .request(req)
-        .await
-        .map_err(|e| UpstreamError::Connect(error_chain(&e)))?;
+    let resp = answer(client, req).await?;
     if resp.status().is_success() {
         return Ok(resp);
     }
     Err(status_error(resp).await)
+}
+
+/// The upstream's answer, whatever its status (a provider that reads more of an error than its
+/// status and body); only a connection that failed is an error here.
+pub async fn answer(client: &Client, req: Request<Full<Bytes>>) -> Result<Response, UpstreamError> {
+    // hyper's errors name no URL (it may carry credentials, `?key=`).
+    client
+        .request(req)
+        .await
+        .map_err(|e| UpstreamError::Connect(error_chain(&e)))
 }
 
 /// A whole upstream answer as JSON, never more than [`MAX_RESPONSE_BODY`] bytes of it.
@@ -405,7 +411,7 @@ fn too_large(cap: usize) -> UpstreamError {
 }
 
 /// A non-2xx answer: its status, Retry-After and (capped) body, for classification.
-async fn status_error(resp: Response) -> UpstreamError {
+pub async fn status_error(resp: Response) -> UpstreamError {
     let status = resp.status().as_u16();
     let retry_after = parse_retry_after(resp.headers());
     let content_type = resp

@@ -3,6 +3,7 @@
 //! `exec`'s job, from the typed [`UpstreamError`] they return).
 
 mod anthropic;
+pub mod auth;
 mod gemini;
 mod http;
 pub mod mock;
