@@ -494,6 +494,11 @@ pub struct ChannelConfig {
     #[serde(default)]
     pub responses: bool,
     pub mock: Option<MockSpec>,
+    /// `bedrock` channels: the AWS region (its endpoint, and what SigV4 signs for).
+    pub region: Option<String>,
+    /// `bedrock` channels: AWS credentials (else `credentials` as Bedrock API keys, else the
+    /// standard AWS chain).
+    pub aws: Option<AwsConfig>,
     /// The channel's own rates (a reseller's), over the model's price: USD per 1M tokens.
     pub price: Option<crate::pricing::PriceConfig>,
     /// `{ usd, period, on_exhausted, soft, fail }`: what may be spent per period.
@@ -504,6 +509,15 @@ pub struct ChannelConfig {
     pub max_concurrency: Option<NonZeroU32>,
     /// What `rpm`, `tpm` and `max_concurrency` do when the shared counter is unreachable.
     pub limits_fail: Option<super::quota::Fail>,
+}
+
+/// `aws = { access_key_id, secret_access_key, session_token }`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AwsConfig {
+    pub access_key_id: String,
+    pub secret_access_key: String,
+    pub session_token: Option<String>,
 }
 
 fn default_credential_cooldown() -> u64 {

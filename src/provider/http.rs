@@ -198,7 +198,7 @@ pub fn credential(
 /// upstream; only the hop count, the content type, what the protocol needs and the key.
 pub fn post_json(
     to: &Target,
-    body: Vec<u8>,
+    body: impl Into<Bytes>,
     stream: bool,
     hops: u32,
     auth: Option<(HeaderName, HeaderValue)>,
@@ -209,7 +209,7 @@ pub fn post_json(
     } else {
         "application/json"
     };
-    let mut req = request(Method::POST, to, Full::new(Bytes::from(body)));
+    let mut req = request(Method::POST, to, Full::new(body.into()));
     let h = req.headers_mut();
     h.insert(HOPS_HEADER, HeaderValue::from(hops.saturating_add(1)));
     h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));

@@ -4,6 +4,7 @@
 
 mod anthropic;
 pub mod auth;
+mod bedrock;
 mod gemini;
 mod http;
 pub mod mock;
@@ -43,6 +44,8 @@ pub enum ProviderKind {
     Gemini,
     /// The built-in mock, answered in-process.
     Mock,
+    /// AWS Bedrock (`bedrock-runtime`: Converse, and InvokeModel for Anthropic clients).
+    Bedrock,
 }
 
 impl ProviderKind {
@@ -50,7 +53,10 @@ impl ProviderKind {
     pub fn protocol(self) -> crate::protocol::Protocol {
         use crate::protocol::Protocol;
         match self {
-            ProviderKind::Anthropic => Protocol::AnthropicMessages,
+            // Converse is Anthropic's Messages in other words (its errors are put in
+            // Anthropic's envelope): what crossing to it loses is what crossing to Anthropic
+            // loses.
+            ProviderKind::Anthropic | ProviderKind::Bedrock => Protocol::AnthropicMessages,
             ProviderKind::Gemini => Protocol::Gemini,
             ProviderKind::Openai | ProviderKind::Azure | ProviderKind::Mock => Protocol::OpenAiChat,
         }
@@ -63,6 +69,7 @@ impl ProviderKind {
             ProviderKind::Azure => "azure",
             ProviderKind::Gemini => "gemini",
             ProviderKind::Mock => "mock",
+            ProviderKind::Bedrock => "bedrock",
         }
     }
 }
@@ -77,6 +84,8 @@ pub enum UpstreamSpec {
 
 #[derive(Debug, Clone)]
 pub struct HttpSpec {
+    /// The channel's name: what keeps a fetched credential's cache across reloads.
+    pub channel: String,
     pub api: Api,
     /// An http:// or https:// URL that can be a base.
     pub base: Url,
@@ -101,6 +110,20 @@ pub enum Api {
     },
     Anthropic,
     Gemini,
+    Bedrock {
+        region: String,
+        /// The channel's own AWS credentials (else its keys as Bedrock API keys, else the
+        /// standard chain).
+        aws: Option<AwsKeys>,
+    },
+}
+
+/// AWS credentials as a channel gives them.
+#[derive(Debug, Clone)]
+pub struct AwsKeys {
+    pub access_key_id: String,
+    pub secret_access_key: Secret,
+    pub session_token: Option<Secret>,
 }
 
 /// What went wrong with one upstream call, before any classification.
@@ -165,6 +188,7 @@ pub enum Upstream {
     OpenAi(Box<openai::OpenAi>),
     Anthropic(anthropic::Anthropic),
     Gemini(gemini::Gemini),
+    Bedrock(Box<bedrock::Bedrock>),
     Mock(mock::MockUpstream),
 }
 
@@ -196,6 +220,12 @@ impl Upstream {
                 anthropic::Anthropic::new(h.base, keys, client).map_err(|e| e.to_string())?,
             ),
             Api::Gemini => Upstream::Gemini(gemini::Gemini::new(h.base, keys, client)),
+            Api::Bedrock { region, aws } => {
+                let auth = bedrock_auth(&h.channel, &region, keys, aws, &client)?;
+                Upstream::Bedrock(Box::new(bedrock::Bedrock::new(
+                    h.base, region, auth, client,
+                )))
+            }
         })
     }
 
@@ -205,6 +235,7 @@ impl Upstream {
             Upstream::OpenAi(o) => o.endpoint(),
             Upstream::Anthropic(a) => a.endpoint(),
             Upstream::Gemini(g) => g.endpoint(),
+            Upstream::Bedrock(b) => b.endpoint(),
             Upstream::Mock(_) => "in-process mock".into(),
         }
     }
@@ -215,6 +246,7 @@ impl Upstream {
             Upstream::OpenAi(o) => o.base(),
             Upstream::Anthropic(a) => a.base(),
             Upstream::Gemini(g) => g.base(),
+            Upstream::Bedrock(b) => b.base(),
             Upstream::Mock(_) => return None,
         };
         Some((url.host_str()?.to_string(), url.port_or_known_default()?))
@@ -231,6 +263,7 @@ impl Upstream {
             Upstream::OpenAi(o) => o.chat(req, model, via).await,
             Upstream::Anthropic(a) => a.chat(req, model, via).await,
             Upstream::Gemini(g) => g.chat(req, model, via).await,
+            Upstream::Bedrock(b) => b.chat(req, model, via).await,
             Upstream::Mock(m) => m.chat(req, model, via.waited).await,
         }
     }
@@ -246,6 +279,7 @@ impl Upstream {
             Upstream::OpenAi(o) => o.chat_stream(req, model, via).await,
             Upstream::Anthropic(a) => a.chat_stream(req, model, via).await,
             Upstream::Gemini(g) => g.chat_stream(req, model, via).await,
+            Upstream::Bedrock(b) => b.chat_stream(req, model, via).await,
             Upstream::Mock(m) => m.chat_stream(req, model).await,
         }
     }
@@ -260,12 +294,14 @@ impl Upstream {
             Upstream::OpenAi(o) => o.embeddings(req, model, via).await,
             // Anthropic serves no embeddings: a channel listing an embedding model is
             // misconfigured, and the request fails over.
-            Upstream::Anthropic(_) | Upstream::Gemini(_) => Err(UpstreamError::Status {
-                status: 404,
-                retry_after: None,
-                body: Bytes::from_static(b"no embeddings endpoint for this provider kind"),
-                content_type: None,
-            }),
+            Upstream::Anthropic(_) | Upstream::Gemini(_) | Upstream::Bedrock(_) => {
+                Err(UpstreamError::Status {
+                    status: 404,
+                    retry_after: None,
+                    body: Bytes::from_static(b"no embeddings endpoint for this provider kind"),
+                    content_type: None,
+                })
+            }
             Upstream::Mock(m) => m.embeddings(req, model, via.waited).await,
         }
     }
@@ -276,7 +312,44 @@ impl Upstream {
             Upstream::OpenAi(o) => o.models(cred).await,
             Upstream::Anthropic(a) => a.models(cred).await,
             Upstream::Gemini(g) => g.models(cred).await,
+            Upstream::Bedrock(b) => b.models(cred).await,
             Upstream::Mock(m) => m.models().await,
         }
     }
+
+    /// A fetched credential's state (AWS temporary credentials, Google tokens), for the health
+    /// view; `None` for keys given as they are.
+    pub fn auth_status(&self) -> Option<auth::AuthStatus> {
+        match self {
+            Upstream::Bedrock(b) => b.auth_status(),
+            _ => None,
+        }
+    }
+}
+
+/// A Bedrock channel's authentication: its keys as Bedrock API keys, else its `aws`
+/// credentials, else the standard AWS chain.
+fn bedrock_auth(
+    channel: &str,
+    region: &str,
+    keys: Vec<Secret>,
+    aws: Option<AwsKeys>,
+    client: &http::Client,
+) -> Result<bedrock::BedrockAuth, String> {
+    if !keys.is_empty() {
+        return Ok(bedrock::BedrockAuth::Keys(keys));
+    }
+    let source = match aws {
+        Some(k) => auth::aws::AwsSource::Static(
+            auth::aws::AwsCredentials {
+                access_key_id: k.access_key_id,
+                secret_access_key: k.secret_access_key,
+                session_token: k.session_token,
+                expires: None,
+            },
+            "the channel's aws",
+        ),
+        None => auth::aws::chain(channel, region, &|k| std::env::var(k).ok(), client.clone())?,
+    };
+    Ok(bedrock::BedrockAuth::Aws(source))
 }

@@ -37,7 +37,7 @@ impl Upstream {
             Upstream::Anthropic(_) => Some(Protocol::AnthropicMessages),
             Upstream::Gemini(_) => Some(Protocol::Gemini),
             Upstream::OpenAi(o) if o.serves_responses() => Some(Protocol::OpenAiResponses),
-            Upstream::OpenAi(_) | Upstream::Mock(_) => None,
+            Upstream::OpenAi(_) | Upstream::Bedrock(_) | Upstream::Mock(_) => None,
         }
     }
 
@@ -59,7 +59,9 @@ impl Upstream {
             Upstream::Anthropic(a) => a.count_tokens(&body, via, hops).await?,
             Upstream::Gemini(g) => g.count_tokens(&body, model, via, hops).await?,
             Upstream::OpenAi(o) => o.count_tokens(&body, via, hops).await?,
-            Upstream::Mock(_) => return Err(not_served("no token counting here")),
+            Upstream::Bedrock(_) | Upstream::Mock(_) => {
+                return Err(not_served("no token counting here"));
+            }
         };
         if count::tokens_of(p, &v).is_none() {
             return Err(crate::protocol::InvalidUpstream {

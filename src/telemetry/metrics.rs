@@ -149,6 +149,7 @@ pub fn provider_name(kind: Option<ProviderKind>) -> &'static str {
         Some(ProviderKind::Anthropic) => "anthropic",
         Some(ProviderKind::Gemini) => "gcp.gemini",
         Some(ProviderKind::Mock) => "switchyard.mock",
+        Some(ProviderKind::Bedrock) => "aws.bedrock",
         None => OTHER,
     }
 }

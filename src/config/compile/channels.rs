@@ -12,7 +12,7 @@ use super::FieldError;
 use crate::config::file::{ChannelConfig, CircuitBreakerConfig, ProbeKindConfig, Timeouts};
 use crate::config::settings::{BreakerSettings, Limits, ProbeKind, ProbeSettings};
 use crate::config::snapshot::{Channel, DEFAULT_GROUP, ModelRoute};
-use crate::provider::{Api, HttpClients, HttpSpec, ProviderKind, Upstream, UpstreamSpec};
+use crate::provider::{Api, AwsKeys, HttpClients, HttpSpec, ProviderKind, Upstream, UpstreamSpec};
 use crate::secret::Secret;
 
 /// The channels, and model name → the channels that list it, in config order.
@@ -115,6 +115,14 @@ fn credentials(c: &ChannelConfig, i: usize) -> Result<Vec<(Arc<str>, Limits)>, F
         }
     }
     let mut labels: Vec<(Arc<str>, Limits)> = Vec::new();
+    // A channel that signs its own way has one credential, its identity (named, never shown).
+    if c.provider == ProviderKind::Bedrock && c.api_keys.is_empty() && c.credentials.is_empty() {
+        let label = match &c.aws {
+            Some(a) => format!("aws-{}", fingerprint(&a.access_key_id)),
+            None => "aws-chain".into(),
+        };
+        labels.push((label.into(), Limits::default()));
+    }
     for k in &c.api_keys {
         labels.push((fingerprint(k).into(), Limits::default()));
     }
@@ -196,7 +204,9 @@ fn upstream_spec(
     if c.mock.is_some() {
         return Err(("mock", "only allowed with provider = \"mock\"".into()));
     }
-    let base = c.base_url.as_deref().ok_or((
+    cloud_fields(c)?;
+    let default_base = default_base(c)?;
+    let base = c.base_url.as_deref().or(default_base.as_deref()).ok_or((
         "base_url",
         format!("is required for provider = \"{}\"", c.provider.as_str()),
     ))?;
@@ -223,6 +233,14 @@ fn upstream_spec(
         },
         ProviderKind::Anthropic => Api::Anthropic,
         ProviderKind::Gemini => Api::Gemini,
+        ProviderKind::Bedrock => Api::Bedrock {
+            region: c.region.clone().unwrap_or_default(),
+            aws: c.aws.as_ref().map(|a| AwsKeys {
+                access_key_id: a.access_key_id.clone(),
+                secret_access_key: Secret::new(a.secret_access_key.as_str()),
+                session_token: a.session_token.as_deref().map(Secret::new),
+            }),
+        },
         ProviderKind::Openai | ProviderKind::Mock => Api::OpenAi {
             stream_usage: c.stream_usage,
             responses: c.responses,
@@ -237,12 +255,63 @@ fn upstream_spec(
             .collect()
     };
     Ok(UpstreamSpec::Http(HttpSpec {
+        channel: c.name.clone(),
         api,
         base,
         keys,
         http2: c.http2,
         connect_timeout,
     }))
+}
+
+/// The fields only a cloud kind takes, refused on the others and checked on its own.
+fn cloud_fields(c: &ChannelConfig) -> Result<(), (&'static str, String)> {
+    let bedrock = c.provider == ProviderKind::Bedrock;
+    if !bedrock && c.region.is_some() {
+        return Err(("region", "only for provider = \"bedrock\"".into()));
+    }
+    if !bedrock && c.aws.is_some() {
+        return Err(("aws", "only for provider = \"bedrock\"".into()));
+    }
+    if bedrock {
+        let region = c.region.as_deref().unwrap_or_default();
+        let valid = !region.is_empty()
+            && region
+                .chars()
+                .all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || ch == '-');
+        if !valid {
+            return Err((
+                "region",
+                "is required for provider = \"bedrock\": an AWS region such as us-east-1".into(),
+            ));
+        }
+        if c.aws.is_some() && (!c.api_keys.is_empty() || !c.credentials.is_empty()) {
+            return Err((
+                "aws",
+                "give either aws (SigV4) or credentials (Bedrock API keys), not both".into(),
+            ));
+        }
+        if let Some(a) = &c.aws
+            && (a.access_key_id.is_empty() || a.secret_access_key.is_empty())
+        {
+            return Err((
+                "aws",
+                "access_key_id and secret_access_key must not be empty".into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The base URL a cloud kind has without one: Bedrock's regional runtime endpoint.
+fn default_base(c: &ChannelConfig) -> Result<Option<String>, (&'static str, String)> {
+    Ok(match c.provider {
+        ProviderKind::Bedrock => c
+            .region
+            .as_ref()
+            .map(|r| format!("https://bedrock-runtime.{r}.amazonaws.com")),
+        _ => None,
+    })
 }
 
 /// Adds the channel's models to the index: names not empty, none listed twice.

@@ -82,7 +82,7 @@ impl ServiceAccount {
 
 /// Where a Vertex channel's token comes from.
 pub enum TokenSource {
-    Account(ServiceAccount, Client),
+    Account(Box<ServiceAccount>, Client),
     Metadata { host: String, client: Client },
 }
 
