@@ -4,6 +4,7 @@
 mod admin;
 mod affinity;
 mod anthropic;
+mod bedrock;
 mod budgets;
 mod chains;
 mod chaos;

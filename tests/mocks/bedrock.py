@@ -177,7 +177,7 @@ class Handler(BaseHTTPRequestHandler):
                 "InvalidSignatureException" if "signature" in why else "UnrecognizedClientException")
             return self.aws_error(kind, f"request refused: {why}", 403)
         if fault and not fault.get("in_stream"):
-            return self.aws_error(fault["exception"], "mock fault", fault.get("status"))
+            return self.aws_error(fault["exception"], fault.get("message", "mock fault"), fault.get("status"))
         try:
             body = json.loads(raw)
         except ValueError:

@@ -146,6 +146,7 @@ pub fn chain(channel: &str, region: &str, env: &Env, client: Client) -> Result<A
 /// The profile's settings from the shared credentials file, then the config file (`[profile
 /// name]` there, `[default]` as is); `None` when neither file names it.
 fn profile(env: &Env) -> Result<Option<HashMap<String, String>>, String> {
+    let env = |k: &str| env(k).filter(|v| !v.is_empty());
     let home = env("HOME").unwrap_or_default();
     let name = env("AWS_PROFILE").unwrap_or_else(|| "default".into());
     let files = [

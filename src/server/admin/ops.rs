@@ -135,6 +135,25 @@ pub async fn reload(admin: Admin) -> Response {
 }
 
 /// Channel health as the router sees it: score, success rate, circuit and cooldowns.
+/// A fetched credential's state as the health view shows it (never the credential).
+fn token_json(st: &crate::provider::auth::AuthStatus) -> Value {
+    let at = |t: Option<std::time::SystemTime>| {
+        t.map(|t| humantime::format_rfc3339_seconds(t).to_string())
+    };
+    let left = st
+        .expires
+        .and_then(|e| e.duration_since(std::time::SystemTime::now()).ok())
+        .map(|d| d.as_secs());
+    json!({
+        "source": st.source,
+        "expires_at": at(st.expires),
+        "expires_in_seconds": left,
+        "refreshed_at": at(st.refreshed),
+        "last_refresh_error": st.error,
+        "fetches": st.fetches,
+    })
+}
+
 pub async fn health(admin: Admin) -> Response {
     let (state, snap) = (&admin.state, &admin.snap);
     let known = state.health.report(&snap.health);
@@ -169,6 +188,13 @@ pub async fn health(admin: Admin) -> Response {
                 if !list.iter().any(|c| c["label"] == **label) {
                     list.push(json!({"label": &**label, "in_flight": 0, "disabled": false,
                         "cooling_seconds_left": null, "models_forbidden": []}));
+                }
+            }
+            // A fetched credential (AWS temporary credentials, a Google token): where it comes
+            // from, when it expires, its last refresh and that refresh's error.
+            if let Some(st) = ch.upstream.auth_status() {
+                for c in list.iter_mut() {
+                    c["token"] = token_json(&st);
                 }
             }
         }

@@ -8,6 +8,7 @@
 //! - [`redis`]: replicas sharing state through the test Redis;
 //! - [`postgres`]: a fresh PostgreSQL database per test;
 //! - [`binary`]: the binary started as a user runs it;
+//! - [`clouds`]: the clouds' mocks (Bedrock, Vertex), Python, checking signatures and tokens;
 //! - [`collectors`]: a real Prometheus and a real OTLP receiver (Phoenix), queried over HTTP;
 //! - [`control`]: stores on both backends, replicas on one store, admin calls;
 //! - [`receiver`]: a webhook receiver that keeps what it got and answers from a script;
@@ -15,6 +16,7 @@
 //! - [`wait`]: waiting on a condition with a deadline, the one way tests wait.
 
 mod binary;
+mod clouds;
 mod collectors;
 mod control;
 mod gateway;
@@ -29,6 +31,7 @@ mod sse;
 mod wait;
 
 pub use self::binary::*;
+pub use self::clouds::*;
 pub use self::collectors::*;
 pub use self::control::*;
 pub use self::gateway::*;
