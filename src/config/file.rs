@@ -499,6 +499,14 @@ pub struct ChannelConfig {
     /// `bedrock` channels: AWS credentials (else `credentials` as Bedrock API keys, else the
     /// standard AWS chain).
     pub aws: Option<AwsConfig>,
+    /// `vertex` channels: the Google Cloud project.
+    pub project: Option<String>,
+    /// `vertex` channels: `global` or a region (`us-east5`).
+    pub location: Option<String>,
+    /// `vertex` channels: a service account's key, as JSON (a secret).
+    pub credentials_json: Option<String>,
+    /// `vertex` channels: a file holding a service account's key.
+    pub credentials_file: Option<String>,
     /// The channel's own rates (a reseller's), over the model's price: USD per 1M tokens.
     pub price: Option<crate::pricing::PriceConfig>,
     /// `{ usd, period, on_exhausted, soft, fail }`: what may be spent per period.
@@ -578,11 +586,16 @@ impl ChannelConfig {
     }
 }
 
-/// `"gpt-4o"` or `{ name = "gpt-4o", upstream = "gpt-4o-2024-08-06" }`.
+/// `"gpt-4o"` or `{ name = "gpt-4o", upstream = "gpt-4o-2024-08-06" }` (on a `vertex`
+/// channel also `publisher = "anthropic" | "google" | "openapi"`).
 #[derive(Debug)]
 pub enum ModelEntry {
     Name(String),
-    Mapped { name: String, upstream: String },
+    Mapped {
+        name: String,
+        upstream: String,
+        publisher: Option<String>,
+    },
 }
 
 #[derive(Deserialize)]
@@ -590,6 +603,7 @@ pub enum ModelEntry {
 struct MappedModel {
     name: String,
     upstream: String,
+    publisher: Option<String>,
 }
 
 /// By hand rather than `untagged`, so a table keeps `deny_unknown_fields` and its error names
@@ -614,6 +628,7 @@ impl<'de> Deserialize<'de> for ModelEntry {
                 Ok(ModelEntry::Mapped {
                     name: m.name,
                     upstream: m.upstream,
+                    publisher: m.publisher,
                 })
             }
         }
@@ -631,6 +646,13 @@ impl ModelEntry {
         match self {
             ModelEntry::Name(n) => n,
             ModelEntry::Mapped { upstream, .. } => upstream,
+        }
+    }
+    /// The Vertex publisher named for it, if any.
+    pub fn publisher(&self) -> Option<&str> {
+        match self {
+            ModelEntry::Name(_) => None,
+            ModelEntry::Mapped { publisher, .. } => publisher.as_deref(),
         }
     }
 }

@@ -164,7 +164,7 @@ impl Limit {
 /// own provider accepts, is a translation defect: failed over, never returned as the client's.
 /// Only a 400 that names that content counts: any other (context too long, a bad parameter)
 /// stays the client's, returned as is, as clients such as Claude Code act on it.
-fn translated(mut f: Failure, ch: &Channel, req: &ChatRequest) -> Failure {
+fn translated(mut f: Failure, ch: &Channel, model: &str, req: &ChatRequest) -> Failure {
     let about_history = |p: &Passthrough| {
         let body = String::from_utf8_lossy(&p.body).to_ascii_lowercase();
         ["signature", "thinking", "thought"]
@@ -172,7 +172,7 @@ fn translated(mut f: Failure, ch: &Channel, req: &ChatRequest) -> Failure {
             .any(|w| body.contains(w))
     };
     if f.class == OutcomeClass::ClientError
-        && ch.kind.protocol() != req.origin
+        && ch.upstream.protocol(ch.kind, model) != req.origin
         && f.passthrough.as_ref().is_some_and(about_history)
         && req.has_provider_only_history()
     {
@@ -184,10 +184,10 @@ fn translated(mut f: Failure, ch: &Channel, req: &ChatRequest) -> Failure {
 
 /// A client error that says the prompt exceeds the model's window, as this channel's protocol
 /// says it: its own class, so a larger context fallback may take the request.
-fn overflowed(mut f: Failure, ch: &Channel) -> Failure {
+fn overflowed(mut f: Failure, ch: &Channel, model: &str) -> Failure {
     if f.class == OutcomeClass::ClientError
         && let Some(p) = f.passthrough.as_mut()
-        && outcome::context_exceeded(ch.kind.protocol(), p)
+        && outcome::context_exceeded(ch.upstream.protocol(ch.kind, model), p)
     {
         p.context_window = true;
         f.class = OutcomeClass::ContextWindow;
@@ -195,9 +195,10 @@ fn overflowed(mut f: Failure, ch: &Channel) -> Failure {
     f
 }
 
-/// What a chat attempt's failure is, as seen from its channel and request.
-fn judged(f: Failure, ch: &Channel, req: &ChatRequest) -> Failure {
-    overflowed(translated(f, ch, req), ch)
+/// What a chat attempt's failure is, as seen from its channel, the upstream model it asked
+/// and the request.
+fn judged(f: Failure, ch: &Channel, model: &str, req: &ChatRequest) -> Failure {
+    overflowed(translated(f, ch, model, req), ch, model)
 }
 
 /// The key's or request's trimming choice.
@@ -232,7 +233,7 @@ pub async fn chat(
             ch.upstream.chat(req, &c.upstream_model, c.via()),
         )
         .await
-        .map_err(|f| judged(f, ch, req))
+        .map_err(|f| judged(f, ch, &c.upstream_model, req))
     })
     .await?;
     if let (Some(mut slot), Some(total)) = (slot, resp.usage.as_ref().and_then(Usage::total)) {

@@ -88,7 +88,7 @@ async fn open(c: Call<'_>, req: &ChatRequest) -> Result<Committed, Failure> {
     };
     match timeout_at(Instant::now() + limit.within, first).await {
         Err(_) => Err(limit.expired("first token timeout")),
-        Ok(r) => r.map_err(|f| judged(f, ch, req)),
+        Ok(r) => r.map_err(|f| judged(f, ch, &c.upstream_model, req)),
     }
 }
 

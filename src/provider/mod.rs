@@ -11,6 +11,7 @@ pub mod mock;
 mod openai;
 mod side;
 mod sse;
+pub mod vertex;
 mod via;
 
 use std::pin::Pin;
@@ -25,7 +26,7 @@ use serde_json::Value;
 use crate::protocol::{ChatRequest, ChatResponse, EmbeddingsRequest, InvalidUpstream, StreamChunk};
 use crate::secret::Secret;
 
-pub use http::{HOPS_HEADER, HttpClients, install_crypto_provider, redact_url};
+pub use http::{HOPS_HEADER, HttpClients, install_crypto_provider, join as http_join, redact_url};
 pub use mock::MockSpec;
 pub use side::KeptCall;
 pub use sse::{Frame, Frames, NotUtf8};
@@ -46,6 +47,8 @@ pub enum ProviderKind {
     Mock,
     /// AWS Bedrock (`bedrock-runtime`: Converse, and InvokeModel for Anthropic clients).
     Bedrock,
+    /// Google Vertex AI: Gemini, Claude and open models of one project and location.
+    Vertex,
 }
 
 impl ProviderKind {
@@ -57,7 +60,8 @@ impl ProviderKind {
             // Anthropic's envelope): what crossing to it loses is what crossing to Anthropic
             // loses.
             ProviderKind::Anthropic | ProviderKind::Bedrock => Protocol::AnthropicMessages,
-            ProviderKind::Gemini => Protocol::Gemini,
+            // Per model on Vertex (`Upstream::protocol`); Gemini's is its first.
+            ProviderKind::Gemini | ProviderKind::Vertex => Protocol::Gemini,
             ProviderKind::Openai | ProviderKind::Azure | ProviderKind::Mock => Protocol::OpenAiChat,
         }
     }
@@ -70,6 +74,7 @@ impl ProviderKind {
             ProviderKind::Gemini => "gemini",
             ProviderKind::Mock => "mock",
             ProviderKind::Bedrock => "bedrock",
+            ProviderKind::Vertex => "vertex",
         }
     }
 }
@@ -116,6 +121,21 @@ pub enum Api {
         /// standard chain).
         aws: Option<AwsKeys>,
     },
+    Vertex {
+        /// Where its access tokens come from.
+        auth: GoogleAuth,
+        /// Upstream model name → its publisher.
+        publishers: std::collections::HashMap<String, vertex::Publisher>,
+    },
+}
+
+/// Where a Vertex channel's access tokens come from.
+#[derive(Debug, Clone)]
+pub enum GoogleAuth {
+    /// A service account's key file, as JSON (checked at load).
+    ServiceAccount(Secret),
+    /// The metadata server at this host.
+    Metadata(String),
 }
 
 /// AWS credentials as a channel gives them.
@@ -189,6 +209,7 @@ pub enum Upstream {
     Anthropic(anthropic::Anthropic),
     Gemini(gemini::Gemini),
     Bedrock(Box<bedrock::Bedrock>),
+    Vertex(Box<vertex::Vertex>),
     Mock(mock::MockUpstream),
 }
 
@@ -226,7 +247,37 @@ impl Upstream {
                     h.base, region, auth, client,
                 )))
             }
+            Api::Vertex { auth, publishers } => {
+                let source = match auth {
+                    GoogleAuth::ServiceAccount(json) => auth::google::TokenSource::Account(
+                        Box::new(auth::google::ServiceAccount::from_json(json.expose())?),
+                        client.clone(),
+                    ),
+                    GoogleAuth::Metadata(host) => auth::google::TokenSource::Metadata {
+                        host,
+                        client: client.clone(),
+                    },
+                };
+                let key = format!(
+                    "google:{}:{}",
+                    h.channel,
+                    auth::fingerprint(&[&source.identity()])
+                );
+                let token = auth::shared(key, || source);
+                Upstream::Vertex(Box::new(vertex::Vertex::new(
+                    h.base, token, publishers, client,
+                )))
+            }
         })
+    }
+
+    /// The wire protocol a call for `model` speaks (a Vertex channel's depends on the model's
+    /// publisher), for translation losses and the upstream's wording of errors.
+    pub fn protocol(&self, kind: ProviderKind, model: &str) -> crate::protocol::Protocol {
+        match self {
+            Upstream::Vertex(v) => v.publisher(model).protocol(),
+            _ => kind.protocol(),
+        }
     }
 
     /// Where a chat completion goes (credentials redacted), for `switchyard check`.
@@ -236,6 +287,7 @@ impl Upstream {
             Upstream::Anthropic(a) => a.endpoint(),
             Upstream::Gemini(g) => g.endpoint(),
             Upstream::Bedrock(b) => b.endpoint(),
+            Upstream::Vertex(v) => v.endpoint(),
             Upstream::Mock(_) => "in-process mock".into(),
         }
     }
@@ -247,6 +299,7 @@ impl Upstream {
             Upstream::Anthropic(a) => a.base(),
             Upstream::Gemini(g) => g.base(),
             Upstream::Bedrock(b) => b.base(),
+            Upstream::Vertex(v) => v.base(),
             Upstream::Mock(_) => return None,
         };
         Some((url.host_str()?.to_string(), url.port_or_known_default()?))
@@ -264,6 +317,7 @@ impl Upstream {
             Upstream::Anthropic(a) => a.chat(req, model, via).await,
             Upstream::Gemini(g) => g.chat(req, model, via).await,
             Upstream::Bedrock(b) => b.chat(req, model, via).await,
+            Upstream::Vertex(v) => v.chat(req, model, via).await,
             Upstream::Mock(m) => m.chat(req, model, via.waited).await,
         }
     }
@@ -280,6 +334,7 @@ impl Upstream {
             Upstream::Anthropic(a) => a.chat_stream(req, model, via).await,
             Upstream::Gemini(g) => g.chat_stream(req, model, via).await,
             Upstream::Bedrock(b) => b.chat_stream(req, model, via).await,
+            Upstream::Vertex(v) => v.chat_stream(req, model, via).await,
             Upstream::Mock(m) => m.chat_stream(req, model).await,
         }
     }
@@ -292,6 +347,7 @@ impl Upstream {
     ) -> Result<Value, UpstreamError> {
         match self {
             Upstream::OpenAi(o) => o.embeddings(req, model, via).await,
+            Upstream::Vertex(v) => v.embeddings(req, model, via).await,
             // Anthropic serves no embeddings: a channel listing an embedding model is
             // misconfigured, and the request fails over.
             Upstream::Anthropic(_) | Upstream::Gemini(_) | Upstream::Bedrock(_) => {
@@ -313,6 +369,7 @@ impl Upstream {
             Upstream::Anthropic(a) => a.models(cred).await,
             Upstream::Gemini(g) => g.models(cred).await,
             Upstream::Bedrock(b) => b.models(cred).await,
+            Upstream::Vertex(v) => v.models().await,
             Upstream::Mock(m) => m.models().await,
         }
     }
@@ -322,6 +379,7 @@ impl Upstream {
     pub fn auth_status(&self) -> Option<auth::AuthStatus> {
         match self {
             Upstream::Bedrock(b) => b.auth_status(),
+            Upstream::Vertex(v) => Some(v.auth_status()),
             _ => None,
         }
     }

@@ -37,7 +37,10 @@ impl Upstream {
             Upstream::Anthropic(_) => Some(Protocol::AnthropicMessages),
             Upstream::Gemini(_) => Some(Protocol::Gemini),
             Upstream::OpenAi(o) if o.serves_responses() => Some(Protocol::OpenAiResponses),
-            Upstream::OpenAi(_) | Upstream::Bedrock(_) | Upstream::Mock(_) => None,
+            Upstream::OpenAi(_)
+            | Upstream::Bedrock(_)
+            | Upstream::Vertex(_)
+            | Upstream::Mock(_) => None,
         }
     }
 
@@ -59,7 +62,7 @@ impl Upstream {
             Upstream::Anthropic(a) => a.count_tokens(&body, via, hops).await?,
             Upstream::Gemini(g) => g.count_tokens(&body, model, via, hops).await?,
             Upstream::OpenAi(o) => o.count_tokens(&body, via, hops).await?,
-            Upstream::Bedrock(_) | Upstream::Mock(_) => {
+            Upstream::Bedrock(_) | Upstream::Vertex(_) | Upstream::Mock(_) => {
                 return Err(not_served("no token counting here"));
             }
         };

@@ -191,8 +191,10 @@ fn answer_of<'a, C: Codec>(
         .as_ref()
         .and_then(|s| ctx.snap.channels.iter().find(|c| c.name == s.channel));
     let as_sent = channel.is_some_and(|c| codec.as_sent(c));
-    let mut lost = match channel {
-        Some(c) if !as_sent => req.translation_losses(c.kind.protocol()),
+    let mut lost = match (channel, &ctx.report.served) {
+        (Some(c), Some(s)) if !as_sent => {
+            req.translation_losses(c.upstream.protocol(c.kind, &s.upstream_model))
+        }
         _ => Vec::new(),
     };
     if !as_sent {

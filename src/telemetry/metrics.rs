@@ -150,6 +150,7 @@ pub fn provider_name(kind: Option<ProviderKind>) -> &'static str {
         Some(ProviderKind::Gemini) => "gcp.gemini",
         Some(ProviderKind::Mock) => "switchyard.mock",
         Some(ProviderKind::Bedrock) => "aws.bedrock",
+        Some(ProviderKind::Vertex) => "gcp.vertex_ai",
         None => OTHER,
     }
 }

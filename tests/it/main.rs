@@ -46,3 +46,4 @@ mod support;
 mod tools;
 mod traces;
 mod usage;
+mod vertex;

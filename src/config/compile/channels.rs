@@ -12,7 +12,9 @@ use super::FieldError;
 use crate::config::file::{ChannelConfig, CircuitBreakerConfig, ProbeKindConfig, Timeouts};
 use crate::config::settings::{BreakerSettings, Limits, ProbeKind, ProbeSettings};
 use crate::config::snapshot::{Channel, DEFAULT_GROUP, ModelRoute};
-use crate::provider::{Api, AwsKeys, HttpClients, HttpSpec, ProviderKind, Upstream, UpstreamSpec};
+use crate::provider::{
+    Api, AwsKeys, GoogleAuth, HttpClients, HttpSpec, ProviderKind, Upstream, UpstreamSpec,
+};
 use crate::secret::Secret;
 
 /// The channels, and model name → the channels that list it, in config order.
@@ -123,6 +125,9 @@ fn credentials(c: &ChannelConfig, i: usize) -> Result<Vec<(Arc<str>, Limits)>, F
         };
         labels.push((label.into(), Limits::default()));
     }
+    if c.provider == ProviderKind::Vertex {
+        labels.push(("google".into(), Limits::default()));
+    }
     for k in &c.api_keys {
         labels.push((fingerprint(k).into(), Limits::default()));
     }
@@ -211,6 +216,13 @@ fn upstream_spec(
         format!("is required for provider = \"{}\"", c.provider.as_str()),
     ))?;
     let base = Url::parse(base).map_err(|e| ("base_url", format!("not a valid URL: {e}")))?;
+    // A Vertex channel's calls all go under its project and location.
+    let base = match (&c.provider, &c.project, &c.location) {
+        (ProviderKind::Vertex, Some(p), Some(l)) => {
+            crate::provider::http_join(&base, &format!("projects/{p}/locations/{l}"))
+        }
+        _ => base,
+    };
     if !matches!(base.scheme(), "http" | "https") {
         return Err(("base_url", "must be an http:// or https:// URL".into()));
     }
@@ -233,6 +245,10 @@ fn upstream_spec(
         },
         ProviderKind::Anthropic => Api::Anthropic,
         ProviderKind::Gemini => Api::Gemini,
+        ProviderKind::Vertex => Api::Vertex {
+            auth: google_auth(c)?,
+            publishers: publishers(c)?,
+        },
         ProviderKind::Bedrock => Api::Bedrock {
             region: c.region.clone().unwrap_or_default(),
             aws: c.aws.as_ref().map(|a| AwsKeys {
@@ -266,6 +282,38 @@ fn upstream_spec(
 
 /// The fields only a cloud kind takes, refused on the others and checked on its own.
 fn cloud_fields(c: &ChannelConfig) -> Result<(), (&'static str, String)> {
+    let vertex = c.provider == ProviderKind::Vertex;
+    let only_vertex = [
+        ("project", c.project.is_some()),
+        ("location", c.location.is_some()),
+        ("credentials_json", c.credentials_json.is_some()),
+        ("credentials_file", c.credentials_file.is_some()),
+        ("models", c.models.iter().any(|m| m.publisher().is_some())),
+    ];
+    if !vertex && let Some((f, _)) = only_vertex.iter().find(|(_, set)| *set) {
+        let what = if *f == "models" {
+            "a model's publisher"
+        } else {
+            "it"
+        };
+        return Err((f, format!("{what} is only for provider = \"vertex\"")));
+    }
+    if vertex {
+        for (f, v) in [("project", &c.project), ("location", &c.location)] {
+            let ok = v.as_deref().is_some_and(|s| {
+                !s.is_empty() && s.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '-')
+            });
+            if !ok {
+                return Err((f, "is required for provider = \"vertex\"".into()));
+            }
+        }
+        if !c.api_keys.is_empty() || !c.credentials.is_empty() {
+            return Err((
+                "credentials",
+                "a vertex channel authenticates with Google tokens: credentials_json, credentials_file, GOOGLE_APPLICATION_CREDENTIALS or the metadata server".into(),
+            ));
+        }
+    }
     let bedrock = c.provider == ProviderKind::Bedrock;
     if !bedrock && c.region.is_some() {
         return Err(("region", "only for provider = \"bedrock\"".into()));
@@ -303,15 +351,66 @@ fn cloud_fields(c: &ChannelConfig) -> Result<(), (&'static str, String)> {
     Ok(())
 }
 
-/// The base URL a cloud kind has without one: Bedrock's regional runtime endpoint.
+/// The base URL a cloud kind has without one: Bedrock's regional runtime endpoint, Vertex's
+/// regional (or global) endpoint.
 fn default_base(c: &ChannelConfig) -> Result<Option<String>, (&'static str, String)> {
     Ok(match c.provider {
         ProviderKind::Bedrock => c
             .region
             .as_ref()
             .map(|r| format!("https://bedrock-runtime.{r}.amazonaws.com")),
+        ProviderKind::Vertex => c.location.as_ref().map(|l| match l.as_str() {
+            "global" => "https://aiplatform.googleapis.com/v1".to_string(),
+            l => format!("https://{l}-aiplatform.googleapis.com/v1"),
+        }),
         _ => None,
     })
+}
+
+/// A Vertex channel's token source: its `credentials_json`, its `credentials_file`,
+/// `GOOGLE_APPLICATION_CREDENTIALS`, else the metadata server (`GCE_METADATA_HOST`). A key
+/// given is checked here, so a bad one fails the load, not every request.
+fn google_auth(c: &ChannelConfig) -> Result<GoogleAuth, (&'static str, String)> {
+    use crate::provider::auth::google::ServiceAccount;
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let (field, json) = if let Some(j) = &c.credentials_json {
+        ("credentials_json", j.clone())
+    } else if let Some(path) = c
+        .credentials_file
+        .clone()
+        .or_else(|| env("GOOGLE_APPLICATION_CREDENTIALS"))
+    {
+        let field = if c.credentials_file.is_some() {
+            "credentials_file"
+        } else {
+            "project"
+        };
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            (
+                field,
+                format!("reading the service account key {path:?}: {e}"),
+            )
+        })?;
+        (field, text)
+    } else {
+        let host = env("GCE_METADATA_HOST").unwrap_or_else(|| "metadata.google.internal".into());
+        return Ok(GoogleAuth::Metadata(host));
+    };
+    ServiceAccount::from_json(&json).map_err(|e| (field, e))?;
+    Ok(GoogleAuth::ServiceAccount(Secret::new(json)))
+}
+
+/// Which Vertex publisher serves each of the channel's upstream models.
+fn publishers(
+    c: &ChannelConfig,
+) -> Result<HashMap<String, crate::provider::vertex::Publisher>, (&'static str, String)> {
+    let mut out = HashMap::new();
+    for m in c.models.iter() {
+        let p = crate::provider::vertex::Publisher::of(m.publisher(), m.upstream())
+            .map_err(|e| ("models", e))?;
+        out.insert(m.upstream().to_string(), p);
+    }
+    Ok(out)
 }
 
 /// Adds the channel's models to the index: names not empty, none listed twice.
