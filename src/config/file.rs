@@ -499,6 +499,10 @@ pub struct ChannelConfig {
     /// `bedrock` channels: AWS credentials (else `credentials` as Bedrock API keys, else the
     /// standard AWS chain).
     pub aws: Option<AwsConfig>,
+    /// OpenAI-compatible channels: headers every call carries (OpenRouter's attribution...);
+    /// not for credentials, which go in `api_keys` or `credentials`.
+    #[serde(default)]
+    pub headers: std::collections::BTreeMap<String, String>,
     /// `vertex` channels: the Google Cloud project.
     pub project: Option<String>,
     /// `vertex` channels: `global` or a region (`us-east5`).

@@ -9,6 +9,7 @@ mod gemini;
 mod http;
 pub mod mock;
 mod openai;
+pub mod presets;
 mod side;
 mod sse;
 pub mod vertex;
@@ -49,6 +50,19 @@ pub enum ProviderKind {
     Bedrock,
     /// Google Vertex AI: Gemini, Claude and open models of one project and location.
     Vertex,
+    // OpenAI-compatible providers by name: `presets.toml` says how each differs.
+    Groq,
+    Together,
+    Fireworks,
+    Deepseek,
+    Mistral,
+    Xai,
+    Openrouter,
+    Cerebras,
+    Perplexity,
+    Ollama,
+    Vllm,
+    Lmstudio,
 }
 
 impl ProviderKind {
@@ -62,7 +76,7 @@ impl ProviderKind {
             ProviderKind::Anthropic | ProviderKind::Bedrock => Protocol::AnthropicMessages,
             // Per model on Vertex (`Upstream::protocol`); Gemini's is its first.
             ProviderKind::Gemini | ProviderKind::Vertex => Protocol::Gemini,
-            ProviderKind::Openai | ProviderKind::Azure | ProviderKind::Mock => Protocol::OpenAiChat,
+            _ => Protocol::OpenAiChat,
         }
     }
 
@@ -75,7 +89,24 @@ impl ProviderKind {
             ProviderKind::Mock => "mock",
             ProviderKind::Bedrock => "bedrock",
             ProviderKind::Vertex => "vertex",
+            ProviderKind::Groq => "groq",
+            ProviderKind::Together => "together",
+            ProviderKind::Fireworks => "fireworks",
+            ProviderKind::Deepseek => "deepseek",
+            ProviderKind::Mistral => "mistral",
+            ProviderKind::Xai => "xai",
+            ProviderKind::Openrouter => "openrouter",
+            ProviderKind::Cerebras => "cerebras",
+            ProviderKind::Perplexity => "perplexity",
+            ProviderKind::Ollama => "ollama",
+            ProviderKind::Vllm => "vllm",
+            ProviderKind::Lmstudio => "lmstudio",
         }
+    }
+
+    /// A named OpenAI-compatible provider's preset (`None` for the other kinds).
+    pub fn preset(self) -> Option<&'static presets::Preset> {
+        presets::preset(self.as_str())
     }
 }
 
@@ -108,6 +139,10 @@ pub enum Api {
         stream_usage: bool,
         /// The upstream serves the Responses API too.
         responses: bool,
+        /// A named OpenAI-compatible provider's differences, applied to every request.
+        preset: Option<&'static presets::Preset>,
+        /// Headers every request carries (the preset's, then the channel's own).
+        headers: Vec<(String, String)>,
     },
     Azure {
         api_version: String,
@@ -226,9 +261,12 @@ impl Upstream {
             Api::OpenAi {
                 stream_usage,
                 responses,
+                preset,
+                headers,
             } => Upstream::OpenAi(Box::new(
                 openai::OpenAi::new(h.base, keys, stream_usage, None, responses, client)
-                    .map_err(|e| e.to_string())?,
+                    .map_err(|e| e.to_string())?
+                    .with_quirks(preset, &headers)?,
             )),
             Api::Azure {
                 api_version,

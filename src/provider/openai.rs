@@ -9,6 +9,7 @@ use reqwest::Url;
 use serde_json::Value;
 
 use super::http::{self, Target, join, post_json, read_json, send, to_body};
+use super::presets::Preset;
 use super::sse::{Decoder, Events};
 use super::{ChunkStream, KeptCall, UpstreamError, Via, Waited};
 use crate::protocol::openai::{
@@ -33,6 +34,10 @@ pub struct OpenAi {
     keys: Vec<Secret>,
     stream_usage: bool,
     client: http::Client,
+    /// A named provider's differences, applied to each Chat Completions body.
+    preset: Option<&'static Preset>,
+    /// Headers every request carries.
+    headers: Vec<(HeaderName, HeaderValue)>,
 }
 
 impl fmt::Debug for OpenAi {
@@ -69,7 +74,52 @@ impl OpenAi {
             keys,
             stream_usage,
             client,
+            preset: None,
+            headers: Vec::new(),
         })
+    }
+
+    /// With a named provider's differences and the headers every request carries (names and
+    /// values checked at load).
+    pub fn with_quirks(
+        mut self,
+        preset: Option<&'static Preset>,
+        headers: &[(String, String)],
+    ) -> Result<Self, String> {
+        self.preset = preset;
+        for (k, v) in headers {
+            let name =
+                HeaderName::from_bytes(k.as_bytes()).map_err(|_| format!("header name {k:?}"))?;
+            let value =
+                HeaderValue::from_str(v).map_err(|_| format!("header {k}: not a header value"))?;
+            self.headers.push((name, value));
+        }
+        Ok(self)
+    }
+
+    /// The Chat Completions body: OpenAI's, with the provider's differences applied.
+    fn chat_body(
+        &self,
+        req: &ChatRequest,
+        model: &str,
+        force_usage: bool,
+    ) -> Result<Vec<u8>, UpstreamError> {
+        let body = RequestBody {
+            req,
+            model,
+            force_usage,
+        };
+        let Some(p) = self.preset else {
+            return to_body(&body);
+        };
+        let mut v = serde_json::to_value(&body).map_err(|e| {
+            UpstreamError::Invalid(InvalidUpstream {
+                what: "request body",
+                message: e.to_string(),
+            })
+        })?;
+        p.apply(&mut v);
+        to_body(&v)
     }
 
     /// Where calls go (its host and port name the upstream on spans).
@@ -116,7 +166,10 @@ impl OpenAi {
         via: Via<'_>,
         hops: u32,
     ) -> Result<http::Response, UpstreamError> {
-        let req = post_json(to, body, stream, hops, self.auth(via.cred)?, via.trace);
+        let mut req = post_json(to, body, stream, hops, self.auth(via.cred)?, via.trace);
+        for (k, v) in &self.headers {
+            req.headers_mut().insert(k.clone(), v.clone());
+        }
         send(&self.client, req, via.waited).await
     }
 
@@ -131,11 +184,7 @@ impl OpenAi {
             let v = read_json(resp, "response", via.waited).await?;
             return Ok(crate::protocol::responses::response_from_value(v)?);
         }
-        let body = to_body(&RequestBody {
-            req,
-            model,
-            force_usage: false,
-        })?;
+        let body = self.chat_body(req, model, false)?;
         let url = self.target(&self.chat, "chat/completions", model)?;
         let resp = self.post(&url, body, false, via, req.hops).await?;
         let bytes = http::read_body(resp, via.waited).await?;
@@ -164,11 +213,7 @@ impl OpenAi {
                 Some(Protocol::OpenAiResponses),
             )));
         }
-        let body = to_body(&RequestBody {
-            req,
-            model,
-            force_usage: self.stream_usage,
-        })?;
+        let body = self.chat_body(req, model, self.stream_usage)?;
         let url = self.target(&self.chat, "chat/completions", model)?;
         let resp = self.post(&url, body, true, via, req.hops).await?;
         // A Chat Completions client gets the upstream's events as they came: read, not rebuilt.

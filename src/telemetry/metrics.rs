@@ -151,6 +151,7 @@ pub fn provider_name(kind: Option<ProviderKind>) -> &'static str {
         Some(ProviderKind::Mock) => "switchyard.mock",
         Some(ProviderKind::Bedrock) => "aws.bedrock",
         Some(ProviderKind::Vertex) => "gcp.vertex_ai",
+        Some(k) => k.preset().map_or(OTHER, |p| p.provider_name.as_str()),
         None => OTHER,
     }
 }

@@ -27,6 +27,7 @@ mod journal;
 mod latency;
 mod local_embedder;
 mod metrics;
+mod presets;
 mod replicas;
 mod request_log;
 mod responses;

@@ -257,10 +257,15 @@ fn upstream_spec(
                 session_token: a.session_token.as_deref().map(Secret::new),
             }),
         },
-        ProviderKind::Openai | ProviderKind::Mock => Api::OpenAi {
-            stream_usage: c.stream_usage,
-            responses: c.responses,
-        },
+        kind => {
+            let preset = kind.preset();
+            Api::OpenAi {
+                stream_usage: c.stream_usage && preset.is_none_or(|p| p.stream_usage),
+                responses: c.responses,
+                preset,
+                headers: headers(c, preset)?,
+            }
+        }
     };
     let keys = if c.credentials.is_empty() {
         c.api_keys.iter().map(|k| Secret::new(k.as_str())).collect()
@@ -280,8 +285,39 @@ fn upstream_spec(
     }))
 }
 
+/// The headers an OpenAI-compatible channel's calls carry: its preset's, then its own (which
+/// win), each a valid header; never the ones the gateway writes itself.
+fn headers(
+    c: &ChannelConfig,
+    preset: Option<&'static crate::provider::presets::Preset>,
+) -> Result<Vec<(String, String)>, (&'static str, String)> {
+    let mut all: std::collections::BTreeMap<String, String> =
+        preset.map(|p| p.headers.clone()).unwrap_or_default();
+    for (k, v) in &c.headers {
+        let name = http::HeaderName::from_bytes(k.as_bytes())
+            .map_err(|_| ("headers", format!("{k:?} is not a header name")))?;
+        if matches!(
+            name.as_str(),
+            "authorization" | "host" | "content-type" | "content-length" | "x-switchyard-hops"
+        ) {
+            return Err(("headers", format!("{k} is the gateway's own to send")));
+        }
+        http::HeaderValue::from_str(v)
+            .map_err(|_| ("headers", format!("{k}: not a header value")))?;
+        all.insert(k.clone(), v.clone());
+    }
+    Ok(all.into_iter().collect())
+}
+
 /// The fields only a cloud kind takes, refused on the others and checked on its own.
 fn cloud_fields(c: &ChannelConfig) -> Result<(), (&'static str, String)> {
+    let compatible = c.provider == ProviderKind::Openai || c.provider.preset().is_some();
+    if !compatible && !c.headers.is_empty() {
+        return Err((
+            "headers",
+            "only for OpenAI-compatible channels (openai and the named providers)".into(),
+        ));
+    }
     let vertex = c.provider == ProviderKind::Vertex;
     let only_vertex = [
         ("project", c.project.is_some()),
@@ -351,9 +387,18 @@ fn cloud_fields(c: &ChannelConfig) -> Result<(), (&'static str, String)> {
     Ok(())
 }
 
-/// The base URL a cloud kind has without one: Bedrock's regional runtime endpoint, Vertex's
-/// regional (or global) endpoint.
+/// The base URL a kind has without one: Bedrock's regional runtime endpoint, Vertex's regional
+/// (or global) endpoint, a named OpenAI-compatible provider's own.
 fn default_base(c: &ChannelConfig) -> Result<Option<String>, (&'static str, String)> {
+    if let Some(p) = c.provider.preset() {
+        if p.key_required && c.api_keys.is_empty() && c.credentials.is_empty() {
+            return Err((
+                "api_keys",
+                format!("provider = \"{}\" needs an API key", p.name),
+            ));
+        }
+        return Ok(Some(p.base_url.clone()));
+    }
     Ok(match c.provider {
         ProviderKind::Bedrock => c
             .region

@@ -20,5 +20,5 @@ mod wire;
 
 pub use exchange::Received;
 pub use server::MockServer;
-pub use spec::{Fault, MockSpec, MockToolCall};
+pub use spec::{Fault, MockSpec, MockToolCall, Refuse};
 pub use upstream::MockUpstream;

@@ -259,10 +259,14 @@ fn caller_key(headers: &HeaderMap) -> Option<String> {
 /// answered; `wire` writes the answer in the request's protocol.
 async fn answer(state: Arc<MockState>, incoming: Incoming, proto: Proto) -> Response {
     let bearer = caller_key(&incoming.headers);
+    let headers = incoming.headers.clone();
     let (n, spec, v) = match begin(&state, proto.path(), incoming) {
         Ok(b) => b,
         Err(resp) => return *resp,
     };
+    if let Some(why) = spec.refuse.as_ref().and_then(|r| r.why(&v, &headers)) {
+        return bad_request(&why);
+    }
     let (req, wire) = match proto.parse(v) {
         Ok(r) => r,
         Err(e) => return bad_request(&e.message),

@@ -39,6 +39,74 @@ pub struct MockSpec {
     /// Standalone server only: what its token-counting endpoints answer (else the prompt as
     /// its usage counts it).
     pub count_tokens: Option<u64>,
+    /// Standalone server only: what it refuses (400), as a stricter provider would.
+    pub refuse: Option<Refuse>,
+}
+
+/// What a mock refuses, as an OpenAI-compatible provider that takes less than OpenAI does:
+/// request fields, fields of a message, tool choices, response formats, tool call ids that
+/// are not 9 letters and digits (Mistral), a request without some header.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Refuse {
+    pub fields: Vec<String>,
+    pub message_fields: Vec<String>,
+    pub tool_choice: Vec<String>,
+    pub response_format: Vec<String>,
+    pub tool_call_ids_alnum9: bool,
+    pub require_headers: Vec<String>,
+}
+
+impl Refuse {
+    /// Why `body` (with these `headers`) is refused, if it is.
+    pub fn why(&self, body: &serde_json::Value, headers: &axum::http::HeaderMap) -> Option<String> {
+        if let Some(f) = self.fields.iter().find(|f| body.get(f.as_str()).is_some()) {
+            return Some(format!("{f}: extra inputs are not permitted"));
+        }
+        if let Some(h) = self
+            .require_headers
+            .iter()
+            .find(|h| !headers.contains_key(h.as_str()))
+        {
+            return Some(format!("the {h} header is required"));
+        }
+        if let Some(c) = body["tool_choice"]
+            .as_str()
+            .filter(|c| self.tool_choice.iter().any(|t| t == c))
+        {
+            return Some(format!("tool_choice {c:?} is not supported"));
+        }
+        if let Some(t) = body["response_format"]["type"]
+            .as_str()
+            .filter(|t| self.response_format.iter().any(|r| r == t))
+        {
+            return Some(format!("response_format {t:?} is not supported"));
+        }
+        for m in body["messages"].as_array().into_iter().flatten() {
+            if let Some(f) = self
+                .message_fields
+                .iter()
+                .find(|f| m.get(f.as_str()).is_some())
+            {
+                return Some(format!("messages[].{f} is not supported"));
+            }
+            let ids = m["tool_calls"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c["id"].as_str())
+                .chain(m["tool_call_id"].as_str());
+            for id in ids {
+                let valid = id.len() == 9 && id.bytes().all(|b| b.is_ascii_alphanumeric());
+                if self.tool_call_ids_alnum9 && !valid {
+                    return Some(format!(
+                        "Tool call id was {id} but must be a-z, A-Z, 0-9, with a length of 9."
+                    ));
+                }
+            }
+        }
+        None
+    }
 }
 
 impl Default for MockSpec {
@@ -57,6 +125,7 @@ impl Default for MockSpec {
             per_key: std::collections::HashMap::new(),
             per_model: std::collections::HashMap::new(),
             count_tokens: None,
+            refuse: None,
         }
     }
 }
