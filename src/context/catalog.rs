@@ -57,6 +57,44 @@ impl ModelInfo {
     }
 }
 
+/// Who publishes a model on Bedrock: the dotted prefix of its id (after an optional region
+/// prefix such as `us.` or `global.`).
+const BEDROCK_PUBLISHERS: &[&str] = &[
+    "anthropic.",
+    "amazon.",
+    "meta.",
+    "mistral.",
+    "cohere.",
+    "ai21.",
+    "deepseek.",
+    "openai.",
+    "qwen.",
+    "writer.",
+];
+
+/// A model's name as its family is named: a router's prefix (`openai/`), Bedrock's region and
+/// publisher prefixes and version suffix (`-v1:0`), Vertex's version (`@20250929`) left off.
+pub(crate) fn bare_name(model: &str) -> &str {
+    let m = model.rsplit('/').next().unwrap_or(model);
+    let m = BEDROCK_PUBLISHERS
+        .iter()
+        .filter_map(|p| m.find(p).map(|i| &m[i + p.len()..]))
+        .next()
+        .unwrap_or(m);
+    let m = m.split('@').next().unwrap_or(m);
+    // `-v1:0`, `-v2`: Bedrock's model version.
+    match m.rfind("-v") {
+        Some(i)
+            if m[i + 2..]
+                .split(':')
+                .all(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit())) =>
+        {
+            &m[..i]
+        }
+        _ => m,
+    }
+}
+
 /// Built-in families, as their vendors publish them (`families.toml`).
 const FAMILIES: &str = include_str!("families.toml");
 
@@ -175,13 +213,18 @@ impl Catalog {
             .or_else(|| self.family(model))
     }
 
-    /// The built-in family of `model` (`openai/gpt-4o` counts as `gpt-4o`).
+    /// The built-in family of `model` (`openai/gpt-4o` counts as `gpt-4o`, Bedrock's
+    /// `us.anthropic.claude-sonnet-4-5-20250929-v1:0` and Vertex's `claude-sonnet-4-5@20250929`
+    /// as `claude-sonnet-4-5…`): the longest family name it starts with.
     pub fn family(&self, model: &str) -> Option<&ModelInfo> {
-        let bare = model.rsplit('/').next().unwrap_or(model);
-        self.builtin.iter().find(|m| {
-            bare.strip_prefix(&*m.name)
-                .is_some_and(|rest| rest.is_empty() || rest.starts_with('-'))
-        })
+        let bare = bare_name(model);
+        self.builtin
+            .iter()
+            .filter(|m| {
+                bare.strip_prefix(&*m.name)
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('-'))
+            })
+            .max_by_key(|m| m.name.len())
     }
 
     /// Whether any configured entry trims or names context fallbacks: when none does and no
@@ -221,6 +264,32 @@ mod tests {
         assert_eq!(sonnet.rates(200_001).input, 6_000_000);
         assert_eq!(sonnet.base.cache_write, 3_750_000);
         assert!(c.lookup("claude-3-opus-20240229").unwrap().price.is_none());
+    }
+
+    #[test]
+    fn a_clouds_id_for_a_model_is_priced_and_sized_as_its_family() {
+        let c = Catalog::builtin();
+        for id in [
+            "us.anthropic.claude-sonnet-4-5-20250929-v1:0",
+            "anthropic.claude-sonnet-4-5-20250929-v1:0",
+            "global.anthropic.claude-sonnet-4-5-20250929-v1:0",
+            "claude-sonnet-4-5@20250929",
+            "arn:aws:bedrock:us-east-1::foundation-model/anthropic.claude-sonnet-4-5-20250929-v1:0",
+        ] {
+            let info = c.lookup(id).unwrap_or_else(|| panic!("{id}"));
+            assert_eq!(info.context_window, 200_000, "{id}");
+            assert_eq!(info.price.as_ref().unwrap().base.input, 3_000_000, "{id}");
+        }
+        assert_eq!(
+            bare_name("gemini-2.5-flash-lite@001"),
+            "gemini-2.5-flash-lite"
+        );
+        assert_eq!(
+            c.lookup("gemini-2.5-flash-lite").unwrap().name.as_ref(),
+            "gemini-2.5-flash-lite"
+        );
+        assert_eq!(bare_name("gpt-4.1"), "gpt-4.1");
+        assert_eq!(bare_name("amazon.nova-pro-v1:0"), "nova-pro");
     }
 
     #[test]

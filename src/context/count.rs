@@ -81,7 +81,7 @@ impl Tokenizer {
         if let Some(e) = super::encoding_for(model) {
             return Tokenizer::Exact(e);
         }
-        let bare = model.rsplit('/').next().unwrap_or(model);
+        let bare = super::catalog::bare_name(model);
         Tokenizer::Estimate(if bare.starts_with("claude") {
             CLAUDE
         } else if bare.starts_with("gemini") || bare.starts_with("gemma") {
