@@ -62,6 +62,17 @@ pub fn each_secret<E>(
             }
         }
     }
+    // Cloud credentials: AWS's secret key and session token, a service account's key file.
+    if let Some(aws) = body.get_mut("aws") {
+        for field in ["secret_access_key", "session_token"] {
+            if let Some(Value::String(s)) = aws.get_mut(field) {
+                f(&format!("channels/{name}/aws/{field}"), s)?;
+            }
+        }
+    }
+    if let Some(Value::String(s)) = body.get_mut("credentials_json") {
+        f(&format!("channels/{name}/credentials_json"), s)?;
+    }
     Ok(())
 }
 

@@ -90,6 +90,15 @@ async fn chat(url: &str, key: &str) -> u16 {
 async fn secrets_made_through_the_api_are_in_no_file_dump_log_or_answer() {
     const UPSTREAM: &str = "sk-upstream-only-in-memory-7f3a";
     const GIVEN: &str = "sk-gateway-given-secret-5c1d";
+    // Cloud secrets: AWS's secret key and session token, a service account's private key.
+    const AWS_SECRET: &str = "aws-secret-access-key-only-in-memory-91c2";
+    const AWS_TOKEN: &str = "aws-session-token-only-in-memory-5d8e";
+    let sa_pem = include_str!("../fixtures/google/test-service-account-key.pem");
+    // A line from the middle of the key: what a leak of it would show.
+    let key_line = sa_pem.lines().nth(5).unwrap().to_string();
+    let sa_json = json!({"type": "service_account", "client_email": "t@p.iam.gserviceaccount.com",
+        "private_key": sa_pem, "token_uri": "http://127.0.0.1:9/token"})
+    .to_string();
     let stores = Stores::new("ops_secrets").await;
     let m = master_key(7);
     for url in stores.urls() {
@@ -111,6 +120,18 @@ async fn secrets_made_through_the_api_are_in_no_file_dump_log_or_answer() {
             "credentials": [{"key": UPSTREAM, "label": "primary"}], "models": ["m"]});
         let mut answers = vec![call(&gw, "POST", "/admin/channels", Some(channel)).await];
         assert_eq!(answers[0].0, 201, "{url}: {}", answers[0].1);
+        let clouds = [
+            json!({"name": "api-bedrock", "provider": "bedrock", "region": "us-east-1",
+                "aws": {"access_key_id": "AKIAEXAMPLEID", "secret_access_key": AWS_SECRET,
+                        "session_token": AWS_TOKEN}, "models": ["b"]}),
+            json!({"name": "api-vertex", "provider": "vertex", "project": "p", "location": "global",
+                "credentials_json": sa_json, "models": ["gemini-2.5-flash"]}),
+        ];
+        for c in clouds {
+            let made = call(&gw, "POST", "/admin/channels", Some(c)).await;
+            assert_eq!(made.0, 201, "{url}: {}", made.1);
+            answers.push(made);
+        }
         answers.push(
             call(
                 &gw,
@@ -137,7 +158,14 @@ async fn secrets_made_through_the_api_are_in_no_file_dump_log_or_answer() {
         );
         as_patch_and_read(&gw, &mut answers).await;
         drop(p);
-        let secrets = [UPSTREAM, GIVEN, generated.as_str()];
+        let secrets = [
+            UPSTREAM,
+            GIVEN,
+            generated.as_str(),
+            AWS_SECRET,
+            AWS_TOKEN,
+            key_line.as_str(),
+        ];
         let mut places: Vec<(&str, Vec<u8>)> = vec![
             (
                 "the log",

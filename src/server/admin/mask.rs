@@ -67,6 +67,19 @@ fn channel(obj: &mut Map<String, Value>) {
             }
         }
     }
+    // A cloud's secrets: the secret key as its tail (to tell rotations apart), the session
+    // token and a service account's key not at all.
+    if let Some(aws) = obj.get_mut("aws").and_then(Value::as_object_mut) {
+        if let Some(Value::String(s)) = aws.get_mut("secret_access_key") {
+            *s = tail(s);
+        }
+        if aws.contains_key("session_token") {
+            aws.insert("session_token".into(), Value::String("***".into()));
+        }
+    }
+    if obj.contains_key("credentials_json") {
+        obj.insert("credentials_json".into(), Value::String("***".into()));
+    }
 }
 
 /// The whole config document as `GET /admin/config` shows it.
