@@ -108,7 +108,7 @@ impl Vertex {
     pub fn endpoint(&self) -> String {
         format!(
             "{}/publishers/{{publisher}}/models/{{model}} ({})",
-            http::redact_url(self.root.as_str().trim_end_matches('/')),
+            http::redact_url(self.root.as_str()).trim_end_matches('/'),
             self.token.status().source
         )
     }

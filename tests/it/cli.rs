@@ -127,6 +127,52 @@ async fn check_prints_the_plan_or_the_field_that_is_wrong() {
 }
 
 #[tokio::test]
+async fn check_names_each_cloud_channels_url_and_auth_and_no_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("sa.json");
+    let pem = include_str!("../fixtures/google/test-service-account-key.pem");
+    std::fs::write(
+        &key,
+        serde_json::json!({"type": "service_account", "client_email": "gw@p.iam.gserviceaccount.com",
+            "private_key": pem, "token_uri": "https://oauth2.googleapis.com/token"})
+        .to_string(),
+    )
+    .unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[[keys]]\nname = \"a\"\nkey = \"sk-check-test-key\"\n\
+             [[channels]]\nname = \"br\"\nprovider = \"bedrock\"\nregion = \"eu-west-1\"\n\
+             aws = {{ access_key_id = \"AKIACHECKTEST\", secret_access_key = \"secret-not-shown-123\" }}\n\
+             models = [\"m\"]\n\
+             [[channels]]\nname = \"vx\"\nprovider = \"vertex\"\nproject = \"proj\"\nlocation = \"global\"\n\
+             credentials_file = \"{}\"\nmodels = [\"gemini-2.5-flash\"]\n\
+             [[channels]]\nname = \"gq\"\nprovider = \"groq\"\napi_keys = [\"gsk-not-shown-456\"]\nmodels = [\"m\"]\n",
+            key.display()
+        ),
+    )
+    .unwrap();
+    let out = run_bin(&["check", "--config", path.to_str().unwrap()], &[]);
+    assert!(out.ok, "{}", out.err);
+    for line in [
+        "channel br calls https://bedrock-runtime.eu-west-1.amazonaws.com/model/{model}/converse (region eu-west-1, SigV4, the channel's aws (key AKIACHECKTEST))",
+        "channel vx calls https://aiplatform.googleapis.com/v1/projects/proj/locations/global/publishers/{publisher}/models/{model} (service account gw@p.iam.gserviceaccount.com (token from https://oauth2.googleapis.com/token))",
+        "channel gq calls https://api.groq.com/openai/v1/chat/completions",
+    ] {
+        assert!(out.out.contains(line), "{line}\n{}", out.out);
+    }
+    let all = format!("{}{}", out.out, out.err);
+    for secret in [
+        "secret-not-shown-123",
+        "gsk-not-shown-456",
+        pem.lines().nth(3).unwrap(),
+    ] {
+        assert!(!all.contains(secret), "{secret}");
+    }
+}
+
+#[tokio::test]
 async fn sighup_reloads_the_config_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.toml");

@@ -92,7 +92,7 @@ impl Bedrock {
         };
         format!(
             "{}/model/{{model}}/converse (region {}, {auth})",
-            http::redact_url(self.base.as_str().trim_end_matches('/')),
+            http::redact_url(self.base.as_str()).trim_end_matches('/'),
             self.region
         )
     }
