@@ -9,6 +9,7 @@ mod budgets;
 mod chains;
 mod chaos;
 mod cli;
+mod clouds;
 mod console;
 mod context;
 mod control;
