@@ -238,6 +238,9 @@ class Handler(BaseHTTPRequestHandler):
         if not stream:
             content = ([{"toolUse": {"toolUseId": "tooluse_mock1", "name": name, "input": json.loads(args)}}]
                        if tool else [{"text": self.opts.text}])
+            if self.opts.reasoning:
+                content.insert(0, {"reasoningContent": {"reasoningText": {"text": self.opts.reasoning,
+                                                                          "signature": "bedrock-signature-1"}}})
             return self.reply(200, {"output": {"message": {"role": "assistant", "content": content}},
                                     "stopReason": "tool_use" if tool else "end_turn", "usage": usage,
                                     "metrics": {"latencyMs": 5}})
@@ -245,18 +248,24 @@ class Handler(BaseHTTPRequestHandler):
         if fault and fault.get("in_stream") == "before":
             frames.append(exception(fault["exception"], "mock fault"))
             return self.stream(frames)
+        if self.opts.reasoning:
+            frames.append(event("contentBlockDelta", {"contentBlockIndex": 0, "delta": {
+                "reasoningContent": {"text": self.opts.reasoning}}}))
+            frames.append(event("contentBlockDelta", {"contentBlockIndex": 0, "delta": {
+                "reasoningContent": {"signature": "bedrock-signature-1"}}}))
+        at = 1 if self.opts.reasoning else 0
         if tool:
-            frames.append(event("contentBlockStart", {"contentBlockIndex": 0, "start": {
+            frames.append(event("contentBlockStart", {"contentBlockIndex": at, "start": {
                 "toolUse": {"toolUseId": "tooluse_mock1", "name": name}}}))
             for piece in text_pieces(args):
-                frames.append(event("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"toolUse": {"input": piece}}}))
+                frames.append(event("contentBlockDelta", {"contentBlockIndex": at, "delta": {"toolUse": {"input": piece}}}))
         else:
             for piece in text_pieces(self.opts.text):
-                frames.append(event("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": piece}}))
+                frames.append(event("contentBlockDelta", {"contentBlockIndex": at, "delta": {"text": piece}}))
                 if fault and fault.get("in_stream") == "after":
                     frames.append(exception(fault["exception"], "mock fault"))
                     return self.stream(frames)
-        frames.append(event("contentBlockStop", {"contentBlockIndex": 0}))
+        frames.append(event("contentBlockStop", {"contentBlockIndex": at}))
         frames.append(event("messageStop", {"stopReason": "tool_use" if tool else "end_turn"}))
         frames.append(event("metadata", {"usage": usage, "metrics": {"latencyMs": 5}}))
         self.stream(frames)
@@ -268,10 +277,11 @@ class Handler(BaseHTTPRequestHandler):
             return self.aws_error("ValidationException", "extraneous key [model] is not permitted")
         messages = body.get("messages") or []
         tool = self.wants_tool(messages, "toolResult")
-        thinking = isinstance(body.get("thinking"), dict)
+        thinking = isinstance(body.get("thinking"), dict) or bool(self.opts.reasoning)
         blocks = []
         if thinking:
-            blocks.append({"type": "thinking", "thinking": "Considering.", "signature": "bedrock-signature-1"})
+            blocks.append({"type": "thinking", "thinking": self.opts.reasoning or "Considering.",
+                           "signature": "bedrock-signature-1"})
         if tool:
             name, args = self.opts.tool_call.split("=", 1)
             blocks.append({"type": "tool_use", "id": "toolu_bdrk_1", "name": name, "input": json.loads(args)})
@@ -342,6 +352,7 @@ def main():
     p.add_argument("--api-key", action="append", default=[])
     p.add_argument("--text", default="Hello from Bedrock.")
     p.add_argument("--tool-call")
+    p.add_argument("--reasoning", help="reasoning before the answer (reasoningContent; a thinking block)")
     p.add_argument("--web-identity-token")
     p.add_argument("--container-token")
     p.add_argument("--sts-ttl", type=int, default=3600)

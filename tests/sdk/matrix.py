@@ -1,8 +1,10 @@
 """Every official SDK x every channel kind, through a real Switchyard.
 
 Starts three standalone mocks (one answering text, one a tool call, one reasoning then text; each speaks
-OpenAI, Anthropic and Gemini) and a gateway whose models route to channels of kind openai,
-anthropic and gemini. Then drives the gateway with the openai (Chat Completions and Responses),
+OpenAI, Anthropic and Gemini), a Bedrock mock (botocore checks every signature) and a Vertex mock
+(google-auth checks every token grant) for each of them, and a gateway whose models route to
+channels of kind openai, anthropic, gemini, bedrock (Converse, and InvokeModel for Claude) and
+vertex (Gemini, Claude and an open model). Then drives the gateway with the openai (Chat Completions and Responses),
 anthropic and google-genai SDKs: plain, streaming, tools and streamed tools, in every client x
 channel combination; the
 anthropic SDK also gets every provider's reasoning as thinking blocks and sends them back.
@@ -41,7 +43,20 @@ KEY = "sk-matrix-key-0001"
 TEXT = "Hello from the matrix."
 TOOL_ARGS = {"city": "Paris"}
 REASONING = "Thinking it over."
-KINDS = ("openai", "anthropic", "gemini", "responses")
+# The clouds, each behind its own mock (tests/mocks/): Bedrock's Converse (and InvokeModel for the
+# Anthropic SDK's Claude requests), Vertex's three publishers.
+CLOUD_KINDS = ("bedrock", "bedrock-claude", "vertex-gemini", "vertex-claude", "vertex-openapi")
+KINDS = ("openai", "anthropic", "gemini", "responses") + CLOUD_KINDS
+MOCKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "mocks")
+AWS_KEY, AWS_SECRET = "AKIAMATRIXTEST0001", "matrix-secret-access-key-0001"
+# Each cloud kind's upstream model name (Vertex: and its publisher).
+CLOUD_MODELS = {
+    "bedrock": ("amazon.nova-pro-v1:0", None),
+    "bedrock-claude": ("us.anthropic.claude-sonnet-4-5-20250929-v1:0", None),
+    "vertex-gemini": ("gemini-2.5-flash", None),
+    "vertex-claude": ("claude-sonnet-4-5@20250929", None),
+    "vertex-openapi": ("meta/llama-3.3-70b-instruct-maas", "openapi"),
+}
 NARROW_KEY = "sk-matrix-narrow-01"
 # What the text mock answers a token count with.
 COUNTED = 4242
@@ -64,6 +79,49 @@ def spawn(args, marker):
     raise RuntimeError(f"{args[0]} did not start")
 
 
+def spawn_py(script, args, marker):
+    """A cloud mock, run by this very Python (it has botocore and google-auth)."""
+    p = subprocess.Popen([sys.executable, os.path.join(MOCKS, script), *args], stdout=subprocess.PIPE, text=True)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        line = p.stdout.readline()
+        m = re.search(marker + r"(\S+)", line)
+        if m:
+            return p, m.group(1)
+    raise RuntimeError(f"{script} did not start")
+
+
+def cloud_channel(kind, purpose, mock_url, key_file):
+    """A channel of a cloud kind in front of its mock, serving `{kind}-{purpose}`."""
+    upstream, publisher = CLOUD_MODELS[kind]
+    pub = f', publisher = "{publisher}"' if publisher else ""
+    model = f'models = [{{ name = "{kind}-{purpose}", upstream = "{upstream}"{pub} }}]\n'
+    if kind.startswith("bedrock"):
+        return (f'[[channels]]\nname = "{kind}-{purpose}"\nprovider = "bedrock"\nregion = "us-east-1"\n'
+                f'base_url = "{mock_url}"\naws = {{ access_key_id = "{AWS_KEY}", secret_access_key = "{AWS_SECRET}" }}\n{model}\n')
+    return (f'[[channels]]\nname = "{kind}-{purpose}"\nprovider = "vertex"\nproject = "matrix"\nlocation = "us-east5"\n'
+            f'base_url = "{mock_url}/v1"\ncredentials_file = "{key_file}"\n{model}\n')
+
+
+def start_clouds(procs, work, urls):
+    """A Bedrock mock and a Vertex mock per purpose (text, tools, reasoning); their URLs and key files."""
+    bedrock_args = {
+        "text": ["--text", TEXT],
+        "tools": ["--tool-call", "weather=" + json.dumps(TOOL_ARGS)],
+        "reason": ["--text", TEXT, "--reasoning", REASONING],
+    }
+    out = {}
+    for purpose, upstream in urls.items():
+        b, b_url = spawn_py("bedrock.py", ["--access-key", AWS_KEY, "--secret-key", AWS_SECRET,
+                                           *bedrock_args[purpose]], "bedrock mock listening on ")
+        key = os.path.join(work, f"sa-{purpose}.json")
+        v, v_url = spawn_py("vertex.py", ["--upstream", upstream.rsplit("/v1", 1)[0], "--write-key", key],
+                            "vertex mock listening on ")
+        procs += [b, v]
+        out[purpose] = (b_url, v_url, key)
+    return out
+
+
 def main():
     procs = []
     work = tempfile.mkdtemp()
@@ -84,9 +142,14 @@ def main():
         tool_mock, tool_url = spawn(["mock", "--port", "0", "--spec", spec], "listening on ")
         procs += [text_mock, tool_mock]
         root = lambda url: url.rsplit("/v1", 1)[0]  # noqa: E731
+        clouds = start_clouds(procs, work, {"text": text_url, "tools": tool_url, "reason": reason_url})
         channels = ""
         for kind in KINDS:
             for purpose, url in (("text", text_url), ("tools", tool_url), ("reason", reason_url)):
+                if kind in CLOUD_KINDS:
+                    b_url, v_url, key = clouds[purpose]
+                    channels += cloud_channel(kind, purpose, b_url if kind.startswith("bedrock") else v_url, key)
+                    continue
                 base = root(url) + ("/v1beta" if kind == "gemini" else "/v1")
                 # `responses`: an OpenAI channel that serves the Responses API itself.
                 provider, extra = ("openai", "responses = true\n") if kind == "responses" else (kind, "")
