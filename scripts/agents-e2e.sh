@@ -55,9 +55,22 @@ if [ -z "$bin" ]; then
 fi
 work=$(mktemp -d)
 gw=""
-trap '[ -n "$gw" ] && kill "$gw" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
+bedrock_pid=""
+trap 'for p in $gw $bedrock_pid; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$work"' EXIT
 
 dead_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+# A Bedrock mock that checks every SigV4 signature with botocore (tests/mocks/bedrock.py), for
+# Claude Code's Bedrock leg: the Python of the SDK tests has botocore.
+py="${SWITCHYARD_PY:-python3}"
+"$py" tests/mocks/bedrock.py --access-key AKIAAGENTSE2E0001 --secret-key agents-e2e-secret \
+  --text "BEDROCK_OK from Bedrock" >"$work/bedrock.log" 2>&1 &
+bedrock_pid=$!
+for _ in $(seq 1 100); do
+  grep -q "bedrock mock listening on" "$work/bedrock.log" && break
+  sleep 0.1
+done
+bedrock_url=$(grep -o 'http://[0-9.:]*' "$work/bedrock.log" | head -1)
+[ -n "$bedrock_url" ] || { cat "$work/bedrock.log" >&2; exit 1; }
 tool() { # name, arguments JSON, answer after the result
   printf 'mock = { text = "FINAL_OK after the tool", chunks = 3, answer_tool_results = true, tool_call = { name = "%s", arguments = %s } }' "$1" "$2"
 }
@@ -82,6 +95,25 @@ api_keys = ["sk-dead"]
 models = ["codex-plain", "codex-tool", "claude-plain", "claude-tool", "gemini-plain", "gemini-tool", "aider-plain", "aider-tool"]
 priority = 1
 circuit_breaker = { enabled = false }
+
+# Claude on the Anthropic API first (down: nothing listens), then on Bedrock.
+[[channels]]
+name = "dead-anthropic"
+provider = "anthropic"
+base_url = "http://127.0.0.1:$dead_port"
+api_keys = ["sk-ant-dead"]
+models = ["claude-bedrock"]
+priority = 1
+circuit_breaker = { enabled = false }
+
+[[channels]]
+name = "bedrock"
+provider = "bedrock"
+region = "us-east-1"
+base_url = "$bedrock_url"
+aws = { access_key_id = "AKIAAGENTSE2E0001", secret_access_key = "agents-e2e-secret" }
+models = [{ name = "claude-bedrock", upstream = "us.anthropic.claude-sonnet-4-5-20250929-v1:0" }]
+priority = 2
 
 [[channels]]
 name = "plain"
@@ -221,6 +253,9 @@ claude claude-plain "Say hello." || true
 check "claude: plain turn" claude_plain
 claude claude-tool "Write the marker file." || true
 check "claude: shell round trip" claude_trip
+# Claude Code's Messages body to Bedrock's InvokeModel, as sent, after the Anthropic API failed.
+claude claude-bedrock "Say hello." || true
+check "claude: the Anthropic API down, Bedrock serves" has "BEDROCK_OK"
 # `/context` counts the system prompt, tools and skills with `POST /v1/messages/count_tokens`.
 claude claude-plain "/context" || true
 check "claude: /context (token counting)" has "Context Usage"
@@ -255,12 +290,17 @@ rows = json.load(open(sys.argv[1]))["data"]
 want = {"responses", "messages", "generateContent", "chat.completions"}
 def failed_over(r):
     a = r["attempts"]
-    return len(a) >= 2 and a[0]["channel"] == "dead" and a[0]["reason"] == "connection_error"
+    return len(a) >= 2 and a[0]["channel"].startswith("dead") and a[0]["reason"] == "connection_error"
 chats = [r for r in rows if r["endpoint"] in want]
-bad = [r for r in chats if r["status"] != 200 or r["channel"] == "dead"
+bad = [r for r in chats if r["status"] != 200 or r["channel"].startswith("dead")
        or not (failed_over(r) or r["affinity"] == "kept")]
 endpoints = {r["endpoint"] for r in chats if failed_over(r)}
 print(f"{len(chats)} chat requests; failed over on {sorted(endpoints)}; {len(bad)} not served cleanly")
+# Claude Code's Bedrock leg: served by Bedrock after the Anthropic API's connection failed.
+bedrock = [r for r in chats if r["channel"] == "bedrock"]
+print(f"{len(bedrock)} served by Bedrock after the Anthropic API failed")
+bad += [r for r in bedrock if not failed_over(r) and r["affinity"] != "kept"]
+bad += [] if bedrock else [{"missing": "no request was served by Bedrock"}]
 for r in bad:
     print(json.dumps(r)[:400])
 sys.exit(1 if bad or not want <= endpoints else 0)
