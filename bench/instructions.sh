@@ -23,6 +23,10 @@
 #   TRACING=1 bench/instructions.sh      # every request traced, spans exported to a local sink
 #                                        # (a Python OTLP/HTTP receiver answering 200); the
 #                                        # export thread's instructions are counted too
+#   BEDROCK=key bench/instructions.sh    # a `bedrock` channel (Converse) in front of the Bedrock
+#   BEDROCK=sigv4 bench/instructions.sh  # mock, with a Bedrock API key or signing every request
+#                                        # with SigV4: `sigv4 - key` is what signing adds (the
+#                                        # mock needs botocore: SWITCHYARD_PY, as the SDK tests)
 #
 # Needs: valgrind, python3. Loopback only.
 set -euo pipefail
@@ -36,6 +40,7 @@ TRIM=${TRIM:-0}
 LIMITS=${LIMITS:-none}
 METRICS=${METRICS:-1}
 TRACING=${TRACING:-0}
+BEDROCK=${BEDROCK:-}
 SINK_PORT=${SINK_PORT:-18092}
 GW_PORT=${GW_PORT:-18090}
 MOCK_PORT=${MOCK_PORT:-18091}
@@ -80,6 +85,13 @@ base_url = "http://127.0.0.1:$MOCK_PORT/v1"
 api_keys = ["sk-upstream-bench"]
 models = ["bench"]
 TOML
+if [ -n "$BEDROCK" ]; then
+  auth='credentials = [{ key = "bench-bedrock-api-key" }]'
+  [ "$BEDROCK" = sigv4 ] && auth='aws = { access_key_id = "AKIABENCH00000001", secret_access_key = "bench-secret" }'
+  sed -i '/^\[\[channels\]\]$/,$d' "$work/gw.toml"
+  printf '[[channels]]\nname = "bedrock"\nprovider = "bedrock"\nregion = "us-east-1"\nbase_url = "http://127.0.0.1:%s"\n%s\nmodels = [{ name = "bench", upstream = "amazon.nova-pro-v1:0" }]\n' \
+    "$MOCK_PORT" "$auth" >>"$work/gw.toml"
+fi
 if [ "$LIMITS" != none ]; then
   # A key budget, rpm and max_concurrency, and a priced channel, counted in memory (LIMITS=memory;
   # LIMITS=priced prices the channel only, the baseline for what admission and settle add).
@@ -126,8 +138,14 @@ wait_port() {
 }
 
 total() { # bin requests -> instructions of the whole gateway process
-  "${MOCK_BIN:-$1}" --log-level error mock --port "$MOCK_PORT" \
-    --text "The quick brown fox jumps over the lazy dog, twice over." --chunks 8 >/dev/null &
+  if [ -n "$BEDROCK" ]; then
+    "${SWITCHYARD_PY:-python3}" tests/mocks/bedrock.py --port "$MOCK_PORT" --access-key AKIABENCH00000001 \
+      --secret-key bench-secret --api-key bench-bedrock-api-key \
+      --text "The quick brown fox jumps over the lazy dog, twice over." >/dev/null &
+  else
+    "${MOCK_BIN:-$1}" --log-level error mock --port "$MOCK_PORT" \
+      --text "The quick brown fox jumps over the lazy dog, twice over." --chunks 8 >/dev/null &
+  fi
   local mock=$!
   local only=()
   [ "${HOT:-0}" = 1 ] && only=(--toggle-collect='*multi_thread::worker::run*')
@@ -143,12 +161,12 @@ total() { # bin requests -> instructions of the whole gateway process
   kill "$mock"
   wait "$mock" 2>/dev/null || true
   if [ -n "${CG_KEEP:-}" ]; then
-    mkdir -p "$CG_KEEP" && cp "$work/cg.out" "$CG_KEEP/$(basename "$1")-metrics$METRICS-tracing$TRACING-$2.out"
+    mkdir -p "$CG_KEEP" && cp "$work/cg.out" "$CG_KEEP/$(basename "$1")-metrics$METRICS-tracing$TRACING${BEDROCK:+-bedrock$BEDROCK}-$2.out"
   fi
   awk '/^(summary|totals):/ {print $2; exit}' "$work/cg.out"
 }
 
-printf '%-60s %s\n' binary "instructions/request ($([ "$STREAM" = 1 ] && echo stream || echo non-stream), metrics=$METRICS tracing=$TRACING)"
+printf '%-60s %s\n' binary "instructions/request ($([ "$STREAM" = 1 ] && echo stream || echo non-stream), metrics=$METRICS tracing=$TRACING${BEDROCK:+ bedrock=$BEDROCK})"
 for bin in "$@"; do
   a=$(total "$bin" "$N1")
   b=$(total "$bin" "$N2")

@@ -4,7 +4,7 @@
 
 mod anthropic;
 pub mod auth;
-mod bedrock;
+pub mod bedrock;
 mod gemini;
 mod http;
 pub mod mock;

@@ -7,7 +7,7 @@
 
 mod errors;
 mod events;
-mod sign;
+pub mod sign;
 
 use std::fmt;
 use std::time::SystemTime;
