@@ -2,6 +2,7 @@
 //! errors that name the field, and compilation into the immutable [`Snapshot`] that request
 //! handling reads through one `ArcSwap` load.
 
+mod channels;
 mod compile;
 pub use compile::keys::short_key;
 mod file;
