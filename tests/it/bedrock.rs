@@ -34,83 +34,6 @@ fn bedrock_channel(name: &str, mock: &CloudMock, auth: Option<&str>, extra: &str
     )
 }
 
-/// A request in `proto` for `model`: its path, headers and body.
-fn ask(proto: &str, model: &str, stream: bool) -> (String, Vec<(&'static str, String)>, Value) {
-    let msg = json!([{"role": "user", "content": "hi"}]);
-    match proto {
-        "anthropic" => (
-            "/v1/messages".into(),
-            vec![("x-api-key", KEY.into())],
-            json!({"model": model, "max_tokens": 64, "stream": stream, "messages": msg}),
-        ),
-        "gemini" => {
-            let action = if stream {
-                "streamGenerateContent?alt=sse"
-            } else {
-                "generateContent"
-            };
-            (
-                format!("/v1beta/models/{model}:{action}"),
-                vec![("x-goog-api-key", KEY.into())],
-                json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}),
-            )
-        }
-        "responses" => (
-            "/v1/responses".into(),
-            vec![("authorization", format!("Bearer {KEY}"))],
-            json!({"model": model, "stream": stream, "input": "hi"}),
-        ),
-        _ => (
-            "/v1/chat/completions".into(),
-            vec![("authorization", format!("Bearer {KEY}"))],
-            json!({"model": model, "stream": stream, "messages": msg}),
-        ),
-    }
-}
-
-/// The answer's text in any protocol, whole or streamed.
-fn answer_text(proto: &str, body: &str, stream: bool) -> String {
-    if !stream {
-        let v: Value = serde_json::from_str(body).unwrap_or(Value::Null);
-        return match proto {
-            "anthropic" => v["content"][0]["text"].as_str(),
-            "gemini" => v["candidates"][0]["content"]["parts"][0]["text"].as_str(),
-            "responses" => v["output"][0]["content"][0]["text"].as_str(),
-            _ => v["choices"][0]["message"]["content"].as_str(),
-        }
-        .unwrap_or_default()
-        .to_string();
-    }
-    body.lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
-        .filter_map(|v| {
-            let piece = match proto {
-                "anthropic" => v["delta"]["text"].as_str(),
-                "gemini" => v["candidates"][0]["content"]["parts"][0]["text"].as_str(),
-                "responses" => (v["type"] == "response.output_text.delta")
-                    .then(|| v["delta"].as_str())
-                    .flatten(),
-                _ => v["choices"][0]["delta"]["content"].as_str(),
-            };
-            piece.map(str::to_string)
-        })
-        .collect()
-}
-
-async fn send(
-    gw: &Gateway,
-    path: &str,
-    headers: &[(&str, String)],
-    body: Value,
-) -> reqwest::Response {
-    let mut rb = client().post(format!("{}{path}", gw.url)).json(&body);
-    for (k, v) in headers {
-        rb = rb.header(*k, v);
-    }
-    rb.send().await.expect("gateway reachable")
-}
-
 #[tokio::test]
 async fn every_client_protocol_is_answered_by_bedrock_with_signatures_botocore_accepts() {
     let Some(mock) = bedrock_mock(&[]).await else {
@@ -123,7 +46,7 @@ async fn every_client_protocol_is_answered_by_bedrock_with_signatures_botocore_a
             // pair through Converse.
             for model in ["nova", "claude"] {
                 let (path, headers, body) = ask(proto, model, stream);
-                let resp = send(&gw, &path, &headers, body).await;
+                let resp = post_in(&gw.url, &path, &headers, body).await;
                 let status = resp.status().as_u16();
                 let channel = header(&resp, "x-switchyard-channel").to_string();
                 let text = resp.text().await.unwrap();

@@ -39,70 +39,6 @@ fn key_file(dir: &std::path::Path) -> String {
     format!("credentials_file = \"{}\"", dir.join("sa.json").display())
 }
 
-/// A chat request in `proto`: path, headers, body.
-fn ask(proto: &str, model: &str, stream: bool) -> (String, Vec<(&'static str, String)>, Value) {
-    let msg = json!([{"role": "user", "content": "hi"}]);
-    match proto {
-        "anthropic" => (
-            "/v1/messages".into(),
-            vec![("x-api-key", KEY.into())],
-            json!({"model": model, "max_tokens": 64, "stream": stream, "messages": msg}),
-        ),
-        "gemini" => {
-            let action = if stream {
-                "streamGenerateContent?alt=sse"
-            } else {
-                "generateContent"
-            };
-            (
-                format!("/v1beta/models/{model}:{action}"),
-                vec![("x-goog-api-key", KEY.into())],
-                json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}),
-            )
-        }
-        "responses" => (
-            "/v1/responses".into(),
-            vec![("authorization", format!("Bearer {KEY}"))],
-            json!({"model": model, "stream": stream, "input": "hi"}),
-        ),
-        _ => (
-            "/v1/chat/completions".into(),
-            vec![("authorization", format!("Bearer {KEY}"))],
-            json!({"model": model, "stream": stream, "messages": msg}),
-        ),
-    }
-}
-
-/// The answer's text in any protocol, whole or streamed.
-fn answer_text(proto: &str, body: &str, stream: bool) -> String {
-    let pick = |v: &Value| -> Option<String> {
-        match proto {
-            "anthropic" if stream => v["delta"]["text"].as_str(),
-            "anthropic" => v["content"][0]["text"].as_str(),
-            "gemini" => v["candidates"][0]["content"]["parts"][0]["text"].as_str(),
-            "responses" if stream => (v["type"] == "response.output_text.delta")
-                .then(|| v["delta"].as_str())
-                .flatten(),
-            "responses" => v["output"][0]["content"][0]["text"].as_str(),
-            _ if stream => v["choices"][0]["delta"]["content"].as_str(),
-            _ => v["choices"][0]["message"]["content"].as_str(),
-        }
-        .map(str::to_string)
-    };
-    if !stream {
-        return serde_json::from_str(body)
-            .ok()
-            .as_ref()
-            .and_then(pick)
-            .unwrap_or_default();
-    }
-    body.lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
-        .filter_map(|v| pick(&v))
-        .collect()
-}
-
 #[tokio::test]
 async fn every_client_protocol_reaches_each_vertex_publisher_with_a_token_google_auth_granted() {
     let dir = tempfile::tempdir().unwrap();
@@ -110,16 +46,11 @@ async fn every_client_protocol_reaches_each_vertex_publisher_with_a_token_google
         return;
     };
     let gw = gateway(&vertex_channel("vertex", &m, &key_file(dir.path()), "")).await;
-    let http = client();
     for proto in ["openai", "responses", "anthropic", "gemini"] {
         for stream in [false, true] {
             for model in [GEMINI, "claude", "llama"] {
                 let (path, headers, body) = ask(proto, model, stream);
-                let mut rb = http.post(format!("{}{path}", gw.url)).json(&body);
-                for (k, v) in &headers {
-                    rb = rb.header(*k, v);
-                }
-                let resp = rb.send().await.unwrap();
+                let resp = post_in(&gw.url, &path, &headers, body).await;
                 let status = resp.status().as_u16();
                 let text = resp.text().await.unwrap();
                 assert_eq!(status, 200, "{proto} {model} {stream}: {text}");
@@ -215,6 +146,55 @@ async fn one_grant_serves_many_requests_and_a_refused_token_gives_way_to_the_nex
     assert_eq!(
         v["switchyard"]["failover"]["attempts"][0]["reason"], "auth_error",
         "{v}"
+    );
+}
+
+#[tokio::test]
+async fn a_refused_grant_fails_over_and_the_health_view_shows_its_error_never_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((m, _up)) = vertex_mock(dir.path(), &[]).await else {
+        return;
+    };
+    // The mock's account and token URL, signed with a key the mock never issued: google-auth
+    // refuses the assertion, as Google does a deleted key.
+    let mut sa: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("sa.json")).unwrap())
+            .unwrap();
+    let pem = include_str!("../fixtures/google/test-service-account-key.pem");
+    sa["private_key"] = json!(pem);
+    let wrong = dir.path().join("wrong.json");
+    std::fs::write(&wrong, sa.to_string()).unwrap();
+    let gw = gateway(&format!(
+        "{}[[channels]]\nname = \"backup\"\nprovider = \"mock\"\nmodels = [\"{GEMINI}\"]\npriority = 2\n\
+         mock = {{ text = \"backup\" }}\n\n",
+        vertex_channel(
+            "vertex",
+            &m,
+            &format!("credentials_file = \"{}\"", wrong.display()),
+            "priority = 1"
+        )
+    ))
+    .await;
+    let ask = json!({"model": GEMINI, "messages": [{"role": "user", "content": "hi"}]});
+    let resp = gw.chat(ask).await;
+    assert_eq!(header(&resp, "x-switchyard-channel"), "backup");
+    assert_eq!(m.get("stats").await["grants"], 1);
+
+    let health = get_json(&format!("{}/admin/health", gw.url), Some(ADMIN)).await;
+    let rows = health["data"].as_array().unwrap();
+    let row = rows.iter().find(|r| r["channel"] == "vertex").unwrap();
+    let token = &row["credentials"][0]["token"];
+    let err = token["last_refresh_error"].as_str().unwrap_or_default();
+    assert!(
+        err.contains("invalid_grant") || err.contains("400"),
+        "{token}"
+    );
+    assert_eq!(token["fetches"], 1, "{token}");
+    let text = health.to_string();
+    let key_line = pem.lines().nth(5).unwrap();
+    assert!(
+        !text.contains(key_line),
+        "the private key leaked into health"
     );
 }
 

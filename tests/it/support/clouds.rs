@@ -6,10 +6,10 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::binary::Proc;
-use super::gateway::client;
+use super::gateway::{KEY, client};
 
 /// The Python that has the mocks' modules, if there is one.
 pub fn python() -> Option<String> {
@@ -101,4 +101,83 @@ impl CloudMock {
             .cloned()
             .unwrap_or_default()
     }
+}
+
+/// A chat request in `proto` (`openai`, `responses`, `anthropic`, `gemini`) for `model`: its
+/// path, the key's header and the body.
+pub fn ask(proto: &str, model: &str, stream: bool) -> (String, Vec<(&'static str, String)>, Value) {
+    let msg = json!([{"role": "user", "content": "hi"}]);
+    match proto {
+        "anthropic" => (
+            "/v1/messages".into(),
+            vec![("x-api-key", KEY.into())],
+            json!({"model": model, "max_tokens": 64, "stream": stream, "messages": msg}),
+        ),
+        "gemini" => {
+            let action = if stream {
+                "streamGenerateContent?alt=sse"
+            } else {
+                "generateContent"
+            };
+            (
+                format!("/v1beta/models/{model}:{action}"),
+                vec![("x-goog-api-key", KEY.into())],
+                json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}),
+            )
+        }
+        "responses" => (
+            "/v1/responses".into(),
+            vec![("authorization", format!("Bearer {KEY}"))],
+            json!({"model": model, "stream": stream, "input": "hi"}),
+        ),
+        _ => (
+            "/v1/chat/completions".into(),
+            vec![("authorization", format!("Bearer {KEY}"))],
+            json!({"model": model, "stream": stream, "messages": msg}),
+        ),
+    }
+}
+
+/// The answer's text in any protocol, whole or streamed.
+pub fn answer_text(proto: &str, body: &str, stream: bool) -> String {
+    let pick = |v: &Value| -> Option<String> {
+        match proto {
+            "anthropic" if stream => v["delta"]["text"].as_str(),
+            "anthropic" => v["content"][0]["text"].as_str(),
+            "gemini" => v["candidates"][0]["content"]["parts"][0]["text"].as_str(),
+            "responses" if stream => (v["type"] == "response.output_text.delta")
+                .then(|| v["delta"].as_str())
+                .flatten(),
+            "responses" => v["output"][0]["content"][0]["text"].as_str(),
+            _ if stream => v["choices"][0]["delta"]["content"].as_str(),
+            _ => v["choices"][0]["message"]["content"].as_str(),
+        }
+        .map(str::to_string)
+    };
+    if !stream {
+        return serde_json::from_str(body)
+            .ok()
+            .as_ref()
+            .and_then(pick)
+            .unwrap_or_default();
+    }
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter_map(|v| pick(&v))
+        .collect()
+}
+
+/// POSTs `body` to `path` of the gateway at `url` with `headers`.
+pub async fn post_in(
+    url: &str,
+    path: &str,
+    headers: &[(&str, String)],
+    body: Value,
+) -> reqwest::Response {
+    let mut rb = client().post(format!("{url}{path}")).json(&body);
+    for (k, v) in headers {
+        rb = rb.header(*k, v);
+    }
+    rb.send().await.expect("gateway reachable")
 }
