@@ -308,3 +308,26 @@ async fn local_servers_need_no_key_and_hosted_ones_do() {
         out.err
     );
 }
+
+/// docs/providers.md's table says what the preset table does, provider by provider.
+#[test]
+fn the_documented_table_is_the_preset_table() {
+    let doc = include_str!("../../docs/providers.md");
+    for p in switchyard::provider::presets::all() {
+        let row = doc
+            .lines()
+            .find(|l| l.starts_with(&format!("| `{}` |", p.name)))
+            .unwrap_or_else(|| panic!("no row for {}", p.name));
+        assert!(row.contains(&format!("`{}`", p.base_url)), "{row}");
+        assert_eq!(row.contains("not needed"), !p.key_required, "{row}");
+        let named = p
+            .drop
+            .iter()
+            .chain(&p.drop_message_fields)
+            .chain(p.rename.keys())
+            .chain(p.headers.keys());
+        for field in named {
+            assert!(row.contains(&format!("`{field}`")), "{field} in {row}");
+        }
+    }
+}

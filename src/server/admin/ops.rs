@@ -134,7 +134,6 @@ pub async fn reload(admin: Admin) -> Response {
     }
 }
 
-/// Channel health as the router sees it: score, success rate, circuit and cooldowns.
 /// A fetched credential's state as the health view shows it (never the credential).
 fn token_json(st: &crate::provider::auth::AuthStatus) -> Value {
     let at = |t: Option<std::time::SystemTime>| {
@@ -154,6 +153,7 @@ fn token_json(st: &crate::provider::auth::AuthStatus) -> Value {
     })
 }
 
+/// Channel health as the router sees it: score, success rate, circuit and cooldowns.
 pub async fn health(admin: Admin) -> Response {
     let (state, snap) = (&admin.state, &admin.snap);
     let known = state.health.report(&snap.health);

@@ -6,9 +6,18 @@
   const { api, el, fill, pct, num, say, autoRefresh } = window.SY;
   const secs = (v) => (v ? Math.ceil(v) + " s" : "—");
 
+  // A fetched credential (AWS temporary keys, a Google token): where it came from, how long
+  // it has left, and the last refresh's error, which is what an operator acts on.
+  function token(t) {
+    if (!t) return "";
+    if (t.last_refresh_error) return " (" + t.source + ", refresh failed: " + t.last_refresh_error + ")";
+    const left = t.expires_in_seconds == null ? "" : ", expires in " + (t.expires_in_seconds >= 120 ? Math.floor(t.expires_in_seconds / 60) + " min" : t.expires_in_seconds + " s");
+    return " (" + t.source + left + ")";
+  }
+
   function creds(list) {
     if (!list || !list.length) return "—";
-    return list.map((c) => c.label + ": " + (c.disabled ? "disabled" : c.cooling_seconds_left ? "cooling " + secs(c.cooling_seconds_left) : "ready")).join(", ");
+    return list.map((c) => c.label + ": " + (c.disabled ? "disabled" : c.cooling_seconds_left ? "cooling " + secs(c.cooling_seconds_left) : "ready") + token(c.token)).join(", ");
   }
 
   async function load() {
