@@ -423,9 +423,31 @@ async fn the_aws_chain_finds_credentials_and_fetches_them_once_for_many_requests
     assert_eq!(mock.get("stats").await["sts_calls"], 1);
     // The health view names the source and when its credentials expire, never a secret.
     let health = get_json(&format!("{url}/admin/health"), Some(ADMIN)).await;
-    let text = health.to_string();
-    assert!(text.contains("AssumeRoleWithWebIdentity"), "{text}");
-    assert!(text.contains("expires"), "{text}");
+    let token = &health["data"][0]["credentials"][0]["token"];
+    assert!(
+        token["source"]
+            .as_str()
+            .is_some_and(|s| s.contains("AssumeRoleWithWebIdentity")),
+        "{health}"
+    );
+    let left = token["expires_in_seconds"].as_u64().unwrap_or_default();
+    assert!((3500..=3600).contains(&left), "{token}");
+    assert!(
+        token["expires_at"].is_string() && token["refreshed_at"].is_string(),
+        "{token}"
+    );
+    assert_eq!(token["fetches"], 1, "{token}");
+    assert!(token["last_refresh_error"].is_null(), "{token}");
+    let issued = mock.get("stats").await["issued_secrets"].clone();
+    let issued = issued.as_array().unwrap();
+    assert_eq!(issued.len(), 2, "one secret key and one session token");
+    for s in issued {
+        let s = s.as_str().unwrap();
+        assert!(
+            !health.to_string().contains(s),
+            "a fetched secret leaked into health"
+        );
+    }
 
     // The container endpoint, with its authorization token.
     let dir = tempfile::tempdir().unwrap();

@@ -145,7 +145,10 @@ class Handler(BaseHTTPRequestHandler):
                 return self.reply(200, STATE["requests"])
         if self.path == "/_mock/stats":
             with LOCK:
-                return self.reply(200, {k: STATE[k] for k in ("sts_calls", "container_calls")})
+                stats = {k: STATE[k] for k in ("sts_calls", "container_calls")}
+                # The temporary secrets handed out, for tests that look for them where they must not be.
+                stats["issued_secrets"] = [v[i] for v in STATE["creds"].values() if v[2] for i in (0, 1)]
+                return self.reply(200, stats)
         if self.path == "/container-creds":
             if self.headers.get("authorization") != self.opts.container_token:
                 return self.reply(401, {"message": "bad token"})
