@@ -219,6 +219,13 @@ def send_a_test_event(page):
     expect(page.locator("#events tbody tr", has_text="webhook.test").first).to_be_visible()
 
 
+def a_credential_refresh_error_shows(page):
+    page.goto(BASE + "/console/health")
+    row = page.locator("#circuits tbody tr", has_text="vertex-token")
+    expect(row).to_contain_text("refresh failed")
+    expect(row).to_contain_text("service account")
+
+
 def viewer_has_no_write_controls(page):
     for slug, absent in [("channels", "New channel"), ("keys", "New key")]:
         page.goto(f"{BASE}/console/{slug}")
@@ -277,6 +284,8 @@ def main():
         steps.append("the playground explains a route")
         send_a_test_event(page)
         steps.append("a webhook's test event sent and its delivery listed")
+        a_credential_refresh_error_shows(page)
+        steps.append("the health page shows a cloud credential's refresh error")
 
         forged = api(page, "/admin/keys", "POST", {"name": "forged"}, csrf=False)
         assert forged["status"] == 403 and forged["body"]["error"]["code"] == "csrf_failed", forged

@@ -566,9 +566,27 @@ async fn console_in_a_browser() {
             "priority = 1\nprice = { input = 2000, output = 8000 }"
         ),
     );
+    // A Vertex channel whose token endpoint refuses the connection: its credential's refresh
+    // error is what the health page must show.
+    let sa = json!({"type": "service_account", "client_email": "t@p.iam.gserviceaccount.com",
+        "private_key": include_str!("../fixtures/google/test-service-account-key.pem"),
+        "token_uri": "http://127.0.0.1:9/token"});
+    let vertex = format!(
+        "[[channels]]\nname = \"vertex-token\"\nprovider = \"vertex\"\nproject = \"p\"\n\
+         location = \"us-east5\"\nbase_url = \"http://127.0.0.1:9/v1\"\n\
+         credentials_json = '{sa}'\nmodels = [\"gemini-2.5-flash\"]\n\n"
+    );
     let rx = receiver(&[]).await;
     let hooks = webhook_config("ops", &rx.url, &whsec(3), "\"webhook.test\"", 10);
-    let (gw, _dir) = console_gateway("", &format!("{channels}{hooks}")).await;
+    let (gw, _dir) = console_gateway("", &format!("{channels}{vertex}{hooks}")).await;
+    let r = gw
+        .chat(json!({"model": "gemini-2.5-flash", "messages": [{"role": "user", "content": "hi"}]}))
+        .await;
+    assert!(
+        r.status().is_server_error() || r.status() == 401,
+        "{}",
+        r.status()
+    );
     // A few requests so that the charts have points before the browser looks.
     for _ in 0..3 {
         let r = gw
