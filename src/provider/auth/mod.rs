@@ -21,6 +21,9 @@ use arc_swap::ArcSwapOption;
 const MUST: Duration = Duration::from_secs(60);
 /// Refreshed behind the request (which goes on with the held value) this close to expiry.
 const SOON: Duration = Duration::from_secs(300);
+/// After a failed fetch, calls get its error for this long instead of fetching again: a token
+/// endpoint that is down or hangs is asked once per interval, not once per waiting request.
+const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(5);
 
 /// A value a source fetched, and until when it holds (`None`: for ever).
 #[derive(Debug, Clone)]
@@ -57,6 +60,8 @@ pub struct Refreshing<F: Fetch> {
     current: ArcSwapOption<Fetched<F::Value>>,
     lock: Arc<tokio::sync::Mutex<()>>,
     status: Mutex<AuthStatus>,
+    /// When the last fetch failed, and why (cleared by a success).
+    failed: Mutex<Option<(std::time::Instant, String)>>,
 }
 
 impl<F: Fetch> Refreshing<F> {
@@ -70,6 +75,7 @@ impl<F: Fetch> Refreshing<F> {
             current: ArcSwapOption::empty(),
             lock: Arc::new(tokio::sync::Mutex::new(())),
             status: Mutex::new(status),
+            failed: Mutex::new(None),
         }
     }
 
@@ -103,11 +109,27 @@ impl<F: Fetch> Refreshing<F> {
         {
             return Ok(held.value.clone());
         }
+        if let Some(e) = self.recent_failure() {
+            return Err(e);
+        }
         self.refresh().await
     }
 
-    /// Starts a refresh unless one is under way; the callers go on with the held value.
+    /// The last fetch's error, if it failed less than [`RETRY_AFTER_FAILURE`] ago.
+    fn recent_failure(&self) -> Option<String> {
+        let failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+        failed
+            .as_ref()
+            .filter(|(at, _)| at.elapsed() < RETRY_AFTER_FAILURE)
+            .map(|(_, e)| e.clone())
+    }
+
+    /// Starts a refresh unless one is under way (or one just failed); the callers go on with
+    /// the held value.
     fn refresh_behind(self: &Arc<Self>) {
+        if self.recent_failure().is_some() {
+            return;
+        }
         let Ok(guard) = self.lock.clone().try_lock_owned() else {
             return;
         };
@@ -122,6 +144,11 @@ impl<F: Fetch> Refreshing<F> {
         let got = self.source.fetch().await;
         let mut st = self.status.lock().unwrap_or_else(|p| p.into_inner());
         st.fetches += 1;
+        let mut failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+        *failed = got
+            .as_ref()
+            .err()
+            .map(|e| (std::time::Instant::now(), e.clone()));
         match got {
             Ok(f) => {
                 st.expires = f.expires;
@@ -209,6 +236,43 @@ mod tests {
         assert_eq!(c.get().await, Ok(1));
         assert_eq!(calls.load(Ordering::SeqCst), 1);
         assert_eq!(c.status().fetches, 1);
+    }
+
+    struct Down {
+        calls: Arc<AtomicU64>,
+    }
+
+    impl Fetch for Down {
+        type Value = u64;
+        async fn fetch(&self) -> Result<Fetched<u64>, String> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            Err("connection refused".into())
+        }
+        fn describe(&self) -> String {
+            "down".into()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failed_fetch_answers_every_waiting_caller_and_is_not_repeated_at_once() {
+        let calls = Arc::new(AtomicU64::new(0));
+        let c = Arc::new(Refreshing::new(Down {
+            calls: calls.clone(),
+        }));
+        let all = futures_util::future::join_all((0..64).map(|_| {
+            let c = c.clone();
+            async move { c.get().await }
+        }))
+        .await;
+        assert!(
+            all.iter()
+                .all(|r| r.as_ref().err().map(String::as_str) == Some("connection refused")),
+            "{all:?}"
+        );
+        assert_eq!(c.get().await, Err("connection refused".into()));
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "one fetch for 65 callers");
+        assert_eq!(c.status().error.as_deref(), Some("connection refused"));
     }
 
     #[tokio::test]
