@@ -149,3 +149,20 @@ impl ChatRequest {
         lost
     }
 }
+
+/// Alternating turns, as Anthropic's Messages and Bedrock's Converse want them: the blocks of
+/// consecutive messages of one role merged into one turn, messages with no blocks left out.
+#[derive(Debug, Default)]
+pub struct Turns(pub Vec<(&'static str, Vec<Value>)>);
+
+impl Turns {
+    pub fn push(&mut self, role: &'static str, blocks: Vec<Value>) {
+        if blocks.is_empty() {
+            return;
+        }
+        match self.0.last_mut() {
+            Some((r, b)) if *r == role => b.extend(blocks),
+            _ => self.0.push((role, blocks)),
+        }
+    }
+}

@@ -114,16 +114,7 @@ pub fn request_to_value(req: &ChatRequest, model: &str) -> Value {
 /// role merged.
 fn turns_of(messages: &[Message]) -> (Vec<String>, Vec<(&'static str, Vec<Value>)>) {
     let mut system = Vec::new();
-    let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
-    let mut push = |role: &'static str, blocks: Vec<Value>| {
-        if blocks.is_empty() {
-            return;
-        }
-        match turns.last_mut() {
-            Some((r, b)) if *r == role => b.extend(blocks),
-            _ => turns.push((role, blocks)),
-        }
-    };
+    let mut turns = crate::protocol::crossing::Turns::default();
     for m in messages {
         let mut blocks = content_blocks(m.content.as_ref());
         match m.role {
@@ -136,7 +127,7 @@ fn turns_of(messages: &[Message]) -> (Vec<String>, Vec<(&'static str, Vec<Value>
             }
             Role::Tool => {
                 let text: Vec<&str> = blocks.iter().filter_map(|b| b["text"].as_str()).collect();
-                push(
+                turns.push(
                     "user",
                     vec![json!({"type": "tool_result",
                         "tool_use_id": m.tool_call_id.clone().unwrap_or_default(),
@@ -162,12 +153,12 @@ fn turns_of(messages: &[Message]) -> (Vec<String>, Vec<(&'static str, Vec<Value>
                         );
                     }
                 }
-                push("assistant", blocks);
+                turns.push("assistant", blocks);
             }
-            _ => push("user", blocks),
+            _ => turns.push("user", blocks),
         }
     }
-    (system, turns)
+    (system, turns.0)
 }
 
 /// A message's text and images as Anthropic content blocks.

@@ -86,16 +86,7 @@ fn additional_fields(req: &ChatRequest) -> Map<String, Value> {
 /// The system text, and the turns: tool results in user turns, same-role turns merged.
 fn turns_of(messages: &[Message]) -> (Vec<String>, Vec<(&'static str, Vec<Value>)>) {
     let mut system = Vec::new();
-    let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
-    let mut push = |role: &'static str, blocks: Vec<Value>| {
-        if blocks.is_empty() {
-            return;
-        }
-        match turns.last_mut() {
-            Some((r, b)) if *r == role => b.extend(blocks),
-            _ => turns.push((role, blocks)),
-        }
-    };
+    let mut turns = crate::protocol::crossing::Turns::default();
     for m in messages {
         let mut blocks = content_blocks(m.content.as_ref());
         match m.role {
@@ -116,19 +107,19 @@ fn turns_of(messages: &[Message]) -> (Vec<String>, Vec<(&'static str, Vec<Value>
                     content.push(json!({"text": ""}));
                 }
                 let id = m.tool_call_id.clone().unwrap_or_default();
-                push(
+                turns.push(
                     "user",
                     vec![json!({"toolResult": {"toolUseId": id, "content": content}})],
                 );
             }
             Role::Assistant => {
                 blocks.extend(m.tool_calls.iter().filter_map(tool_use));
-                push("assistant", blocks);
+                turns.push("assistant", blocks);
             }
-            _ => push("user", blocks),
+            _ => turns.push("user", blocks),
         }
     }
-    (system, turns)
+    (system, turns.0)
 }
 
 fn tool_use(c: &ToolCall) -> Option<Value> {
