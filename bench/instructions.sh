@@ -23,6 +23,9 @@
 #   TRACING=1 bench/instructions.sh      # every request traced, spans exported to a local sink
 #                                        # (a Python OTLP/HTTP receiver answering 200); the
 #                                        # export thread's instructions are counted too
+#   STRATEGY=latency bench/instructions.sh  # two channels in one tier (both in front of the mock),
+#                                        # chosen by `[routing] default_strategy`: compare with
+#                                        # STRATEGY=weighted for what measuring and choosing cost
 #   BEDROCK=key bench/instructions.sh    # a `bedrock` channel (Converse) in front of the Bedrock
 #   BEDROCK=sigv4 bench/instructions.sh  # mock, with a Bedrock API key or signing every request
 #                                        # with SigV4: `sigv4 - key` is what signing adds (the
@@ -41,6 +44,7 @@ LIMITS=${LIMITS:-none}
 METRICS=${METRICS:-1}
 TRACING=${TRACING:-0}
 BEDROCK=${BEDROCK:-}
+STRATEGY=${STRATEGY:-}
 SINK_PORT=${SINK_PORT:-18092}
 GW_PORT=${GW_PORT:-18090}
 MOCK_PORT=${MOCK_PORT:-18091}
@@ -102,6 +106,10 @@ if [ "$LIMITS" != none ]; then
 fi
 if [ "$METRICS" = 0 ]; then
   printf '[metrics]\nenabled = false\n' >>"$work/gw.toml"
+fi
+if [ -n "$STRATEGY" ]; then
+  printf '[[channels]]\nname = "mock2"\nprovider = "openai"\nbase_url = "http://127.0.0.1:%s/v1"\napi_keys = ["sk-upstream-bench2"]\nmodels = ["bench"]\n[routing]\ndefault_strategy = "%s"\n' \
+    "$MOCK_PORT" "$STRATEGY" >>"$work/gw.toml"
 fi
 if [ "$TRACING" = 1 ]; then
   printf '[telemetry]\notlp_endpoint = "http://127.0.0.1:%s"\n' "$SINK_PORT" >>"$work/gw.toml"
@@ -166,7 +174,7 @@ total() { # bin requests -> instructions of the whole gateway process
   awk '/^(summary|totals):/ {print $2; exit}' "$work/cg.out"
 }
 
-printf '%-60s %s\n' binary "instructions/request ($([ "$STREAM" = 1 ] && echo stream || echo non-stream), metrics=$METRICS tracing=$TRACING${BEDROCK:+ bedrock=$BEDROCK})"
+printf '%-60s %s\n' binary "instructions/request ($([ "$STREAM" = 1 ] && echo stream || echo non-stream), metrics=$METRICS tracing=$TRACING${BEDROCK:+ bedrock=$BEDROCK}${STRATEGY:+ strategy=$STRATEGY})"
 for bin in "$@"; do
   a=$(total "$bin" "$N1")
   b=$(total "$bin" "$N2")

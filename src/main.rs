@@ -368,7 +368,11 @@ async fn explain(
         return Err(format!("{name} is a semantic router: give --prompt to decide by").into());
     }
     let chain = switchyard::router::chain(&snap, gkey, &spec, &model[0], true, &decisions)?;
-    let mut plan = switchyard::server::explain::explain(&snap, &health, gkey, &chain, &decisions);
+    let ask = request.as_ref().map_or_else(Default::default, |r| {
+        switchyard::server::explain::Ask::of(&snap, r)
+    });
+    let mut plan =
+        switchyard::server::explain::explain(&snap, &health, gkey, &chain, &decisions, ask);
     if let Some(req) = &request {
         switchyard::server::explain::explain_context_into(
             &mut plan, &snap, gkey, &chain, req, None,

@@ -93,6 +93,7 @@ impl Pending {
                 outcome: a.class.map_or("ok", |c| c.as_str()).into(),
                 estimated: false,
                 first_choice_micros: None,
+                cache_saved_micros: 0,
             });
         }
         if report.served.is_some() && p.called() {
@@ -116,6 +117,14 @@ impl Pending {
             last.tokens = u.tokens;
             last.estimated = u.estimated;
             last.cost_micros = self.served.as_ref().map_or(0, |p| p.cost(&u.tokens));
+            last.cache_saved_micros = self.served.as_ref().map_or(0, |p| {
+                let uncached = Tokens {
+                    cached_input: 0,
+                    cache_write: 0,
+                    ..u.tokens
+                };
+                p.cost(&uncached) as i64 - last.cost_micros as i64
+            });
             if calls > 1 {
                 last.first_choice_micros = self.first.as_ref().map(|p| p.cost(&u.tokens));
             }

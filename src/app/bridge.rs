@@ -22,6 +22,26 @@ pub async fn subscribe(redis: Arc<Redis>, health: Arc<Health>, live: Arc<Live>) 
         .await;
 }
 
+/// How often this replica's in-flight counts go out and the others' come in.
+const BUSY_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Trades requests-in-flight counts with the other replicas while some model routes by a
+/// measured strategy, for the life of the gateway. While Redis is down the others' last
+/// counts are dropped: the replica balances on its own.
+pub async fn exchange_busy(redis: Arc<Redis>, health: Arc<Health>, live: Arc<Live>) {
+    let mut tick = tokio::time::interval(BUSY_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tick.tick().await;
+        if !live.load().routing.measured {
+            continue;
+        }
+        let mine = health.signals.local();
+        let others = redis.exchange_busy(&mine).await.unwrap_or_default();
+        health.signals.set_remote(others);
+    }
+}
+
 fn outgoing(ev: Shared) -> Change {
     match ev {
         Shared::CircuitOpened { key, cooldown } => Change {

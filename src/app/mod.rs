@@ -204,9 +204,14 @@ async fn bind_side(addr: Option<SocketAddr>) -> Result<Option<TcpListener>, Star
 }
 
 /// The tasks that keep Redis connected and carry health changes between replicas.
-fn share_through(r: Arc<Redis>, state: &AppState) -> [tokio::task::JoinHandle<()>; 3] {
+fn share_through(r: Arc<Redis>, state: &AppState) -> [tokio::task::JoinHandle<()>; 4] {
     [
         tokio::spawn(r.clone().supervise()),
+        tokio::spawn(bridge::exchange_busy(
+            r.clone(),
+            state.health.clone(),
+            state.live.clone(),
+        )),
         tokio::spawn(bridge::publish(r.clone(), state.health.share())),
         tokio::spawn(bridge::subscribe(
             r,

@@ -33,6 +33,8 @@ pub struct FileConfig {
     #[serde(default)]
     pub affinity: AffinitySection,
     #[serde(default)]
+    pub routing: RoutingSection,
+    #[serde(default)]
     pub state: StateSection,
     /// Where channels and keys managed at run time are kept (absent: the file is everything).
     pub store: Option<StoreSection>,
@@ -100,6 +102,30 @@ pub struct ModelConfig {
     pub context_fallbacks: Vec<String>,
     /// USD per 1M tokens, over the built-in family's price.
     pub price: Option<crate::pricing::PriceConfig>,
+    /// How the first try inside a tier is chosen for this model (over `[routing]`'s default).
+    pub strategy: Option<crate::config::Strategy>,
+}
+
+/// `[routing]`: the strategy models use unless their `[[models]]` entry names one, and what
+/// the measured strategies read.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RoutingSection {
+    pub default_strategy: crate::config::Strategy,
+    /// The share of `latency`'s first tries spread over the other channels, in [0, 0.5].
+    pub exploration: f64,
+    /// How fast a faster sample brings a latency figure down (a slower one raises it at once).
+    pub latency_half_life_seconds: f64,
+}
+
+impl Default for RoutingSection {
+    fn default() -> Self {
+        RoutingSection {
+            default_strategy: crate::config::Strategy::Weighted,
+            exploration: 0.05,
+            latency_half_life_seconds: 10.0,
+        }
+    }
 }
 
 /// `[affinity]`: keeping a conversation on the channel that served its first turn.
@@ -111,8 +137,8 @@ pub struct AffinitySection {
     /// Consecutive failures of the bound channel that clear the binding.
     pub max_failures: NonZeroU32,
     /// Bind requests without a session id by a hash of system prompt + tools + first user
-    /// message.
-    pub implicit: bool,
+    /// message: `"auto"` (those a provider caches), `true` (all), `false` (none).
+    pub implicit: Implicit,
 }
 
 impl Default for AffinitySection {
@@ -120,7 +146,37 @@ impl Default for AffinitySection {
         AffinitySection {
             ttl_seconds: nz64(86_400),
             max_failures: nz32(3),
-            implicit: false,
+            implicit: Implicit::Auto,
+        }
+    }
+}
+
+/// Which requests without a session id are bound by their conversation's start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Implicit {
+    /// Requests with tools or a system prompt of more than 1,024 tokens: what providers'
+    /// prompt caches keep.
+    #[default]
+    Auto,
+    On,
+    Off,
+}
+
+impl<'de> Deserialize<'de> for Implicit {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Written {
+            Flag(bool),
+            Word(String),
+        }
+        match Written::deserialize(d)? {
+            Written::Flag(true) => Ok(Implicit::On),
+            Written::Flag(false) => Ok(Implicit::Off),
+            Written::Word(w) if w == "auto" => Ok(Implicit::Auto),
+            Written::Word(w) => Err(serde::de::Error::custom(format!(
+                "expected \"auto\", true or false, not {w:?}"
+            ))),
         }
     }
 }
@@ -331,6 +387,9 @@ pub struct KeyConfig {
     /// Trim every request of this key to fit the serving model's window.
     #[serde(default)]
     pub trim: bool,
+    /// Answers carry `x-switchyard-route`: the channel that served and why it was chosen.
+    #[serde(default)]
+    pub expose_route: bool,
     /// `{ usd, period, on_exhausted, soft, fail }`: what may be spent per period.
     pub budget: Option<super::quota::BudgetConfig>,
     /// Requests in any 60 s window, across every replica.

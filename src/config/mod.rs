@@ -17,11 +17,14 @@ mod snapshot;
 pub mod telemetry;
 pub mod webhooks;
 
-pub use file::{Balance, ChannelConfig, FileConfig, KeyConfig, ModelEntry, RouterFailover};
+pub use file::{
+    Balance, ChannelConfig, FileConfig, Implicit, KeyConfig, ModelEntry, RouterFailover,
+};
 pub use overlay::{Origin, Overlay, View};
 pub use settings::{
     Admin, AffinitySettings, BreakerSettings, BudgetSettings, ConnLimits, HealthSettings, Limits,
     LogSettings, ProbeKind, ProbeSettings, Role, ServerSettings, StateSettings, StoreSettings,
+    Strategy,
 };
 pub use snapshot::{
     Channel, DEFAULT_GROUP, EmbedderSpec, FailoverDefaults, GatewayKey, Instance, Level,

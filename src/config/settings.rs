@@ -65,11 +65,36 @@ pub struct LogSettings {
     pub journal_dir: Option<std::path::PathBuf>,
 }
 
+/// `[routing]` and each model's `strategy`, validated.
+#[derive(Debug, Clone, Default)]
+pub struct RoutingSettings {
+    pub default_strategy: Strategy,
+    /// Models whose `[[models]]` entry names a strategy (served names, resolved at load).
+    pub strategies: std::collections::HashMap<Arc<str>, Strategy>,
+    pub exploration: f64,
+    pub half_life: Duration,
+    /// Some model routes by a measured strategy: latency and load are recorded.
+    pub measured: bool,
+}
+
+impl RoutingSettings {
+    /// The strategy that orders `model`'s tiers.
+    pub fn strategy(&self, model: &str) -> Strategy {
+        if self.strategies.is_empty() {
+            return self.default_strategy;
+        }
+        self.strategies
+            .get(model)
+            .copied()
+            .unwrap_or(self.default_strategy)
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 pub struct AffinitySettings {
     pub ttl: Duration,
     pub max_failures: u32,
-    pub implicit: bool,
+    pub implicit: super::file::Implicit,
 }
 
 /// `[store]`, validated: the URL (a secret: it may carry a password) and the retention.
@@ -193,4 +218,34 @@ pub struct Limits {
     /// Tokens per minute (prompt + completion): charged an estimate when reserved, settled
     /// to the real usage when the attempt ends. May overdraw once; then it waits to refill.
     pub tpm: Option<u32>,
+}
+
+/// How the first try inside a tier is chosen (`strategy` on a `[[models]]` entry,
+/// `[routing] default_strategy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    /// P = w·h / Σ w·h.
+    #[default]
+    Weighted,
+    /// Lowest expected time to first token (streams) or to the whole answer.
+    Latency,
+    /// Fewest requests in flight.
+    LeastBusy,
+    /// Lowest expected price of this request.
+    Cost,
+    /// Two drawn by weight, the one with the lower in-flight × latency.
+    P2c,
+}
+
+impl Strategy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::Weighted => "weighted",
+            Strategy::Latency => "latency",
+            Strategy::LeastBusy => "least_busy",
+            Strategy::Cost => "cost",
+            Strategy::P2c => "p2c",
+        }
+    }
 }

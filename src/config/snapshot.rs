@@ -27,6 +27,8 @@ pub struct GatewayKey {
     pub defaults: Option<FailoverDefaults>,
     /// Trim this key's requests to fit the serving model's window.
     pub trim: bool,
+    /// Answers carry `x-switchyard-route`.
+    pub expose_route: bool,
     /// Its budget and rate limits.
     pub quota: super::quota::Quota,
     /// Its meters' scope: `key:<name>`.
@@ -132,6 +134,8 @@ pub struct Snapshot {
     pub log: LogSettings,
     pub health: HealthSettings,
     pub balance: super::Balance,
+    /// `[routing]` and each model's strategy.
+    pub routing: super::settings::RoutingSettings,
     pub keys: Vec<GatewayKey>,
     pub channels: Vec<Channel>,
     /// Model name → the channels that list it, in config order. Sorted by name for listing.

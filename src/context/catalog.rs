@@ -154,7 +154,7 @@ pub enum NameMatch {
 }
 
 impl NameMatch {
-    fn matches(&self, name: &str, model: &str) -> bool {
+    pub fn matches(&self, name: &str, model: &str) -> bool {
         match self {
             NameMatch::Exact => name == model,
             NameMatch::Pattern(re) => re.is_match(model),

@@ -16,9 +16,9 @@ use super::{
 };
 use crate::config::{Balance, Channel};
 use crate::context::fit::Note;
-use crate::health::{CredVerdict, Health, Key, Reservation, Skip, Verdict};
+use crate::health::{CredVerdict, Health, Key, Reservation, Sample, Skip, Slot, Verdict};
 use crate::protocol::ChatRequest;
-use crate::router::{self, Candidate, Prefer, RouteError, Step};
+use crate::router::{self, Candidate, Estimate, Measured, Prefer, RouteError, Step, Strategy};
 use crate::spend::{self, Ask, Holds, Limit};
 
 /// The request as fitted to the model being tried.
@@ -40,7 +40,7 @@ pub(super) async fn run<'s, T, F, Fut>(
     report: &mut Report,
     call: &mut F,
     blocked: &mut bool,
-) -> Result<(T, Option<Reservation>), ExecError>
+) -> Result<(T, Slot), ExecError>
 where
     F: FnMut(Call<'s>) -> Fut,
     Fut: Future<Output = Result<T, Failure>>,
@@ -74,7 +74,7 @@ where
 /// How one channel's turn ended.
 enum Turn<T> {
     Next,
-    Served((T, Option<Reservation>)),
+    Served((T, Slot)),
     Stop(ExecError),
     /// The request's attempt cap is reached.
     Capped,
@@ -108,9 +108,23 @@ impl<'s> Model<'_, 's, '_> {
                 .collect();
             health.round_robin(&format!("{model}#{rank}#{prio}"), &named)
         };
-        let pick = match snap.balance {
-            Balance::Random => router::Pick::Random(&mut self.rng),
-            Balance::RoundRobin => router::Pick::RoundRobin(&rotate),
+        let strategy = snap.routing.strategy(model);
+        // Read only by a measured strategy: `weighted` costs nothing here.
+        let signals = (strategy != Strategy::Weighted)
+            .then(|| health.signals.view(&snap.channels, model, self.job.stream));
+        let pick = match (&signals, snap.balance) {
+            (Some(signal), _) => router::Pick::Measured(Measured {
+                strategy,
+                signal,
+                estimate: Estimate {
+                    prompt: self.job.spend.prompt,
+                    output: self.job.spend.reply,
+                },
+                exploration: snap.routing.exploration,
+                rng: &mut self.rng,
+            }),
+            (None, Balance::Random) => router::Pick::Random(&mut self.rng),
+            (None, Balance::RoundRobin) => router::Pick::RoundRobin(&rotate),
         };
         let prefer = Prefer {
             bound: self.job.route.bound,
@@ -118,6 +132,9 @@ impl<'s> Model<'_, 's, '_> {
             counting: self.job.route.counting,
         };
         let mut plan = router::plan(snap, self.job.route.key, model, &standing, pick, prefer)?;
+        if self.report.route.is_none() {
+            self.report.route = plan.why.map(|w| (strategy, w));
+        }
         let meter = self.job.spend.meter;
         let bound = self.job.route.bound;
         router::demote(&mut plan.candidates, |c| {
@@ -139,6 +156,21 @@ impl<'s> Model<'_, 's, '_> {
             }
         }
         Ok(plan.candidates)
+    }
+
+    /// An attempt's latency, for the measured strategies (only while one is in use).
+    fn measure(&self, ch: &Channel, took: Duration, sample: Sample) {
+        let r = &self.job.snap.routing;
+        if r.measured {
+            self.job.health.signals.latency(
+                &ch.name,
+                &self.step.model,
+                self.job.stream,
+                took,
+                sample,
+                r.half_life,
+            );
+        }
     }
 
     fn soonest(&mut self, d: Duration) {
@@ -208,21 +240,15 @@ impl<'s> Model<'_, 's, '_> {
                 }
                 Err(None) => return Turn::Next,
             };
-            // A call to a channel this request already called (a retry, its next key, the
-            // next model of a chain there) spends from the process-wide retry budget: that is
-            // the load that multiplies on one sick upstream. A failover to a channel not yet
-            // called is free: it adds one call to another upstream, never a second to the
-            // same one. Refused, the request ends with the outcome of the calls it made.
-            if self.report.called(&ch.name) && !health.retries.try_retry(&snap.server.retry_budget)
-            {
-                tracing::warn!(
-                    channel = &*ch.name,
-                    model = &*self.step.model,
-                    "retry budget exhausted: not failing over"
-                );
-                self.skip(ch, Skip::RetryBudget);
+            if self.retry_refused(ch) {
                 return Turn::Blocked;
             }
+            // Counted in flight from the call on, for as long as its answer lasts.
+            let busy = snap.routing.measured.then(|| {
+                health
+                    .signals
+                    .busy(&ch.name, &self.step.model, snap.routing.half_life)
+            });
             let failure = match self
                 .attempt(ch, &cand, &key, reservation.as_ref(), call)
                 .await
@@ -236,7 +262,13 @@ impl<'s> Model<'_, 's, '_> {
                             .lock()
                             .unwrap_or_else(|p| p.into_inner()) = Some(h);
                     }
-                    return Turn::Served((v, reservation));
+                    return Turn::Served((
+                        v,
+                        Slot {
+                            credential: reservation,
+                            busy,
+                        },
+                    ));
                 }
                 Err(Err(e)) => return Turn::Stop(e),
                 Err(Ok(f)) => f,
@@ -283,6 +315,25 @@ impl<'s> Model<'_, 's, '_> {
         }
     }
 
+    /// A call to a channel this request already called (a retry, its next key, the next model
+    /// of a chain there) spends from the process-wide retry budget: that is the load that
+    /// multiplies on one sick upstream. A failover to a channel not yet called is free: it adds
+    /// one call to another upstream, never a second to the same one. Refused (recorded), the
+    /// request ends with the outcome of the calls it made.
+    fn retry_refused(&mut self, ch: &Channel) -> bool {
+        let (snap, health) = (self.job.snap, self.job.health);
+        if !self.report.called(&ch.name) || health.retries.try_retry(&snap.server.retry_budget) {
+            return false;
+        }
+        tracing::warn!(
+            channel = &*ch.name,
+            model = &*self.step.model,
+            "retry budget exhausted: not failing over"
+        );
+        self.skip(ch, Skip::RetryBudget);
+        true
+    }
+
     /// The channel's hold on its own budget and limits (`Ok(None)`: it has none); `Err`: why
     /// the channel is skipped.
     async fn channel_hold(&self, ch: &Channel, cand: &Candidate) -> Result<Option<Holds>, Skip> {
@@ -317,12 +368,18 @@ impl<'s> Model<'_, 's, '_> {
         spent: &[usize],
     ) -> Result<Option<Reservation>, Option<usize>> {
         let job = self.job;
-        let reservation = match job.health.pools.reserve(
+        // A session bound to this channel and one of its keys keeps the key (and its cache).
+        let prefer = job
+            .route
+            .bound_credential
+            .filter(|_| job.route.bound == Some(&*ch.name));
+        let reservation = match job.health.pools.reserve_preferring(
             &ch.name,
             &ch.credentials,
             &self.step.model,
             spent,
             job.estimate,
+            prefer,
         ) {
             Ok(r) => r,
             Err(none) => {
@@ -424,6 +481,7 @@ impl<'s> Model<'_, 's, '_> {
             }
             Ok(Ok(v)) => {
                 health.record(key, &snap.health, &ch.breaker, Verdict::Success { latency });
+                self.measure(ch, latency, Sample::Answered);
                 record.status = Some(200);
                 self.report.attempts.push(record);
                 self.report.served = Some(Served {
@@ -441,8 +499,12 @@ impl<'s> Model<'_, 's, '_> {
         self.report.attempts.push(record);
         log_failure(ch, &self.step.model, cand, &failure);
         // A failure of the key, not the channel, is judged by `credential_failed`.
+        let judged = verdict(&failure, latency);
         if !is_credential_failure(&failure) || reservation.is_none() {
-            health.record(key, &snap.health, &ch.breaker, verdict(&failure, latency));
+            health.record(key, &snap.health, &ch.breaker, judged);
+        }
+        if matches!(judged, Verdict::Failure { .. }) {
+            self.measure(ch, latency, Sample::Failed);
         }
         Err(Ok(failure))
     }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use super::attempts::{self, Fitted};
 use super::{AttemptRecord, Call, ExecError, Failure, Job, OutcomeClass, Report};
 use crate::context::fit::{Fitter, Note, Overflow, Plan};
-use crate::health::{Reservation, Skip};
+use crate::health::{Skip, Slot};
 use crate::router::{RouteError, Step};
 
 /// Runs the request's chain; with a continuation only one channel may serve, and when it
@@ -21,7 +21,7 @@ pub(super) async fn run<'s, T, F, Fut>(
     report: &mut Report,
     fitter: Option<Fitter<'_>>,
     call: F,
-) -> Result<(T, Option<Reservation>), ExecError>
+) -> Result<(T, Slot), ExecError>
 where
     F: FnMut(Call<'s>) -> Fut,
     Fut: Future<Output = Result<T, Failure>>,
@@ -62,7 +62,7 @@ struct Walk<'j, 's, 'f> {
 
 /// How one step of the chain ended.
 struct StepEnd<T> {
-    result: Result<(T, Option<Reservation>), ExecError>,
+    result: Result<(T, Slot), ExecError>,
     /// Where the attempts of the model tried last start (a context fallback starts anew).
     from: usize,
     /// The retry budget refused a call: a deliberate block, which ends the chain.
@@ -82,7 +82,7 @@ impl<'s> Walk<'_, 's, '_> {
         &mut self,
         report: &mut Report,
         mut call: F,
-    ) -> Result<(T, Option<Reservation>), ExecError>
+    ) -> Result<(T, Slot), ExecError>
     where
         F: FnMut(Call<'s>) -> Fut,
         Fut: Future<Output = Result<T, Failure>>,

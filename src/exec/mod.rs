@@ -31,7 +31,7 @@ use tokio::time::{Instant, timeout_at};
 use crate::config::{Channel, GatewayKey, Snapshot};
 use crate::context::fit::Fitter;
 use crate::health::Health;
-use crate::protocol::{ChatRequest, ChatResponse, EmbeddingsRequest, Usage};
+use crate::protocol::{ChatRequest, ChatResponse, EmbeddingsRequest};
 use crate::provider::{TraceContext, TraceHeaders, Via, Waited};
 use crate::router::Chain;
 use crate::spend::{Holds, Meter};
@@ -43,6 +43,8 @@ pub struct Route<'a> {
     pub chain: &'a Chain,
     /// The channel the request's session is bound to: tried first where it serves the model.
     pub bound: Option<&'a str>,
+    /// The credential of `bound` the session is bound to: taken while it has headroom.
+    pub bound_credential: Option<&'a str>,
     /// State shared with other replicas (credentials' `rpm` buckets).
     pub shared: Option<&'a crate::state::State>,
     /// The request's own trimming choice (`x-switchyard-trim`); `None` leaves it to the key
@@ -69,6 +71,8 @@ pub struct Job<'a> {
     pub trace: Option<&'a TraceContext>,
     /// Where calls add up their time waiting on upstreams (one call at a time).
     pub waited: &'a Waited,
+    /// A stream: latency is measured to the first token.
+    pub stream: bool,
 }
 
 /// What a channel's budget and limits are asked before each channel's turn, and the serving
@@ -236,8 +240,9 @@ pub async fn chat(
         .map_err(|f| judged(f, ch, &c.upstream_model, req))
     })
     .await?;
-    if let (Some(mut slot), Some(total)) = (slot, resp.usage.as_ref().and_then(Usage::total)) {
-        slot.used(total);
+    if let Some(u) = resp.usage.as_ref() {
+        let mut slot = slot;
+        slot.settle(u);
     }
     Ok(resp)
 }
@@ -257,8 +262,8 @@ pub async fn embeddings(
     })
     .await?;
     let used = v.pointer("/usage/total_tokens").and_then(Value::as_u64);
-    if let (Some(mut slot), Some(used)) = (slot, used) {
-        slot.used(used);
+    if let (Some(mut r), Some(used)) = (slot.credential, used) {
+        r.used(used);
     }
     Ok(v)
 }

@@ -26,7 +26,7 @@ pub struct Relay {
     head: VecDeque<Box<StreamChunk>>,
     rest: ChunkStream,
     /// The credential's slot: released when the relay (and so the stream) is dropped.
-    slot: Option<crate::health::Reservation>,
+    slot: crate::health::Slot,
     on_break: Option<super::BreakReport>,
     started: Instant,
     idle: Duration,
@@ -77,10 +77,8 @@ impl Stream for Relay {
             Poll::Ready(Some(Ok(c))) => {
                 self.deadline = Instant::now() + self.idle;
                 // The stream's usage settles its credential's tpm charge when the slot drops.
-                if let (Some(slot), Some(total)) =
-                    (self.slot.as_mut(), c.usage.as_ref().and_then(|u| u.total()))
-                {
-                    slot.used(total);
+                if let Some(u) = c.usage.as_ref() {
+                    self.slot.settle(u);
                 }
                 Poll::Ready(Some(RelayItem::Chunk(c)))
             }

@@ -95,9 +95,20 @@ pub struct Report {
     pub context: Option<Note>,
     /// Time slept between retries of a channel (an upstream's Retry-After or the backoff).
     pub backoff: std::time::Duration,
+    /// How the first try was chosen: the strategy and why (`route_reason`).
+    pub route: Option<(crate::router::Strategy, crate::router::Why)>,
 }
 
 impl Report {
+    /// `{strategy}.{why}` of the first try (`latency.fastest`, `session.bound`).
+    pub fn route_reason(&self) -> Option<String> {
+        use crate::router::Why;
+        self.route.map(|(s, why)| match why {
+            Why::Bound => "session.bound".to_string(),
+            _ => format!("{}.{}", s.as_str(), why.as_str()),
+        })
+    }
+
     pub fn new(requested_model: &str) -> Self {
         Report {
             requested_model: requested_model.to_string(),

@@ -11,7 +11,7 @@ use tokio::time::{Instant, timeout_at};
 
 use super::{Call, ExecError, Failure, Job, Limit, Report, chain, classify, fitter, judged};
 use crate::config::{BreakerSettings, HealthSettings};
-use crate::health::{Health, Key, Reservation, Verdict};
+use crate::health::{Health, Key, Slot, Verdict};
 use crate::protocol::{ChatRequest, StreamChunk};
 use crate::provider::ChunkStream;
 
@@ -24,7 +24,7 @@ pub struct Committed {
     pub head: Vec<Box<StreamChunk>>,
     pub rest: ChunkStream,
     /// The credential's slot, held until the stream ends (or the client leaves).
-    pub slot: Option<Reservation>,
+    pub slot: Slot,
     /// Where a break after commit is reported, so it counts against the channel's health.
     pub on_break: Option<BreakReport>,
 }
@@ -80,7 +80,7 @@ async fn open(c: Call<'_>, req: &ChatRequest) -> Result<Committed, Failure> {
                 return Ok(Committed {
                     head,
                     rest,
-                    slot: None,
+                    slot: Slot::default(),
                     on_break: None,
                 });
             }

@@ -121,6 +121,20 @@ impl Pools {
         tried: &[usize],
         estimate: u64,
     ) -> Result<Option<Reservation>, NoHeadroom> {
+        self.reserve_preferring(channel, labels, model, tried, estimate, None)
+    }
+
+    /// As [`Pools::reserve`], taking `prefer` (a session's bound credential: its provider
+    /// cache) whenever it has any headroom; when it has none the best other one serves.
+    pub fn reserve_preferring(
+        &self,
+        channel: &Arc<str>,
+        labels: &[(Arc<str>, Limits)],
+        model: &str,
+        tried: &[usize],
+        estimate: u64,
+        prefer: Option<&str>,
+    ) -> Result<Option<Reservation>, NoHeadroom> {
         if labels.is_empty() {
             return Ok(None);
         }
@@ -182,7 +196,10 @@ impl Pools {
                 .map_or(1.0, |m| 1.0 - f64::from(c.in_flight) / f64::from(m));
             let rate = limits.rpm.map_or(1.0, |r| c.tokens / f64::from(r));
             let budget = limits.tpm.map_or(1.0, |t| c.budget / f64::from(t));
-            let headroom = conc.min(rate).min(budget);
+            let mut headroom = conc.min(rate).min(budget);
+            if prefer == Some(&**label) {
+                headroom = f64::INFINITY;
+            }
             if best.is_none_or(|(_, h)| headroom > h) {
                 best = Some((i, headroom));
             }

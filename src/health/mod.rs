@@ -8,11 +8,33 @@
 
 mod budget;
 mod credentials;
+mod signals;
 mod view;
 mod window;
 
 pub use budget::RetryBudget;
 pub use credentials::{CredVerdict, NoHeadroom, Pools, Reservation};
+pub use signals::{Busy, Sample, Signal, Signals};
+
+/// What an answer holds while it lasts: its credential's reservation and, while routing
+/// measures, its place among the channel's requests in flight.
+#[derive(Default)]
+pub struct Slot {
+    pub credential: Option<Reservation>,
+    pub busy: Option<Busy>,
+}
+
+impl Slot {
+    /// The answer's usage: the credential's real token count, the channel's cache figure.
+    pub fn settle(&mut self, u: &crate::protocol::Usage) {
+        if let (Some(r), Some(total)) = (self.credential.as_mut(), u.total()) {
+            r.used(total);
+        }
+        if let (Some(b), Some(input)) = (&self.busy, u.input_tokens) {
+            b.usage(input, u.cached_tokens.unwrap_or(0));
+        }
+    }
+}
 
 use window::Window;
 
@@ -220,6 +242,8 @@ pub struct Health {
     pub pools: Pools,
     /// Retries and failovers against requests, process-wide.
     pub retries: RetryBudget,
+    /// Latency, load and cache figures the measured strategies read.
+    pub signals: Arc<Signals>,
     /// Smooth weighted round robin: each (group, channel)'s current weight.
     rr: Mutex<HashMap<(String, Arc<str>), f64>>,
 }
@@ -229,6 +253,7 @@ impl Health {
         Health {
             pools: Pools::new(clock.clone()),
             retries: RetryBudget::new(clock.clone()),
+            signals: Arc::new(Signals::new(clock.clone())),
             shared: std::sync::OnceLock::new(),
             events: crate::events::Emitter::default(),
             clock,

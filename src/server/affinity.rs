@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use axum::http::{HeaderMap, HeaderName};
 
-use crate::config::{AffinitySettings, Snapshot};
+use crate::config::{AffinitySettings, Implicit, Snapshot};
 use crate::exec::{OutcomeClass, Report};
 use crate::health::Skip;
 use crate::protocol::{ChatRequest, Content, Role, Tool};
@@ -38,7 +38,7 @@ pub fn session(
     headers: &HeaderMap,
     req: &ChatRequest,
     key_name: &str,
-    implicit: bool,
+    implicit: Implicit,
 ) -> Option<Session> {
     // Ours first, then what coding agents send on their own: Claude Code's, then Codex's.
     let header = SESSION_HEADERS.iter().find_map(|h| {
@@ -59,8 +59,11 @@ pub fn session(
     if let Some(id) = cache_key {
         return Some(hashed(key_name, "prompt_cache_key", &[id.as_bytes()]));
     }
-    if !implicit {
-        return None;
+    let cached = || !req.tools.is_empty() || system_tokens(req) > CACHED_PREFIX_TOKENS;
+    match implicit {
+        Implicit::Off => return None,
+        Implicit::Auto if !cached() => return None,
+        _ => {}
     }
     // The conversation's start: instructions, tools, and the first thing the user said.
     let first_user = req.messages.iter().find(|m| m.role == Role::User)?;
@@ -90,6 +93,21 @@ pub fn session(
     parts.push(text(first_user.content.as_ref()).into_bytes());
     let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
     Some(hashed(key_name, "implicit", &refs))
+}
+
+/// The shortest prefix providers cache (Anthropic's and OpenAI's minimum): a shorter system
+/// prompt without tools gains nothing from staying on one upstream.
+const CACHED_PREFIX_TOKENS: u64 = 1024;
+
+/// The system (and developer) prompt's tokens, estimated as trimming's fast path does.
+fn system_tokens(req: &ChatRequest) -> u64 {
+    let chars: usize = req
+        .messages
+        .iter()
+        .filter(|m| matches!(m.role, Role::System | Role::Developer))
+        .map(|m| m.content.as_ref().map_or(0, Content::text_len))
+        .sum();
+    (chars as u64).div_ceil(4)
 }
 
 fn text(c: Option<&Content>) -> String {
@@ -129,8 +147,61 @@ fn counts(class: OutcomeClass) -> bool {
     )
 }
 
+/// A binding as stored: the channel, then (after a unit separator) the credential that served,
+/// since providers cache prompts per key: a conversation moved to another key of its channel
+/// misses its cache. A binding written before credentials were bound is a channel alone.
+pub struct Bound<'a> {
+    pub channel: &'a str,
+    pub credential: Option<&'a str>,
+}
+
+const SEP: char = '\u{1f}';
+
+impl<'a> Bound<'a> {
+    pub fn parse(stored: &'a str) -> Bound<'a> {
+        match stored.split_once(SEP) {
+            Some((channel, label)) => Bound {
+                channel,
+                credential: Some(label).filter(|l| !l.is_empty()),
+            },
+            None => Bound {
+                channel: stored,
+                credential: None,
+            },
+        }
+    }
+
+    fn stored(channel: &str, credential: Option<&str>) -> String {
+        match credential {
+            Some(label) => format!("{channel}{SEP}{label}"),
+            None => channel.to_string(),
+        }
+    }
+}
+
+/// The channel that served (if it takes bindings) and the credential its answer came with.
+fn served<'r>(snap: &Snapshot, report: &'r Report) -> Option<(&'r Arc<str>, Option<&'r str>)> {
+    let s = report.served.as_ref()?;
+    if !snap
+        .channels
+        .iter()
+        .any(|c| c.name == s.channel && c.affinity)
+    {
+        return None;
+    }
+    let credential = report
+        .attempts
+        .iter()
+        .rev()
+        .find(|a| a.channel == s.channel && a.class.is_none() && a.skip.is_none())
+        .and_then(|a| a.credential.as_deref());
+    Some((&s.channel, credential))
+}
+
 /// Applies a request's outcome to its session's binding; returns what happened to it
-/// (`new`, `kept`, `moved`), or `None` when the session is (left) unbound.
+/// (`new`, `kept`, `moved`), or `None` when the session is (left) unbound. The binding names
+/// the credential that served too; a turn served by another key of the bound channel (its
+/// key cooling or at its limits) moves the binding there.
 pub async fn settle(
     state: &State,
     settings: &AffinitySettings,
@@ -139,32 +210,31 @@ pub async fn settle(
     before: Option<&Arc<str>>,
     report: &Report,
 ) -> Option<&'static str> {
-    let served = report
-        .served
-        .as_ref()
-        .map(|s| s.channel.clone())
-        .filter(|name| snap.channels.iter().any(|c| c.name == *name && c.affinity));
+    let served = served(snap, report);
     let ttl = settings.ttl;
-    let Some(bound) = before else {
-        let s = served?;
+    let Some(before) = before else {
+        let (ch, cred) = served?;
         return state
-            .bind(&session.key, None, &s, ttl)
+            .bind(&session.key, None, &Bound::stored(ch, cred), ttl)
             .await
             .then_some("new");
     };
-    if served.as_ref() == Some(bound) {
+    let bound = Bound::parse(before);
+    if let Some((ch, cred)) = served.filter(|(ch, _)| ***ch == *bound.channel) {
         // Served where it is bound: the TTL starts again and the failures are forgotten.
-        state.bind(&session.key, Some(bound), bound, ttl).await;
-        return Some("kept");
+        let now = Bound::stored(ch, cred.or(bound.credential));
+        state.bind(&session.key, Some(before), &now, ttl).await;
+        let other_key = bound.credential.is_some() && cred.is_some() && cred != bound.credential;
+        return Some(if other_key { "moved" } else { "kept" });
     }
     let failed = report
         .attempts
         .iter()
-        .any(|a| a.channel == *bound && a.class.is_some_and(counts));
+        .any(|a| *a.channel == *bound.channel && a.class.is_some_and(counts));
     let skipped = report
         .attempts
         .iter()
-        .find(|a| a.channel == *bound)
+        .find(|a| *a.channel == *bound.channel)
         .and_then(|a| a.skip);
     if failed {
         let n = state.bound_failed(&session.key, ttl).await;
@@ -173,7 +243,7 @@ pub async fn settle(
         }
         tracing::info!(
             session = %session.tag,
-            channel = &**bound,
+            channel = bound.channel,
             failures = n,
             "bound channel kept failing: binding cleared"
         );
@@ -184,14 +254,14 @@ pub async fn settle(
     }
     // Failed too often, circuit open, every key refused, or no longer a candidate: the channel
     // that served takes over, unless another request moved the binding meanwhile.
-    let Some(s) = served else {
+    let Some((ch, cred)) = served else {
         if failed {
             state.unbind(&session.key).await;
         }
         return None;
     };
     state
-        .bind(&session.key, Some(bound), &s, ttl)
+        .bind(&session.key, Some(before), &Bound::stored(ch, cred), ttl)
         .await
         .then_some("moved")
 }

@@ -12,6 +12,26 @@ use crate::health::Health;
 use crate::protocol::ChatRequest;
 use crate::router::{self, Chain};
 
+/// What the request asks that the measured strategies weigh: its size (for `cost`) and whether
+/// it streams (`latency` to the first token, else to the whole answer).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Ask {
+    pub estimate: router::Estimate,
+    pub stream: bool,
+}
+
+impl Ask {
+    pub fn of(snap: &Snapshot, req: &ChatRequest) -> Ask {
+        Ask {
+            estimate: router::Estimate {
+                prompt: req.prompt_estimate(),
+                output: super::admission::reply_reservation(snap, req.max_tokens.map(|(_, n)| n)),
+            },
+            stream: req.stream,
+        }
+    }
+}
+
 /// The plan a request would follow, as `POST /v1/route/explain` and `switchyard explain` show
 /// it: redirects applied, the chain, and for each model the candidate channels in their
 /// expected order with tier, weight, health score and circuit state, and every channel left
@@ -22,6 +42,7 @@ pub fn explain(
     key: &GatewayKey,
     chain: &Chain,
     decisions: &[crate::semantic::Decision],
+    ask: Ask,
 ) -> Value {
     let ms = |d: Option<Duration>| d.map(|d| d.as_millis() as u64);
     let steps: Vec<Value> = chain
@@ -37,8 +58,11 @@ pub fn explain(
                 "timeout_ms": ms(step.timeout),
                 "first_token_timeout_ms": ms(step.first_token_timeout),
             });
-            match router::explain(snap, key, model, &standing) {
+            let signal = health.signals.view(&snap.channels, model, ask.stream);
+            match router::explain(snap, key, model, &standing, &signal, ask.estimate) {
                 Ok(view) => {
+                    v["strategy"] = json!(view.strategy);
+                    v["first_try"] = json!(view.first_try);
                     v["candidates"] = json!(view.candidates);
                     v["excluded"] = json!(view.excluded);
                 }
@@ -56,6 +80,7 @@ pub fn explain(
         "requested_model": chain.requested_model,
         "source": chain.source.as_str(),
         "on": chain.on.names(),
+        "stream": ask.stream,
         "balance": match snap.balance {
             crate::config::Balance::Random => "random",
             crate::config::Balance::RoundRobin => "round_robin",
@@ -224,7 +249,11 @@ pub async fn plan(
         None => Vec::new(),
     };
     let (key, chain) = super::pipeline::resolve(ctx, &snap, &spec, &model, true, &decisions)?;
-    let mut plan = explain(&snap, &state.health, key, &chain, &decisions);
+    let ask = parsed
+        .as_ref()
+        .map(|r| Ask::of(&snap, r))
+        .unwrap_or_default();
+    let mut plan = explain(&snap, &state.health, key, &chain, &decisions, ask);
     let trim = super::body::trim_choice(headers)?;
     if let Some(req) = &parsed {
         explain_context_into(&mut plan, &snap, key, &chain, req, trim);

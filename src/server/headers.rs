@@ -28,6 +28,8 @@ pub mod hdr {
     pub const COST: HeaderName = HeaderName::from_static("x-switchyard-cost-micros");
     /// Who counted a token-counting request's tokens: `upstream` or `local`.
     pub const COUNT: HeaderName = HeaderName::from_static("x-switchyard-count");
+    /// How the first try was chosen (`latency.fastest`), for keys with `expose_route`.
+    pub const ROUTE: HeaderName = HeaderName::from_static("x-switchyard-route");
 }
 
 pub fn set_header(resp: &mut Response, name: HeaderName, value: &str) {
@@ -71,6 +73,11 @@ pub fn served(mut resp: Response, ctx: &Ctx) -> Response {
         if !d.scores.is_empty() {
             set_header(&mut resp, hdr::SEMANTIC_SCORES, &d.scores_text());
         }
+    }
+    if ctx.gateway_key(&ctx.snap).is_some_and(|k| k.expose_route)
+        && let Some(reason) = ctx.report.route_reason()
+    {
+        set_header(&mut resp, hdr::ROUTE, &reason);
     }
     let attempts = ctx.report.tried().to_string();
     set_header(&mut resp, hdr::ATTEMPTS, &attempts);

@@ -79,7 +79,7 @@ pub(crate) fn read_headers(headers: &axum::http::HeaderMap) {
     }
     let req = serde_json::json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
     if let Ok(req) = crate::protocol::openai::request_from_value(req) {
-        let _ = affinity::session(headers, &req, "k", true);
+        let _ = affinity::session(headers, &req, "k", crate::config::Implicit::On);
     }
 }
 

@@ -92,10 +92,17 @@ async fn pipeline<C: Codec>(
     // A continued response's channel comes first, before the session's.
     let bound = ctx.continuation.as_ref().map(|(c, _)| c.clone());
     let only = ctx.continuation.as_ref().filter(|(_, only)| *only);
+    let session_bound = before.as_deref().map(affinity::Bound::parse);
     let route = exec::Route {
         key,
         chain: &chain,
-        bound: bound.as_deref().or(before.as_deref()),
+        bound: bound
+            .as_deref()
+            .or(session_bound.as_ref().map(|b| b.channel)),
+        bound_credential: session_bound
+            .as_ref()
+            .filter(|_| bound.is_none())
+            .and_then(|b| b.credential),
         shared: Some(&state.state),
         trim,
         only: only.map(|(c, _)| &**c),
@@ -118,6 +125,7 @@ async fn pipeline<C: Codec>(
         ),
         trace: trace.as_ref(),
         waited: &waited,
+        stream: req.stream,
     };
     if req.stream {
         let committed = exec::chat_stream(&job, &req, &mut ctx.report).await;

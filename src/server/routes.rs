@@ -106,6 +106,7 @@ async fn embed(
         key,
         chain: &chain,
         bound: None,
+        bound_credential: None,
         shared: Some(&state.state),
         trim: None,
         only: None,
@@ -121,6 +122,7 @@ async fn embed(
         spend: exec::ChannelSpend::new(&state.meter, estimate, 0, snap.server.hold_ttl),
         trace: trace.as_ref(),
         waited: &waited,
+        stream: false,
     };
     let result = exec::embeddings(&job, &req, &mut ctx.report).await;
     ctx.hold(job.spend.take_served());

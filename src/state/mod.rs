@@ -2,6 +2,7 @@
 //! One trait, [`StateStore`], with an in-memory implementation (the default: one process) and,
 //! with `[state] url`, a Redis one that several replicas share.
 
+mod busy;
 mod memory;
 pub mod redis;
 

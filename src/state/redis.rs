@@ -69,6 +69,11 @@ impl Redis {
         self.up.load(Ordering::Relaxed)
     }
 
+    /// This process's id among the replicas.
+    pub fn replica(&self) -> &str {
+        &self.replica
+    }
+
     pub fn subscribed(&self) -> bool {
         self.subscribed.load(Ordering::Relaxed)
     }

@@ -75,6 +75,9 @@ pub struct Calls {
     pub failovers: [Counter; OUTCOMES],
     pub duration: [Lazy; OUTCOMES],
     pub input: Lazy,
+    /// Of `input`, read from the provider's prompt cache, and written to it.
+    pub cached_input: Lazy,
+    pub cache_write: Lazy,
     pub output: Lazy,
     pub first_token: Lazy,
     pub per_token: Lazy,
@@ -261,6 +264,10 @@ impl Metrics {
             }
             if let Some(n) = f.row.input_tokens {
                 c.input.observe(&TOKENS, n);
+                // The serving call's charge has the cache's share of that prompt.
+                let t = f.row.charges.last().map(|ch| ch.tokens).unwrap_or_default();
+                c.cached_input.observe(&TOKENS, t.cached_input);
+                c.cache_write.observe(&TOKENS, t.cache_write);
             }
             if let Some(n) = f.row.output_tokens {
                 c.output.observe(&TOKENS, n);

@@ -128,7 +128,12 @@ fn gen_ai(e: &mut Enc, calls: &[([String; 5], std::sync::Arc<Calls>)]) -> Res {
             }
             merge(&mut duration, key, &c.duration[i]);
         }
-        for (kind, h) in [("input", &c.input), ("output", &c.output)] {
+        for (kind, h) in [
+            ("input", &c.input),
+            ("cached_input", &c.cached_input),
+            ("cache_write", &c.cache_write),
+            ("output", &c.output),
+        ] {
             let mut key = gen_ai(l);
             key.push(("gen_ai_token_type", kind));
             merge(&mut tokens, key, h);
@@ -150,7 +155,7 @@ fn gen_ai(e: &mut Enc, calls: &[([String; 5], std::sync::Arc<Calls>)]) -> Res {
         e,
         (
             "gen_ai_client_token_usage",
-            "Tokens used by each served call, by gen_ai_token_type (input, output).",
+            "Tokens used by each served call, by gen_ai_token_type (input; of it cached_input and cache_write; output).",
             None,
         ),
         &tokens,

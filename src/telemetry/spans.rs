@@ -53,6 +53,7 @@ struct Row {
     channel: Option<String>,
     input_tokens: Option<u64>,
     output_tokens: Option<u64>,
+    route_reason: Option<String>,
 }
 
 impl Job {
@@ -72,6 +73,7 @@ impl Job {
                 channel: r.channel.clone(),
                 input_tokens: r.input_tokens,
                 output_tokens: r.output_tokens,
+                route_reason: r.route_reason.clone(),
             },
             attempts: f.attempts.to_vec(),
             semantic: f.semantic.map(|(r, i)| (r.to_string(), i.to_string())),
@@ -178,6 +180,7 @@ impl Builder {
             ("switchyard.key", &row.key),
             ("switchyard.requested_model", &row.requested_model),
             ("switchyard.channel", &row.channel),
+            ("switchyard.route.reason", &row.route_reason),
         ] {
             if let Some(v) = v {
                 attrs.push(KeyValue::new(key, v.clone()));

@@ -201,6 +201,17 @@ def explain_a_route(page):
                "messages": [{"role": "user", "content": "Which channel would take this?"}]})["body"]
     first = plan["chain"][0]["candidates"][0]
     expect(rows.nth(0).locator("td").nth(4)).to_have_text(f"{first['first_try_share'] * 100:.1f} %")
+    # A model routed by a measured strategy: the plan says which channel it would try first
+    # and why, and each candidate's figures.
+    page.get_by_label("Model").fill("pick-model")
+    page.get_by_role("button", name="Explain the route").click()
+    expect(page.locator("#plan-facts")).to_contain_text("pick-model: least_busy → ")
+    expect(page.locator("#plan-facts")).to_contain_text("(least_busy.fewest_in_flight)")
+    plan = api(page, "/admin/route/explain", "POST", {"key": "team-a", "model": "pick-model",
+               "messages": [{"role": "user", "content": "Which channel would take this?"}]})["body"]
+    chosen = plan["chain"][0]["first_try"]["channel"]
+    expect(rows.nth(0)).to_contain_text(chosen)
+    expect(rows.nth(0).locator("td").nth(8)).to_have_text("0")
 
 
 def send_a_test_event(page):

@@ -207,7 +207,7 @@ async fn opted_out_is_never_bound(top: &str) {
 }
 
 #[tokio::test]
-async fn prompt_cache_key_binds_and_implicit_affinity_is_opt_in() {
+async fn prompt_cache_key_binds_and_implicit_affinity_binds_what_providers_cache() {
     let (_m, gw) = three_equal(["", "", ""]).await;
     let body = |extra: Value| {
         let mut b = json!({"model": "m", "messages": [
@@ -226,8 +226,26 @@ async fn prompt_cache_key_binds_and_implicit_affinity_is_opt_in() {
         assert_eq!(header(&resp, "x-switchyard-channel"), first);
         assert_eq!(header(&resp, "x-switchyard-affinity"), "kept");
     }
-    // Off by default: the same conversation without a key is not bound.
+    // "auto" (the default): a short system prompt without tools is not bound (no provider
+    // caches it, so the strategy spreads such conversations)...
     let resp = gw.chat(body(json!({}))).await;
+    assert_eq!(header(&resp, "x-switchyard-affinity"), "");
+    // ...one with tools is, and one whose system prompt is over 1,024 tokens.
+    let tools = json!({"tools": [{"type": "function",
+        "function": {"name": "read", "parameters": {"type": "object"}}}]});
+    let resp = gw.chat(body(tools.clone())).await;
+    assert_eq!(header(&resp, "x-switchyard-affinity"), "new");
+    let mut long = body(json!({}));
+    long["messages"][0]["content"] = json!("Follow the rules. ".repeat(250));
+    let resp = gw.chat(long.clone()).await;
+    assert_eq!(header(&resp, "x-switchyard-affinity"), "new");
+    // Just under the limit: not bound.
+    long["messages"][0]["content"] = json!("x".repeat(4096));
+    let resp = gw.chat(long).await;
+    assert_eq!(header(&resp, "x-switchyard-affinity"), "");
+    // false: nothing without an id is bound, tools or not.
+    let (_m3, gw3) = three_equal_with("", "[affinity]\nimplicit = false\n", ["", "", ""]).await;
+    let resp = gw3.chat(body(tools)).await;
     assert_eq!(header(&resp, "x-switchyard-affinity"), "");
 
     // On: the conversation's start is the key, so later turns (more messages) stay put.

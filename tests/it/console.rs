@@ -551,7 +551,7 @@ async fn console_in_a_browser() {
     let up = mock(text_spec("hello from the mock")).await;
     let broken = mock(faulty("x", status(500))).await;
     let channels = format!(
-        "{}{}",
+        "{}{}{}{}",
         models_channel(
             "flaky",
             &broken.base_url(),
@@ -562,9 +562,12 @@ async fn console_in_a_browser() {
         models_channel(
             "steady",
             &up.base_url(),
-            &["fo-model"],
+            &["fo-model", "pick-model"],
             "priority = 1\nprice = { input = 2000, output = 8000 }"
         ),
+        // Two channels for a model routed by a measured strategy (the playground says why).
+        models_channel("steady-b", &up.base_url(), &["pick-model"], "priority = 1"),
+        "[[models]]\nname = \"pick-model\"\nstrategy = \"least_busy\"\n\n",
     );
     // A Vertex channel whose token endpoint refuses the connection: its credential's refresh
     // error is what the health page must show.

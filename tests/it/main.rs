@@ -32,6 +32,8 @@ mod presets;
 mod replicas;
 mod request_log;
 mod responses;
+mod routing;
+mod routing_cache;
 mod scan;
 mod schemas;
 mod schemathesis;

@@ -66,8 +66,12 @@ async fn bindings_live_in_redis_with_their_ttl_refreshed_on_use() {
     // The key is a hash: the session id appears nowhere.
     assert!(!keys[0].contains(":s") || keys[0].len() > prefix.len() + 10);
     let mut c = redis_conn(REDIS_URL).await;
-    let channel: String = c.get(&keys[0]).await.unwrap();
+    // The channel, and the credential that served (its provider's prompt cache is per key).
+    let bound: String = c.get(&keys[0]).await.unwrap();
+    let (channel, credential) = bound.split_once('\u{1f}').expect("channel and credential");
     assert_eq!(channel, "first");
+    assert!(credential.starts_with("key-"), "{bound:?}");
+    assert!(!bound.contains(UPSTREAM_KEY), "a label, never the key");
     let ttl: i64 = c.pttl(&keys[0]).await.unwrap();
     assert!((88_000..=90_000).contains(&ttl), "{ttl}");
     // Shorten it by hand; a use sets it back to the full TTL.

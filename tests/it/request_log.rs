@@ -397,6 +397,7 @@ fn charged(id: &str, key: &str, ts_ms: i64, calls: &[(&str, u64)]) -> LogRow {
             .into(),
             estimated: false,
             first_choice_micros: None,
+            cache_saved_micros: 0,
         })
         .collect();
     LogRow {

@@ -1,11 +1,12 @@
 //! `[[models]]`: the catalog of context windows and output budgets (each entry its own, or its
 //! built-in family's), with the route's trimming and context fallbacks checked.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use super::FieldError;
 use super::redirects::glob_regex;
+use crate::config::Strategy;
 use crate::config::file::ModelConfig;
 use crate::config::snapshot::ModelRoute;
 use crate::context::catalog::{Catalog, DEFAULT_TRIM_TO, ModelInfo, NameMatch};
@@ -32,7 +33,7 @@ pub fn compile(
             (None, Some(f)) => f.context_window,
             // A price alone (a model with no built-in family) prices the model, nothing more.
             (None, None)
-                if price.is_some()
+                if (price.is_some() || m.strategy.is_some())
                     && !m.trim
                     && m.max_output_tokens.is_none()
                     && m.context_fallbacks.is_empty() =>
@@ -103,6 +104,28 @@ pub fn compile(
 }
 
 /// An entry's name as a matcher: exact, or a glob as an anchored regex.
+/// Each served model's strategy, where a `[[models]]` entry names one: the first entry that
+/// matches the model and sets `strategy` decides.
+pub fn strategies(
+    list: &[ModelConfig],
+    models: &BTreeMap<Arc<str>, Vec<ModelRoute>>,
+) -> Result<HashMap<Arc<str>, Strategy>, FieldError> {
+    let mut out = HashMap::new();
+    for (i, m) in list.iter().enumerate() {
+        let Some(s) = m.strategy else {
+            continue;
+        };
+        let glob = m.name.contains(['*', '?']);
+        let matcher = matcher(&m.name, glob).map_err(|e| (format!("models[{i}].name"), e))?;
+        for name in models.keys() {
+            if matcher.matches(&m.name, name) {
+                out.entry(name.clone()).or_insert(s);
+            }
+        }
+    }
+    Ok(out)
+}
+
 fn matcher(name: &str, glob: bool) -> Result<NameMatch, String> {
     if !glob {
         return Ok(NameMatch::Exact);

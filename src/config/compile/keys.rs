@@ -67,6 +67,7 @@ pub fn compile(list: &[KeyConfig], source: &Source) -> Result<Vec<GatewayKey>, F
             redirects: Vec::new(),
             defaults: None,
             trim: k.trim,
+            expose_route: k.expose_route,
             quota,
             scope: format!("key:{}", k.name).into(),
         });

@@ -49,6 +49,11 @@ pub(crate) fn compile(
     keys::link(&cfg.keys, &mut keys, &channels, &models).map_err(err)?;
     let routers = routers::compile(&cfg.routers, &models, &channels).map_err(err)?;
     let catalog = catalog::compile(&cfg.models, &models).map_err(err)?;
+    let routing = server::routing(
+        &cfg.routing,
+        catalog::strategies(&cfg.models, &models).map_err(err)?,
+    )
+    .map_err(err)?;
     let events = crate::config::webhooks::settings(&cfg.events);
     let webhooks = crate::config::webhooks::compile(&cfg.webhooks, &events, cfg.store.is_some())
         .map_err(err)?;
@@ -68,6 +73,7 @@ pub(crate) fn compile(
         log: sections.log,
         health: sections.health,
         balance: sections.balance,
+        routing,
         keys,
         channels,
         models,

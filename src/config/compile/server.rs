@@ -5,10 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::FieldError;
-use crate::config::file::{Balance, FileConfig};
+use crate::config::file::{Balance, FileConfig, RoutingSection};
 use crate::config::settings::{
     Admin, AffinitySettings, BudgetSettings, ConnLimits, HealthSettings, LogSettings, Role,
-    ServerSettings, StateSettings, StoreSettings,
+    RoutingSettings, ServerSettings, StateSettings, StoreSettings,
 };
 use crate::secret::Secret;
 
@@ -40,6 +40,33 @@ pub fn compile(cfg: &FileConfig) -> Result<Sections, FieldError> {
         },
         state: state(cfg)?,
         store: store(cfg)?,
+    })
+}
+
+/// `[routing]`, with the strategies `[[models]]` entries name.
+pub fn routing(
+    r: &RoutingSection,
+    strategies: std::collections::HashMap<Arc<str>, crate::config::Strategy>,
+) -> Result<RoutingSettings, FieldError> {
+    if !(0.0..=0.5).contains(&r.exploration) {
+        return Err(field("routing.exploration", "must be between 0 and 0.5"));
+    }
+    if !(r.latency_half_life_seconds > 0.0 && r.latency_half_life_seconds <= 3600.0) {
+        return Err(field(
+            "routing.latency_half_life_seconds",
+            "must be above 0 and at most 3600",
+        ));
+    }
+    let measured = r.default_strategy != crate::config::Strategy::Weighted
+        || strategies
+            .values()
+            .any(|s| *s != crate::config::Strategy::Weighted);
+    Ok(RoutingSettings {
+        measured,
+        default_strategy: r.default_strategy,
+        strategies,
+        exploration: r.exploration,
+        half_life: Duration::from_secs_f64(r.latency_half_life_seconds),
     })
 }
 

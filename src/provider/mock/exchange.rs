@@ -39,6 +39,7 @@ pub(super) struct MockState {
     pub(super) in_flight: AtomicU64,
     pub(super) max_in_flight: AtomicU64,
     pub(super) changed: Notify,
+    pub(super) cache: super::cache::PromptCache,
 }
 
 /// Everything a mock route reads of a request, taken in one extractor.

@@ -7,9 +7,10 @@
 //!
 //! `spec` says how to answer (text, timings, faults), `reply` builds the canonical answer and
 //! its paced schedule, `upstream` and `server` are the two forms, `exchange` what every server
-//! route shares (its state, the request as read), `wire` writes the server's answers in each
+//! route shares (its state, the request as read), `cache` a provider's prompt cache, `wire` writes the server's answers in each
 //! protocol it speaks, and `side` its calls beside chat (token counts, kept responses).
 
+mod cache;
 mod exchange;
 mod reply;
 mod server;

@@ -88,6 +88,7 @@ impl MockServer {
             in_flight: AtomicU64::new(0),
             max_in_flight: AtomicU64::new(0),
             changed: Notify::new(),
+            cache: Default::default(),
         });
         let app = axum::Router::new()
             .route("/v1/chat/completions", post(chat))
@@ -157,6 +158,11 @@ impl MockServer {
 
     pub fn completed(&self) -> u64 {
         self.state.completed.load(Ordering::SeqCst)
+    }
+
+    /// The chat requests this server is answering now.
+    pub fn in_flight(&self) -> u64 {
+        self.state.in_flight.load(Ordering::SeqCst)
     }
 
     /// The most chat requests this server was answering at the same time.
@@ -272,6 +278,9 @@ async fn answer(state: Arc<MockState>, incoming: Incoming, proto: Proto) -> Resp
         Err(e) => return bad_request(&e.message),
     };
     let model = req.model.clone();
+    let cached = spec
+        .prompt_cache
+        .then(|| state.cache.hit(bearer.as_deref().unwrap_or(""), &req));
     let now = state.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
     state.max_in_flight.fetch_max(now, Ordering::SeqCst);
     let mut guard = AbortGuard {
@@ -302,11 +311,14 @@ async fn answer(state: Arc<MockState>, incoming: Incoming, proto: Proto) -> Resp
         _ => {}
     }
     if req.stream {
-        return stream_answer(&spec, behaviour, &req, n, wire, guard);
+        return stream_answer(&spec, behaviour, &req, n, wire, guard, cached);
     }
     pause(spec.total_time()).await;
     guard.done = true;
     let mut resp = reply(&spec, &model, &req, n);
+    if let (Some(u), Some(c)) = (resp.usage.as_mut(), cached) {
+        u.cached_tokens = Some(c);
+    }
     if behaviour == Behaviour::Empty {
         resp.choices.clear();
     }
@@ -323,9 +335,13 @@ fn stream_answer(
     n: u64,
     wire: Wire,
     mut guard: AbortGuard,
+    cached: Option<u64>,
 ) -> Response {
     let include_usage = wire.include_usage(req);
     let mut chunks = reply_chunks(spec, &req.model, req, n);
+    if let (Some(u), Some(c)) = (chunks.last_mut().and_then(|c| c.usage.as_mut()), cached) {
+        u.cached_tokens = Some(c);
+    }
     if !include_usage {
         chunks.pop();
     }

@@ -41,6 +41,9 @@ pub struct MockSpec {
     pub count_tokens: Option<u64>,
     /// Standalone server only: what it refuses (400), as a stricter provider would.
     pub refuse: Option<Refuse>,
+    /// Standalone server only: a simulated prompt cache per caller key, reported as cached
+    /// prompt tokens in the usage.
+    pub prompt_cache: bool,
 }
 
 /// What a mock refuses, as an OpenAI-compatible provider that takes less than OpenAI does:
@@ -126,6 +129,7 @@ impl Default for MockSpec {
             per_model: std::collections::HashMap::new(),
             count_tokens: None,
             refuse: None,
+            prompt_cache: false,
         }
     }
 }

@@ -87,7 +87,7 @@ pub fn playground() -> Markup {
             h2 #plan-title { "The plan" }
             dl #plan-facts.facts {}
             (table("candidates", "Candidates by chain step", &["Step", "Model", "Channel", "Tier",
-                "Share", "Health", "Circuit", "Est. cost (USD)"]))
+                "Share", "Health", "Circuit", "Latency (ms)", "In flight", "Est. cost (USD)"]))
             (table("excluded", "Left out", &["Step", "Channel", "Why"]))
             (table("scores", "Semantic scores", &["Router", "Instance", "Score", "Winner"]))
             details { summary { "The whole answer (JSON)" } pre #plan-json {} }

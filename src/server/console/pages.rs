@@ -275,7 +275,8 @@ fn usage() -> Markup {
         }
         figure { figcaption { "Spend (USD)" } div #chart-spend.chart {} }
         (table("usage", "Spend by group", &["Group", "Requests", "Attempts", "Input tokens",
-            "Output tokens", "Cost (USD)"]))
+            "Cached input", "Cache writes", "Cache hits", "Output tokens", "Cost (USD)",
+            "Cache saved (USD)"]))
         (table("budgets", "Budgets and headroom", &["Scope", "Period", "Budget", "Spent",
             "Reserved", "Headroom"]))
         form #charge-form.filters {

@@ -77,6 +77,7 @@ impl Run {
             spend: exec::ChannelSpend::new(&state.meter, 0, 0, snap.server.hold_ttl),
             trace: self.trace.as_ref(),
             waited: &self.waited,
+            stream: false,
         }
     }
 }
@@ -91,6 +92,7 @@ fn route<'a>(
         key,
         chain,
         bound: None,
+        bound_credential: None,
         shared: Some(&state.state),
         trim: None,
         only: None,

@@ -32,6 +32,9 @@ pub struct Charge {
     /// On the serving attempt of a request that failed over: what its tokens would have cost
     /// at the first choice's price.
     pub first_choice_micros: Option<u64>,
+    /// What the provider's prompt cache saved: the cost with every prompt token at the input
+    /// rate, less the cost charged (negative when cache writes cost more than they saved).
+    pub cache_saved_micros: i64,
 }
 
 /// What `/admin/usage` sums by.
@@ -81,6 +84,8 @@ pub struct Sum {
     pub output_tokens: i64,
     pub reasoning_tokens: i64,
     pub cost_micros: i64,
+    pub cache_write_tokens: i64,
+    pub cache_saved_micros: i64,
 }
 
 impl Sum {
@@ -92,6 +97,8 @@ impl Sum {
         self.output_tokens += o.output_tokens;
         self.reasoning_tokens += o.reasoning_tokens;
         self.cost_micros += o.cost_micros;
+        self.cache_write_tokens += o.cache_write_tokens;
+        self.cache_saved_micros += o.cache_saved_micros;
     }
 
     fn json(&self, name: &str, group: Option<&str>) -> Value {
@@ -104,6 +111,15 @@ impl Sum {
             "reasoning_tokens": self.reasoning_tokens,
             "cost_micros": self.cost_micros,
             "cost_usd": usd(self.cost_micros),
+            "cache_write_tokens": self.cache_write_tokens,
+            // The share of prompt tokens the providers' caches served.
+            "cache_hit_ratio": if self.input_tokens > 0 {
+                json!((self.cached_input_tokens as f64 / self.input_tokens as f64 * 10_000.0).round() / 10_000.0)
+            } else {
+                Value::Null
+            },
+            "cache_saved_micros": self.cache_saved_micros,
+            "cache_saved_usd": usd(self.cache_saved_micros),
         });
         if !name.is_empty() {
             v[name] = json!(group);

@@ -85,6 +85,8 @@ pub struct LogRow {
     pub attempt_count: u32,
     /// Sent with `x-switchyard-test`: test traffic, which log readers may hide.
     pub test: bool,
+    /// How the first try was chosen: `{strategy}.{why}` (`latency.fastest`, `session.bound`).
+    pub route_reason: Option<String>,
     /// The ledger's rows for this request, one per upstream attempt.
     pub charges: Vec<Charge>,
 }

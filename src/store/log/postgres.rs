@@ -134,11 +134,11 @@ const INSERT: &str = "
 INSERT INTO requests (id, ts_ms, key_name, endpoint, requested_model, served_model, channel,
     status, outcome, attempts, stream, total_ms, ttfb_ms, input_tokens, output_tokens,
     tokens_per_s, translation, session, affinity, prompt_tokens, trimmed_turns, cost_micros,
-    attempt_count, test)
+    attempt_count, test, route_reason)
 SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[],
     $7::text[], $8::int[], $9::text[], $10::text[], $11::bool[], $12::bigint[], $13::bigint[],
     $14::bigint[], $15::bigint[], $16::float8[], $17::text[], $18::text[], $19::text[],
-    $20::bigint[], $21::bigint[], $22::bigint[], $23::int[], $24::bool[])
+    $20::bigint[], $21::bigint[], $22::bigint[], $23::int[], $24::bool[], $25::text[])
 ON CONFLICT (id) DO UPDATE SET ts_ms = EXCLUDED.ts_ms, key_name = EXCLUDED.key_name,
     endpoint = EXCLUDED.endpoint, requested_model = EXCLUDED.requested_model,
     served_model = EXCLUDED.served_model, channel = EXCLUDED.channel, status = EXCLUDED.status,
@@ -149,15 +149,17 @@ ON CONFLICT (id) DO UPDATE SET ts_ms = EXCLUDED.ts_ms, key_name = EXCLUDED.key_n
     session = EXCLUDED.session, affinity = EXCLUDED.affinity,
     prompt_tokens = EXCLUDED.prompt_tokens, trimmed_turns = EXCLUDED.trimmed_turns,
     cost_micros = EXCLUDED.cost_micros, attempt_count = EXCLUDED.attempt_count,
-    test = EXCLUDED.test";
+    test = EXCLUDED.test, route_reason = EXCLUDED.route_reason";
 
 const INSERT_CHARGES: &str = "
 INSERT INTO ledger (request_id, attempt, ts_ms, key_name, channel, credential, model,
     upstream_model, input_tokens, cached_input_tokens, cache_write_tokens, output_tokens,
-    reasoning_tokens, cost_micros, price_version, outcome, estimated, first_choice_micros)
+    reasoning_tokens, cost_micros, price_version, outcome, estimated, first_choice_micros,
+    cache_saved_micros)
 SELECT * FROM UNNEST($1::text[], $2::int[], $3::bigint[], $4::text[], $5::text[], $6::text[],
     $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[],
-    $13::bigint[], $14::bigint[], $15::text[], $16::text[], $17::bool[], $18::bigint[])
+    $13::bigint[], $14::bigint[], $15::text[], $16::text[], $17::bool[], $18::bigint[],
+    $19::bigint[])
 ON CONFLICT DO NOTHING";
 
 const INSERT_PRICES: &str = "
@@ -232,6 +234,11 @@ async fn write_charges(tx: &mut Tx, rows: &[LogRow]) -> Result<(), sqlx::Error> 
                 .map(|(_, c)| c.first_choice_micros.map(|v| v as i64))
                 .collect::<Vec<_>>(),
         )
+        .bind(
+            all.iter()
+                .map(|(_, c)| c.cache_saved_micros)
+                .collect::<Vec<_>>(),
+        )
         .execute(&mut **tx)
         .await?;
     let mut seen = HashSet::new();
@@ -293,6 +300,7 @@ async fn write_requests(tx: &mut Tx, rows: &[LogRow]) -> Result<(), sqlx::Error>
                 .collect::<Vec<_>>(),
         )
         .bind(last.iter().map(|r| r.test).collect::<Vec<_>>())
+        .bind(col(|r| r.route_reason.clone()))
         .execute(&mut **tx)
         .await
         .map(|_| ())
@@ -370,6 +378,7 @@ fn read_row(r: &PgRow) -> Result<LogRead, sqlx::Error> {
         cost_micros: r.try_get("cost_micros")?,
         attempt_count: i64::from(r.try_get::<i32, _>("attempt_count")?),
         test: r.try_get("test")?,
+        route_reason: r.try_get("route_reason")?,
     })
 }
 
@@ -385,7 +394,9 @@ pub(super) async fn usage(pool: &PgPool, by: GroupBy, w: Window) -> Result<Vec<S
         "SELECT key_name, {group} AS grp, count(*) FILTER (WHERE attempt = 1) AS requests,
                 count(*) AS attempts, sum(input_tokens)::bigint AS input,
                 sum(cached_input_tokens)::bigint AS cached, sum(output_tokens)::bigint AS output,
-                sum(reasoning_tokens)::bigint AS reasoning, sum(cost_micros)::bigint AS cost
+                sum(reasoning_tokens)::bigint AS reasoning, sum(cost_micros)::bigint AS cost,
+                sum(cache_write_tokens)::bigint AS written,
+                sum(cache_saved_micros)::bigint AS saved
          FROM ledger WHERE ts_ms >= $1 AND ts_ms < $2 GROUP BY 1, 2"
     );
     // Built only from the constant columns above: no input reaches the text.
@@ -405,6 +416,8 @@ pub(super) async fn usage(pool: &PgPool, by: GroupBy, w: Window) -> Result<Vec<S
             output_tokens: r.try_get("output")?,
             reasoning_tokens: r.try_get("reasoning")?,
             cost_micros: r.try_get("cost")?,
+            cache_write_tokens: r.try_get("written")?,
+            cache_saved_micros: r.try_get("saved")?,
         })
     };
     Ok(rows.iter().map(sum).collect::<Result<Vec<_>, _>>()?)

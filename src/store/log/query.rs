@@ -77,7 +77,7 @@ impl Dialect {
 pub const COLUMNS: &str = "id, ts_ms, key_name, endpoint, requested_model, served_model, channel,
     status, outcome, attempts, stream, total_ms, ttfb_ms, input_tokens, output_tokens,
     tokens_per_s, translation, session, affinity, prompt_tokens, trimmed_turns, cost_micros,
-    attempt_count, test";
+    attempt_count, test, route_reason";
 
 impl LogQuery {
     /// The SELECT for this page and its parameters: [`COLUMNS`] and the row's sequence last.
@@ -192,6 +192,7 @@ pub struct Row {
     pub cost_micros: Option<i64>,
     pub attempt_count: i64,
     pub test: bool,
+    pub route_reason: Option<String>,
 }
 
 impl Row {
@@ -208,6 +209,7 @@ impl Row {
             "outcome": self.outcome,
             "attempts": serde_json::from_str::<Value>(&self.attempts).unwrap_or(Value::Null),
             "attempt_count": self.attempt_count,
+            "route_reason": self.route_reason,
             "stream": self.stream,
             "total_ms": self.total_ms,
             "ttfb_ms": self.ttfb_ms,

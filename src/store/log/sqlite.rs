@@ -75,33 +75,58 @@ CREATE TABLE IF NOT EXISTS prices (
 );
 ";
 
-/// Columns added after the first schema, for databases created before them.
-const MIGRATIONS: [(&str, &str); 8] = [
+/// Columns added after the first schema, for databases created before them: (table, column,
+/// the statement that adds it).
+const MIGRATIONS: [(&str, &str, &str); 10] = [
     (
+        "requests",
         "translation",
         "ALTER TABLE requests ADD COLUMN translation TEXT",
     ),
-    ("session", "ALTER TABLE requests ADD COLUMN session TEXT"),
-    ("affinity", "ALTER TABLE requests ADD COLUMN affinity TEXT"),
     (
+        "requests",
+        "session",
+        "ALTER TABLE requests ADD COLUMN session TEXT",
+    ),
+    (
+        "requests",
+        "affinity",
+        "ALTER TABLE requests ADD COLUMN affinity TEXT",
+    ),
+    (
+        "requests",
         "prompt_tokens",
         "ALTER TABLE requests ADD COLUMN prompt_tokens INTEGER",
     ),
     (
+        "requests",
         "trimmed_turns",
         "ALTER TABLE requests ADD COLUMN trimmed_turns INTEGER",
     ),
     (
+        "requests",
         "cost_micros",
         "ALTER TABLE requests ADD COLUMN cost_micros INTEGER",
     ),
     (
+        "requests",
         "attempt_count",
         "ALTER TABLE requests ADD COLUMN attempt_count INTEGER NOT NULL DEFAULT 1",
     ),
     (
+        "requests",
         "test",
         "ALTER TABLE requests ADD COLUMN test INTEGER NOT NULL DEFAULT 0",
+    ),
+    (
+        "requests",
+        "route_reason",
+        "ALTER TABLE requests ADD COLUMN route_reason TEXT",
+    ),
+    (
+        "ledger",
+        "cache_saved_micros",
+        "ALTER TABLE ledger ADD COLUMN cache_saved_micros INTEGER NOT NULL DEFAULT 0",
     ),
 ];
 
@@ -122,10 +147,10 @@ pub(super) fn open(path: &Path) -> Result<Connection, StoreError> {
         .map_err(&sqlite)?;
     conn.execute_batch(SCHEMA).map_err(&sqlite)?;
     conn.execute_batch(LEDGER).map_err(&sqlite)?;
-    for (column, alter) in MIGRATIONS {
+    for (table, column, alter) in MIGRATIONS {
         let present: bool = conn
-            .prepare("SELECT 1 FROM pragma_table_info('requests') WHERE name = ?1")
-            .and_then(|mut s| s.exists([column]))
+            .prepare("SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2")
+            .and_then(|mut s| s.exists([table, column]))
             .map_err(&sqlite)?;
         if !present {
             conn.execute_batch(alter).map_err(&sqlite)?;
@@ -183,9 +208,10 @@ fn write_batch(
         let mut stmt = tx.prepare_cached(
             "INSERT OR REPLACE INTO requests (id, ts_ms, key_name, endpoint, requested_model, served_model,
                 channel, status, outcome, attempts, stream, total_ms, ttfb_ms, input_tokens, output_tokens, tokens_per_s,
-                translation, session, affinity, prompt_tokens, trimmed_turns, cost_micros, attempt_count, test)
+                translation, session, affinity, prompt_tokens, trimmed_turns, cost_micros, attempt_count, test,
+                route_reason)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19,
-                ?20, ?21, ?22, ?23, ?24)",
+                ?20, ?21, ?22, ?23, ?24, ?25)",
         )?;
         for r in rows {
             stmt.execute(params![
@@ -213,6 +239,7 @@ fn write_batch(
                 r.cost_micros.map(|v| v as i64),
                 r.attempt_count,
                 r.test,
+                r.route_reason,
             ])?;
         }
         write_charges(&tx, rows, prices)?;
@@ -230,8 +257,9 @@ fn write_charges(
         "INSERT OR IGNORE INTO ledger (request_id, attempt, ts_ms, key_name, channel, credential,
             model, upstream_model, input_tokens, cached_input_tokens, cache_write_tokens,
             output_tokens, reasoning_tokens, cost_micros, price_version, outcome, estimated,
-            first_choice_micros)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+            first_choice_micros, cache_saved_micros)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
+            ?19)",
     )?;
     let mut price = tx.prepare_cached(
         "INSERT OR IGNORE INTO prices (version, rates, first_seen_ms) VALUES (?1, ?2, ?3)",
@@ -258,6 +286,7 @@ fn write_charges(
                 &*c.outcome,
                 c.estimated,
                 c.first_choice_micros.map(|v| v as i64),
+                c.cache_saved_micros,
             ])?;
             if let Some(p) = &c.price
                 && !prices.contains(&p.version)
@@ -316,8 +345,9 @@ pub(super) fn page(path: &Path, q: &LogQuery) -> Result<(Vec<Value>, Option<Curs
                 cost_micros: r.get(21)?,
                 attempt_count: r.get(22)?,
                 test: r.get(23)?,
+                route_reason: r.get(24)?,
             };
-            Ok((row, r.get::<_, i64>(24)?))
+            Ok((row, r.get::<_, i64>(25)?))
         })
         .map_err(&sqlite)?;
     let rows = rows.collect::<Result<Vec<_>, _>>().map_err(&sqlite)?;
@@ -396,7 +426,8 @@ pub(super) fn usage(path: &Path, by: GroupBy, w: Window) -> Result<Vec<Sum>, Sto
     };
     let sql = format!(
         "SELECT key_name, {group}, sum(attempt = 1), count(*), sum(input_tokens),
-                sum(cached_input_tokens), sum(output_tokens), sum(reasoning_tokens), sum(cost_micros)
+                sum(cached_input_tokens), sum(output_tokens), sum(reasoning_tokens), sum(cost_micros),
+                sum(cache_write_tokens), sum(cache_saved_micros)
          FROM ledger WHERE ts_ms >= ?1 AND ts_ms < ?2 GROUP BY 1, 2"
     );
     let mut stmt = conn.prepare(&sql).map_err(&sqlite)?;
@@ -412,6 +443,8 @@ pub(super) fn usage(path: &Path, by: GroupBy, w: Window) -> Result<Vec<Sum>, Sto
                 output_tokens: r.get(6)?,
                 reasoning_tokens: r.get(7)?,
                 cost_micros: r.get(8)?,
+                cache_write_tokens: r.get(9)?,
+                cache_saved_micros: r.get(10)?,
             })
         })
         .map_err(&sqlite)?;

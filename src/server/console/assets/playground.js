@@ -1,5 +1,6 @@
 // The route playground: a model, a key and a prompt, and `POST /admin/route/explain`'s answer
-// (the chain, candidates with shares and health, semantic scores, trimming, the cost
+// (the chain, each model's strategy and the channel it would try first with why, candidates
+// with shares, health and what a measured strategy reads, semantic scores, trimming, the cost
 // estimate). No upstream is called.
 "use strict";
 (function () {
@@ -29,6 +30,7 @@
       const facts = [
         ["Requested", plan.requested_model], ["Chain", steps.map((s) => s.model).join(" → ")],
         ["Chain from", plan.source], ["Balance", plan.balance],
+        ["Strategy", steps.map((s) => s.model + ": " + (s.strategy || "weighted") + (s.first_try ? " → " + s.first_try.channel + " (" + s.first_try.reason + ")" : "")).join("; ")],
         ["Worst-case cost", plan.spend ? usd(plan.spend.worst_case_micros) : "—"],
         ["Prompt tokens (estimate)", plan.spend ? String(plan.spend.prompt_tokens_estimate) : "—"],
         ["Trimming", steps.map((s) => s.context ? s.model + ": " + (s.context.action || "refused") + (s.context.prompt_tokens !== undefined ? " (" + s.context.prompt_tokens + " tokens of " + (s.context.context_window ?? "?") + ")" : "") : null).filter(Boolean).join("; ") || "fits as is (not trimmed)"],
@@ -37,6 +39,7 @@
       const cands = steps.flatMap((s, i) => (s.candidates || []).map((c) => [i + 1, s.model, c]));
       fill("candidates", cands, ([i, m, c]) => [String(i), m, c.channel, String(c.tier),
         pct(c.first_try_share), num(c.health_score, 0), c.circuit,
+        c.latency_ms !== undefined ? num(c.latency_ms, 1) : "—", c.in_flight !== undefined ? String(c.in_flight) : "—",
         c.estimated_cost_micros !== undefined ? usd(c.estimated_cost_micros) : "—"], "No candidate: nothing would serve it.");
       const excl = steps.flatMap((s, i) => (s.excluded || []).map((x) => [i + 1, x]));
       fill("excluded", excl, ([i, x]) => [String(i), x.channel, x.reason], "Nothing left out.");

@@ -1,8 +1,9 @@
-// Usage: spend by key, model, channel or day over a range (chart and table), every budget
+// Usage: spend by key, model, channel or day over a range (chart and table, with what the
+// providers' prompt caches served and saved), every budget
 // with its headroom, and one request's charge explained attempt by attempt.
 "use strict";
 (function () {
-  const { api, el, fill, usd, say, chart } = window.SY;
+  const { api, el, fill, pct, usd, say, chart } = window.SY;
   const form = document.getElementById("usage-form");
 
   async function load() {
@@ -13,7 +14,9 @@
       const [u, b] = await Promise.all([api("/admin/usage?" + p), api("/admin/budgets")]);
       const by = u.group_by;
       fill("usage", u.rows, (r) => [el("td", {}, el("strong", { text: r[by] ?? "(none)" })), String(r.requests),
-        String(r.attempts), String(r.input_tokens), String(r.output_tokens), usd(r.cost_micros)], "No spend in this range.");
+        String(r.attempts), String(r.input_tokens), String(r.cached_input_tokens), String(r.cache_write_tokens),
+        r.cache_hit_ratio === null ? "—" : pct(r.cache_hit_ratio), String(r.output_tokens), usd(r.cost_micros),
+        usd(r.cache_saved_micros)], "No spend in this range.");
       if (by === "day") {
         const days = u.rows.filter((r) => r.day);
         chart("chart-spend", days.map((r) => Date.parse(r.day + "T00:00:00Z")), [{ label: "USD", values: days.map((r) => r.cost_micros / 1e6) }], 86400);
