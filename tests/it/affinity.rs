@@ -357,3 +357,60 @@ async fn coding_agents_own_session_headers_bind_their_conversations() {
         }
     }
 }
+
+/// The upstream key the mock's `n`-th recorded request came with.
+fn key_of(m: &MockServer, n: usize) -> String {
+    let r = &m.received()[n];
+    let auth = r.headers["authorization"].to_str().unwrap();
+    auth.trim_start_matches("Bearer ").to_string()
+}
+
+#[tokio::test]
+async fn a_session_keeps_its_key_and_moves_with_it_when_the_key_is_cooling() {
+    // One channel with two keys: without a binding the pool takes them in turn.
+    let up = mock(text_spec("ok")).await;
+    let gw = gateway(&format!(
+        "[[channels]]\nname = \"pool\"\nprovider = \"openai\"\nbase_url = \"{}\"\n\
+         api_keys = [\"sk-up-first-0001\", \"sk-up-second-0002\"]\nmodels = [\"m\"]\n\n",
+        up.base_url()
+    ))
+    .await;
+    assert_eq!(
+        session_turn(&gw, "s").await,
+        (200, "pool".into(), "new".into())
+    );
+    let first = key_of(&up, 0);
+    // Other traffic turns the rotation (one request, then two, so that taking the keys in
+    // turn would land the session on the other one); its turns stay on its key (its cache).
+    for i in 0..4 {
+        for _ in 0..=(i % 2) {
+            let r = gw.chat(chat_body(false)).await;
+            assert_eq!(r.status(), 200);
+            let _ = r.bytes().await;
+        }
+        let n = up.received().len();
+        assert_eq!(session_turn(&gw, "s").await.2, "kept");
+        assert_eq!(key_of(&up, n), first, "turn {i} left its key");
+    }
+    // Its key answers 429: the other key serves, and the binding moves with it.
+    let spec = MockSpec {
+        per_key: [(first.clone(), status(429))].into(),
+        ..text_spec("ok")
+    };
+    up.set_spec(spec);
+    let before = up.received().len();
+    assert_eq!(
+        session_turn(&gw, "s").await,
+        (200, "pool".into(), "moved".into())
+    );
+    let second = key_of(&up, before + 1);
+    assert_ne!(second, first);
+    // The first key is well again; the session stays on the key it moved to.
+    up.set_spec(text_spec("ok"));
+    gw.clock.advance(std::time::Duration::from_secs(120));
+    for _ in 0..3 {
+        let n = up.received().len();
+        assert_eq!(session_turn(&gw, "s").await.2, "kept");
+        assert_eq!(key_of(&up, n), second);
+    }
+}

@@ -217,3 +217,64 @@ async fn a_bound_channel_that_dies_loses_no_conversation_and_each_hits_again_els
         on_dead.len()
     );
 }
+
+#[tokio::test]
+async fn what_the_cache_served_and_saved_is_in_usage_and_metrics() {
+    let up = mock(cached_mock()).await;
+    let gw = gateway(&format!(
+        "[[channels]]\nname = \"c0\"\nprovider = \"openai\"\nbase_url = \"{}\"\napi_keys = [\"sk-up-0-0\"]\n\
+         models = [\"m\"]\nprice = {{ input = 3.0, output = 15.0, cached_input = 0.3 }}\n\n",
+        up.base_url()
+    ))
+    .await;
+    // The same conversation twice: the second turn's prefix is cached.
+    for t in 0..2 {
+        let r = gw.chat(turn(7, t)).await;
+        assert_eq!(r.status(), 200);
+        let _ = r.bytes().await;
+    }
+    gw.flush_log().await;
+    let usage = get_json(
+        &format!("{}/admin/usage?group_by=channel", gw.url),
+        Some(ADMIN),
+    )
+    .await;
+    let row = &usage["rows"][0];
+    assert_eq!(row["channel"], "c0", "{usage}");
+    let (input, cached) = (
+        row["input_tokens"].as_i64().unwrap(),
+        row["cached_input_tokens"].as_i64().unwrap(),
+    );
+    assert!(cached > 0 && cached < input, "{row}");
+    let ratio = row["cache_hit_ratio"].as_f64().unwrap();
+    assert!((ratio - cached as f64 / input as f64).abs() < 1e-3, "{row}");
+    // Saved: the cached tokens at the input rate less the cached rate, $2.70 per 1M.
+    let saved = row["cache_saved_micros"].as_i64().unwrap();
+    let expected = cached * 2_700_000 / 1_000_000;
+    assert!(
+        (saved - expected).abs() <= 2,
+        "saved {saved}, expected {expected}: {row}"
+    );
+    assert_eq!(row["cache_write_tokens"], 0);
+    // The metrics carry the cached share by gen_ai_token_type.
+    let text = client()
+        .get(format!("{}/metrics", gw.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let sum = |kind: &str| -> f64 {
+        text.lines()
+            .find(|l| {
+                l.starts_with("gen_ai_client_token_usage_sum")
+                    && l.contains(&format!("gen_ai_token_type=\"{kind}\""))
+            })
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or(-1.0)
+    };
+    assert_eq!(sum("cached_input"), cached as f64, "{text}");
+    assert_eq!(sum("input"), input as f64);
+    assert_eq!(sum("cache_write"), 0.0);
+}
