@@ -53,6 +53,7 @@ where
         report,
         rng: fastrand::Rng::new(),
         retry_after: None,
+        strategy: Strategy::Weighted,
     };
     let candidates = model.plan()?;
     let last = candidates.len().saturating_sub(1);
@@ -93,6 +94,8 @@ struct Model<'j, 's, 'r> {
     retry_after: Option<Duration>,
     /// Where this model's records start in the report.
     first: usize,
+    /// How the model's first try is chosen (set by `plan`).
+    strategy: Strategy,
 }
 
 impl<'s> Model<'_, 's, '_> {
@@ -109,6 +112,7 @@ impl<'s> Model<'_, 's, '_> {
             health.round_robin(&format!("{model}#{rank}#{prio}"), &named)
         };
         let strategy = snap.routing.strategy(model);
+        self.strategy = strategy;
         // Read only by a measured strategy: `weighted` costs nothing here.
         let signals = (strategy != Strategy::Weighted)
             .then(|| health.signals.view(&snap.channels, model, self.job.stream));
@@ -158,10 +162,24 @@ impl<'s> Model<'_, 's, '_> {
         Ok(plan.candidates)
     }
 
+    /// While routing measures: the call counted in flight on its channel from now on, for as
+    /// long as its answer lasts.
+    fn busy(&self, ch: &Channel) -> Option<crate::health::Busy> {
+        let r = &self.job.snap.routing;
+        r.measured.then(|| {
+            let feed_cache = self.strategy == Strategy::Cost;
+            self.job
+                .health
+                .signals
+                .busy(&ch.name, &self.step.model, r.half_life, feed_cache)
+        })
+    }
+
     /// An attempt's latency, for the measured strategies (only while one is in use).
     fn measure(&self, ch: &Channel, took: Duration, sample: Sample) {
         let r = &self.job.snap.routing;
-        if r.measured {
+        // Latency is read by `latency` and `p2c`, and shown by `route/explain` for them.
+        if matches!(self.strategy, Strategy::Latency | Strategy::P2c) {
             self.job.health.signals.latency(
                 &ch.name,
                 &self.step.model,
@@ -243,12 +261,7 @@ impl<'s> Model<'_, 's, '_> {
             if self.retry_refused(ch) {
                 return Turn::Blocked;
             }
-            // Counted in flight from the call on, for as long as its answer lasts.
-            let busy = snap.routing.measured.then(|| {
-                health
-                    .signals
-                    .busy(&ch.name, &self.step.model, snap.routing.half_life)
-            });
+            let busy = self.busy(ch);
             let failure = match self
                 .attempt(ch, &cand, &key, reservation.as_ref(), call)
                 .await

@@ -101,12 +101,8 @@ pub struct Report {
 
 impl Report {
     /// `{strategy}.{why}` of the first try (`latency.fastest`, `session.bound`).
-    pub fn route_reason(&self) -> Option<String> {
-        use crate::router::Why;
-        self.route.map(|(s, why)| match why {
-            Why::Bound => "session.bound".to_string(),
-            _ => format!("{}.{}", s.as_str(), why.as_str()),
-        })
+    pub fn route_reason(&self) -> Option<&'static str> {
+        self.route.map(|(s, why)| crate::router::reason(s, why))
     }
 
     pub fn new(requested_model: &str) -> Self {

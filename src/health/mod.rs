@@ -14,7 +14,7 @@ mod window;
 
 pub use budget::RetryBudget;
 pub use credentials::{CredVerdict, NoHeadroom, Pools, Reservation};
-pub use signals::{Busy, Sample, Signal, Signals};
+pub use signals::{Busy, Counts, Sample, Signal, Signals};
 
 /// What an answer holds while it lasts: its credential's reservation and, while routing
 /// measures, its place among the channel's requests in flight.
@@ -30,8 +30,10 @@ impl Slot {
         if let (Some(r), Some(total)) = (self.credential.as_mut(), u.total()) {
             r.used(total);
         }
-        if let (Some(b), Some(input)) = (&self.busy, u.input_tokens) {
-            b.usage(input, u.cached_tokens.unwrap_or(0));
+        // Only an upstream that reports its cache says anything about it.
+        if let (Some(b), Some(input), Some(cached)) = (&self.busy, u.input_tokens, u.cached_tokens)
+        {
+            b.usage(input, cached);
         }
     }
 }

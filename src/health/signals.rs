@@ -6,7 +6,6 @@
 //! this replica's counted here and the other replicas' as they last published them. Recorded
 //! only while some model routes by a measured strategy: otherwise nothing here runs.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -65,10 +64,15 @@ struct Figures {
     cached: Option<Ewma>,
 }
 
-/// A request in flight on a channel: counted while it lives; its usage feeds the channel's
-/// cache figure.
+/// A request in flight on a channel: counted while it lives; under `cost`, its usage feeds
+/// the channel's cache figure.
 pub struct Busy {
     counter: Arc<AtomicU32>,
+    cache: Option<CacheFeed>,
+}
+
+/// Where an answer's cache share goes (only models routed by `cost` read it).
+struct CacheFeed {
     signals: Arc<Signals>,
     channel: Arc<str>,
     model: Arc<str>,
@@ -78,8 +82,10 @@ pub struct Busy {
 impl Busy {
     /// The answer's usage: `cached` of `input` prompt tokens were read from the cache.
     pub fn usage(&self, input: u64, cached: u64) {
-        self.signals
-            .cached(&self.channel, &self.model, input, cached, self.half_life);
+        if let Some(c) = &self.cache {
+            c.signals
+                .cached(&c.channel, &c.model, input, cached, c.half_life);
+        }
     }
 }
 
@@ -98,25 +104,30 @@ pub enum Sample {
     Failed,
 }
 
-/// Each model's channels' figures.
-type ByModel = HashMap<Arc<str>, HashMap<Arc<str>, Figures>>;
+/// Requests in flight by channel.
+pub type Counts = hashbrown::HashMap<Arc<str>, u32>;
+
+/// Each model's channels' figures. `hashbrown`'s default (foldhash): these maps are read on
+/// every measured request, where SipHash cost more than the strategy itself.
+type ByModel = hashbrown::HashMap<Arc<str>, hashbrown::HashMap<Arc<str>, Figures>>;
 
 pub struct Signals {
     clock: Arc<dyn Clock>,
     /// Model → channel → figures (looked up by `&str`, no key built per request).
     figures: Mutex<ByModel>,
-    busy: Mutex<HashMap<Arc<str>, Arc<AtomicU32>>>,
+    /// Each channel's counter: read without a lock, a new channel's added by copy (rare).
+    busy: ArcSwap<hashbrown::HashMap<Arc<str>, Arc<AtomicU32>>>,
     /// The other replicas' in-flight counts, summed, as last read from shared state.
-    remote: ArcSwap<HashMap<Arc<str>, u32>>,
+    remote: ArcSwap<Counts>,
 }
 
 impl Signals {
     pub fn new(clock: Arc<dyn Clock>) -> Signals {
         Signals {
             clock,
-            figures: Mutex::new(HashMap::new()),
-            busy: Mutex::new(HashMap::new()),
-            remote: ArcSwap::from_pointee(HashMap::new()),
+            figures: Mutex::new(ByModel::default()),
+            busy: ArcSwap::from_pointee(hashbrown::HashMap::new()),
+            remote: ArcSwap::from_pointee(Counts::new()),
         }
     }
 
@@ -166,39 +177,49 @@ impl Signals {
     }
 
     /// Counts a request in flight on `channel` (serving `model`) until the guard drops.
+    /// With `feed_cache` (the model is routed by `cost`), the answer's usage records the
+    /// channel's cache share.
     pub fn busy(
         self: &Arc<Self>,
         channel: &Arc<str>,
         model: &Arc<str>,
         half_life: Duration,
+        feed_cache: bool,
     ) -> Busy {
-        let counter = {
-            let mut map = self.busy.lock().unwrap_or_else(|e| e.into_inner());
-            match map.get(channel) {
-                Some(c) => c.clone(),
-                None => map.entry(channel.clone()).or_default().clone(),
-            }
-        };
+        let found = self.busy.load().get(channel).cloned();
+        let counter = found.unwrap_or_else(|| {
+            // The first request on this channel: add its counter (another may race to it:
+            // whichever is stored first is the one both use).
+            self.busy.rcu(|m| {
+                let mut m = (**m).clone();
+                m.entry(channel.clone()).or_default();
+                m
+            });
+            self.busy.load().get(channel).cloned().unwrap_or_default()
+        });
         counter.fetch_add(1, Ordering::Relaxed);
         Busy {
             counter,
-            signals: self.clone(),
-            channel: channel.clone(),
-            model: model.clone(),
-            half_life,
+            cache: feed_cache.then(|| CacheFeed {
+                signals: self.clone(),
+                channel: channel.clone(),
+                model: model.clone(),
+                half_life,
+            }),
         }
     }
 
     /// This replica's in-flight counts, for publishing to the others.
     pub fn local(&self) -> Vec<(Arc<str>, u32)> {
-        let map = self.busy.lock().unwrap_or_else(|e| e.into_inner());
-        map.iter()
+        self.busy
+            .load()
+            .iter()
             .map(|(k, v)| (k.clone(), v.load(Ordering::Relaxed)))
             .collect()
     }
 
     /// The other replicas' counts, summed per channel.
-    pub fn set_remote(&self, counts: HashMap<Arc<str>, u32>) {
+    pub fn set_remote(&self, counts: Counts) {
         self.remote.store(Arc::new(counts));
     }
 
@@ -210,6 +231,7 @@ impl Signals {
         stream: bool,
     ) -> impl Fn(usize) -> Signal + 'a {
         let remote = self.remote.load_full();
+        let busy = self.busy.load_full();
         move |i| {
             let Some(ch) = channels.get(i) else {
                 return Signal::default();
@@ -220,15 +242,15 @@ impl Signals {
                 .and_then(|m| m.get(&ch.name))
                 .copied()
                 .unwrap_or_default();
-            let here = self
-                .busy
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(&ch.name)
-                .map_or(0, |c| c.load(Ordering::Relaxed));
+            let here = busy.get(&ch.name).map_or(0, |c| c.load(Ordering::Relaxed));
+            let there = if remote.is_empty() {
+                0
+            } else {
+                remote.get(&ch.name).copied().unwrap_or(0)
+            };
             Signal {
                 latency: if stream { f.first } else { f.whole }.map(|e| e.value),
-                in_flight: here + remote.get(&ch.name).copied().unwrap_or(0),
+                in_flight: here + there,
                 cached_share: f.cached.map_or(0.0, |e| e.value),
             }
         }
@@ -236,9 +258,10 @@ impl Signals {
 }
 
 /// The figures of (`model`, `channel`), made on first use.
-fn entry<'m>(map: &'m mut ByModel, model: &Arc<str>, channel: &Arc<str>) -> &'m mut Figures {
-    map.entry(model.clone())
+fn entry<'m>(map: &'m mut ByModel, model: &str, channel: &str) -> &'m mut Figures {
+    // Looked up by `&str`: a key is made only the first time.
+    map.entry_ref(model)
         .or_default()
-        .entry(channel.clone())
+        .entry_ref(channel)
         .or_default()
 }

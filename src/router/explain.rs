@@ -181,5 +181,5 @@ fn first_try(
     Ok(p.candidates
         .first()
         .zip(p.why)
-        .map(|(c, why)| (c.channel, format!("{}.{}", strategy.as_str(), why.as_str()))))
+        .map(|(c, why)| (c.channel, super::reason(strategy, why).to_string())))
 }

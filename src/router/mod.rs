@@ -14,7 +14,7 @@ mod strategy;
 
 pub use chain::{Chain, ChainSource, Step, chain};
 pub use explain::{CandidateView, ExcludedView, ModelView, explain};
-pub use strategy::{Estimate, Measured, Signal, Strategy, Why};
+pub use strategy::{Estimate, Measured, Signal, Strategy, Why, reason};
 
 /// One place to try: a channel (index into the snapshot) and the upstream's name for the model.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,11 +93,13 @@ pub enum Pick<'a> {
     Measured(Measured<'a>),
 }
 
-/// A candidate with what ordering it reads: its tier, its weight × health, health's factor.
+/// A candidate with what ordering it reads: its tier, its weight × health, health's factor,
+/// and (under a measured strategy) its signal, read once per plan.
 pub(crate) struct Entry {
     tier: Tier,
     weight: f64,
     factor: f64,
+    signal: Signal,
     cand: Candidate,
 }
 
@@ -199,6 +201,7 @@ fn ordered(
             tier: (rank, c.priority),
             weight: f64::from(c.weight) * st.factor,
             factor: st.factor,
+            signal: Signal::default(),
             cand: Candidate {
                 channel: r.channel,
                 upstream_model: r.upstream_model.clone(),
@@ -270,6 +273,9 @@ fn order_tier(pick: &mut Pick<'_>, t: Tier, tier: &mut [Entry]) -> Why {
             }
         }
         Pick::Measured(m) => {
+            for e in tier.iter_mut() {
+                e.signal = (m.signal)(e.cand.channel);
+            }
             let (i, why) = strategy::first(m, tier);
             tier.swap(0, i);
             // The rest in weighted order, then (but for `p2c`) by the strategy's own figure:

@@ -7,6 +7,8 @@
 //! start after recovery) that a strategy chooses keeps the first try with probability h, else
 //! the strategy chooses again among the others. `weighted` and `p2c` draw by w·h already.
 
+use smallvec::SmallVec;
+
 use super::Entry;
 pub use crate::config::Strategy;
 pub use crate::health::Signal;
@@ -73,28 +75,61 @@ impl Why {
     }
 }
 
-/// The index in `tier` to try first, and why.
+/// `{strategy}.{why}` as the request log's `route_reason` says it: a static string, so the
+/// reason costs a request no allocation.
+pub fn reason(strategy: Strategy, why: Why) -> &'static str {
+    use Strategy as S;
+    use Why as W;
+    match (strategy, why) {
+        (_, W::Bound) => "session.bound",
+        (S::Weighted, W::Drawn) => "weighted.drawn",
+        (S::Weighted, W::RoundRobin) => "weighted.round_robin",
+        (S::Weighted, W::Heaviest) => "weighted.heaviest",
+        (S::Weighted, _) => "weighted.alone",
+        (S::Latency, W::Fastest) => "latency.fastest",
+        (S::Latency, W::Untried) => "latency.untried",
+        (S::Latency, W::Exploring) => "latency.exploring",
+        (S::Latency, _) => "latency.alone",
+        (S::LeastBusy, W::FewestInFlight) => "least_busy.fewest_in_flight",
+        (S::LeastBusy, _) => "least_busy.alone",
+        (S::Cost, W::Cheapest) => "cost.cheapest",
+        (S::Cost, _) => "cost.alone",
+        (S::P2c, W::TwoChoices) => "p2c.two_choices",
+        (S::P2c, _) => "p2c.alone",
+    }
+}
+
+/// A set of a tier's entries, on the stack for tiers of up to 16.
+type Mask = SmallVec<[bool; 16]>;
+
+fn mask(n: usize, f: impl Fn(usize) -> bool) -> Mask {
+    // Filled in place: collecting from an iterator costs more than the strategy itself.
+    let mut m = Mask::from_elem(false, n);
+    for (k, slot) in m.iter_mut().enumerate() {
+        *slot = f(k);
+    }
+    m
+}
+
+/// The index in `tier` to try first, and why (each entry's signal already read).
 pub(super) fn first(m: &mut Measured<'_>, tier: &[Entry]) -> (usize, Why) {
     if tier.len() == 1 {
         return (0, Why::Alone);
     }
-    let signals: Vec<Signal> = tier.iter().map(|e| (m.signal)(e.cand.channel)).collect();
-    let mut open = vec![true; tier.len()];
+    let mut open = mask(tier.len(), |_| true);
     let rng = &mut *m.rng;
     match m.strategy {
         Strategy::Weighted => (draw(tier, &open, rng), Why::Drawn),
-        Strategy::P2c => (two_choices(tier, &signals, rng), Why::TwoChoices),
+        Strategy::P2c => (two_choices(tier, rng), Why::TwoChoices),
         strategy => loop {
             let (i, why) = match strategy {
-                Strategy::Latency => fastest(tier, &signals, &open, m.exploration, rng),
+                Strategy::Latency => fastest(tier, &open, m.exploration, rng),
                 Strategy::LeastBusy => (
-                    lowest(tier, &open, rng, |k| f64::from(signals[k].in_flight)),
+                    lowest(tier, &open, rng, |e| f64::from(e.signal.in_flight)),
                     Why::FewestInFlight,
                 ),
                 _ => (
-                    lowest(tier, &open, rng, |k| {
-                        cost(&tier[k], &signals[k], m.estimate)
-                    }),
+                    lowest(tier, &open, rng, |e| cost(e, m.estimate)),
                     Why::Cheapest,
                 ),
             };
@@ -112,35 +147,15 @@ pub(super) fn first(m: &mut Measured<'_>, tier: &[Entry]) -> (usize, Why) {
 /// Orders the entries after the first by the strategy's figure, lowest first (a stable sort:
 /// ties keep their weighted order); `weighted` and `p2c` keep the weighted order.
 pub(super) fn order_rest(m: &Measured<'_>, rest: &mut [Entry]) {
-    let score = |e: &Entry| -> f64 {
-        let s = (m.signal)(e.cand.channel);
-        match m.strategy {
-            Strategy::Latency => s.latency.unwrap_or(0.0),
-            Strategy::LeastBusy => f64::from(s.in_flight),
-            Strategy::Cost => cost(e, &s, m.estimate),
-            Strategy::Weighted | Strategy::P2c => 0.0,
-        }
-    };
-    if matches!(m.strategy, Strategy::Weighted | Strategy::P2c) || rest.len() < 2 {
-        return;
-    }
-    let mut keyed: Vec<(f64, usize)> = rest.iter().map(&score).zip(0..).collect();
-    keyed.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let order: Vec<usize> = keyed.into_iter().map(|(_, i)| i).collect();
-    apply_order(rest, &order);
-}
-
-/// Puts `items` in the order `order` gives (a permutation of their indexes).
-fn apply_order<T>(items: &mut [T], order: &[usize]) {
-    let mut at: Vec<usize> = (0..items.len()).collect();
-    let mut pos: Vec<usize> = (0..items.len()).collect();
-    for (target, &want) in order.iter().enumerate() {
-        let from = pos[want];
-        items.swap(target, from);
-        let displaced = at[target];
-        at.swap(target, from);
-        pos[displaced] = from;
-        pos[want] = target;
+    let est = m.estimate;
+    match m.strategy {
+        Strategy::Latency => rest.sort_by(|a, b| {
+            let f = |e: &Entry| e.signal.latency.unwrap_or(0.0);
+            f(a).total_cmp(&f(b))
+        }),
+        Strategy::LeastBusy => rest.sort_by_key(|e| e.signal.in_flight),
+        Strategy::Cost => rest.sort_by(|a, b| cost(a, est).total_cmp(&cost(b, est))),
+        Strategy::Weighted | Strategy::P2c => {}
     }
 }
 
@@ -149,19 +164,16 @@ fn apply_order<T>(items: &mut [T], order: &[usize]) {
 /// fresh.
 fn fastest(
     tier: &[Entry],
-    signals: &[Signal],
     open: &[bool],
     exploration: f64,
     rng: &mut fastrand::Rng,
 ) -> (usize, Why) {
-    let untried: Vec<bool> = (0..tier.len())
-        .map(|k| open[k] && signals[k].latency.is_none())
-        .collect();
+    let untried = mask(tier.len(), |k| open[k] && tier[k].signal.latency.is_none());
     if untried.iter().any(|u| *u) {
         return (draw(tier, &untried, rng), Why::Untried);
     }
-    let best = lowest(tier, open, rng, |k| signals[k].latency.unwrap_or(0.0));
-    let others: Vec<bool> = (0..tier.len()).map(|k| open[k] && k != best).collect();
+    let best = lowest(tier, open, rng, |e| e.signal.latency.unwrap_or(0.0));
+    let others = mask(tier.len(), |k| open[k] && k != best);
     if exploration > 0.0 && others.iter().any(|o| *o) && rng.f64() < exploration {
         return (draw(tier, &others, rng), Why::Exploring);
     }
@@ -170,18 +182,19 @@ fn fastest(
 
 /// Power of two choices: two channels drawn by weight, the one with the lower (in flight + 1) ×
 /// expected latency taken (a channel without a sample counts as the tier's fastest).
-fn two_choices(tier: &[Entry], signals: &[Signal], rng: &mut fastrand::Rng) -> usize {
-    let mut open = vec![true; tier.len()];
+fn two_choices(tier: &[Entry], rng: &mut fastrand::Rng) -> usize {
+    let mut open = mask(tier.len(), |_| true);
     let a = draw(tier, &open, rng);
     open[a] = false;
     let b = draw(tier, &open, rng);
-    let floor = signals
+    let floor = tier
         .iter()
-        .filter_map(|s| s.latency)
+        .filter_map(|e| e.signal.latency)
         .fold(f64::INFINITY, f64::min);
     let floor = if floor.is_finite() { floor } else { 1.0 };
     let load = |k: usize| {
-        (f64::from(signals[k].in_flight) + 1.0) * signals[k].latency.unwrap_or(floor).max(1e-6)
+        let s = &tier[k].signal;
+        (f64::from(s.in_flight) + 1.0) * s.latency.unwrap_or(floor).max(1e-6)
     };
     if load(b) < load(a) { b } else { a }
 }
@@ -189,13 +202,13 @@ fn two_choices(tier: &[Entry], signals: &[Signal], rng: &mut fastrand::Rng) -> u
 /// What the request is expected to cost on this entry's route, in micro-dollars: the prompt
 /// estimate at the input rate (the channel's recent cached share at the cached rate) and the
 /// reply at the output rate. Unpriced routes come last.
-fn cost(e: &Entry, s: &Signal, est: Estimate) -> f64 {
+fn cost(e: &Entry, est: Estimate) -> f64 {
     let Some(price) = &e.cand.price else {
         return f64::INFINITY;
     };
     let r = price.rates(est.prompt);
     let prompt = est.prompt as f64;
-    let cached = prompt * s.cached_share.clamp(0.0, 1.0);
+    let cached = prompt * e.signal.cached_share.clamp(0.0, 1.0);
     ((prompt - cached) * r.input as f64
         + cached * r.cached_input as f64
         + est.output as f64 * r.output as f64)
@@ -207,16 +220,16 @@ fn lowest(
     tier: &[Entry],
     open: &[bool],
     rng: &mut fastrand::Rng,
-    score: impl Fn(usize) -> f64,
+    score: impl Fn(&Entry) -> f64,
 ) -> usize {
-    let scores: Vec<f64> = (0..tier.len()).map(&score).collect();
     let min = (0..tier.len())
         .filter(|k| open[*k])
-        .map(|k| scores[k])
+        .map(|k| score(&tier[k]))
         .fold(f64::INFINITY, f64::min);
-    let tied: Vec<bool> = (0..tier.len())
-        .map(|k| open[k] && (scores[k] <= min || (scores[k] - min).abs() <= min.abs() * 1e-6))
-        .collect();
+    let tied = mask(tier.len(), |k| {
+        let s = score(&tier[k]);
+        open[k] && (s <= min || (s - min).abs() <= min.abs() * 1e-6)
+    });
     draw(tier, &tied, rng)
 }
 

@@ -295,3 +295,28 @@ fn a_failover_goes_to_the_next_by_the_strategys_own_figure() {
         }
     }
 }
+
+#[test]
+fn each_reason_is_its_strategy_and_why_as_written() {
+    use Strategy as S;
+    use Why as W;
+    let pairs = [
+        (
+            S::Weighted,
+            [W::Drawn, W::RoundRobin, W::Heaviest, W::Alone].as_slice(),
+        ),
+        (
+            S::Latency,
+            &[W::Fastest, W::Untried, W::Exploring, W::Alone],
+        ),
+        (S::LeastBusy, &[W::FewestInFlight, W::Alone]),
+        (S::Cost, &[W::Cheapest, W::Alone]),
+        (S::P2c, &[W::TwoChoices, W::Alone]),
+    ];
+    for (s, whys) in pairs {
+        for w in whys {
+            assert_eq!(reason(s, *w), format!("{}.{}", s.as_str(), w.as_str()));
+        }
+        assert_eq!(reason(s, W::Bound), "session.bound");
+    }
+}

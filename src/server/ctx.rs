@@ -277,7 +277,7 @@ impl Ctx {
             trimmed_turns: self.report.context.map(|c| c.trimmed_turns as u64),
             attempt_count: self.report.tried() as u32,
             test: self.test,
-            route_reason: self.report.route_reason(),
+            route_reason: self.report.route_reason().map(Into::into),
             ..LogRow::default()
         }
     }

@@ -77,7 +77,8 @@ pub fn served(mut resp: Response, ctx: &Ctx) -> Response {
     if ctx.gateway_key(&ctx.snap).is_some_and(|k| k.expose_route)
         && let Some(reason) = ctx.report.route_reason()
     {
-        set_header(&mut resp, hdr::ROUTE, &reason);
+        resp.headers_mut()
+            .insert(hdr::ROUTE, HeaderValue::from_static(reason));
     }
     let attempts = ctx.report.tried().to_string();
     set_header(&mut resp, hdr::ATTEMPTS, &attempts);

@@ -2,7 +2,6 @@
 //! publishes its own counts and reads the others' in one script call, at most every 100 ms,
 //! from a background task: never a Redis call on the request path.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::Redis;
@@ -42,7 +41,7 @@ return out
 impl Redis {
     /// Publishes `mine` (channel, requests in flight here) and returns the other replicas'
     /// counts summed per channel; `None` when Redis could not say.
-    pub async fn exchange_busy(&self, mine: &[(Arc<str>, u32)]) -> Option<HashMap<Arc<str>, u32>> {
+    pub async fn exchange_busy(&self, mine: &[(Arc<str>, u32)]) -> Option<crate::health::Counts> {
         let mut args = vec![
             self.replica().to_string(),
             self.prefixed("busy:"),
@@ -59,7 +58,7 @@ impl Redis {
                 &args,
             )
             .await?;
-        let mut sums: HashMap<Arc<str>, u32> = HashMap::new();
+        let mut sums = crate::health::Counts::new();
         for pair in flat.chunks_exact(2) {
             let n: u32 = pair[1].parse().unwrap_or(0);
             *sums.entry(pair[0].as_str().into()).or_default() += n;

@@ -73,7 +73,7 @@ impl Job {
                 channel: r.channel.clone(),
                 input_tokens: r.input_tokens,
                 output_tokens: r.output_tokens,
-                route_reason: r.route_reason.clone(),
+                route_reason: r.route_reason.as_deref().map(str::to_string),
             },
             attempts: f.attempts.to_vec(),
             semantic: f.semantic.map(|(r, i)| (r.to_string(), i.to_string())),

@@ -86,7 +86,7 @@ pub struct LogRow {
     /// Sent with `x-switchyard-test`: test traffic, which log readers may hide.
     pub test: bool,
     /// How the first try was chosen: `{strategy}.{why}` (`latency.fastest`, `session.bound`).
-    pub route_reason: Option<String>,
+    pub route_reason: Option<Cow<'static, str>>,
     /// The ledger's rows for this request, one per upstream attempt.
     pub charges: Vec<Charge>,
 }

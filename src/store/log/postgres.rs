@@ -300,7 +300,7 @@ async fn write_requests(tx: &mut Tx, rows: &[LogRow]) -> Result<(), sqlx::Error>
                 .collect::<Vec<_>>(),
         )
         .bind(last.iter().map(|r| r.test).collect::<Vec<_>>())
-        .bind(col(|r| r.route_reason.clone()))
+        .bind(col(|r| r.route_reason.as_deref().map(str::to_string)))
         .execute(&mut **tx)
         .await
         .map(|_| ())
