@@ -199,6 +199,8 @@ async fn a_failover_is_a_request_span_over_two_call_spans(
     assert_eq!(server["parent_span_id"], CLIENT_PARENT);
     assert_eq!(attr(server, "http.response.status_code"), 200);
     assert_eq!(attr(server, "switchyard.channel"), "backup");
+    // How the first try was chosen: primary alone in its tier.
+    assert_eq!(attr(server, "switchyard.route.reason"), "weighted.alone");
     let names: Vec<&str> = server["attributes"]
         .as_array()
         .expect("attributes")
