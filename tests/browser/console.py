@@ -183,6 +183,9 @@ def charts_draw(page):
     expect(page.locator("#chart-spend canvas").first).to_be_visible()
     usage = api(page, "/admin/usage?group_by=day")["body"]
     expect(page.locator("#usage tbody tr")).to_have_count(max(1, len(usage["rows"])))
+    # What the providers' prompt caches served and saved, per group.
+    for column in ["Cached input", "Cache writes", "Cache hits", "Cache saved (USD)"]:
+        expect(page.locator("#usage")).to_contain_text(column)
 
 
 def explain_a_route(page):

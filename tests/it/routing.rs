@@ -419,17 +419,42 @@ async fn requests_in_flight_are_counted_across_replicas_through_redis() {
         in_flight(&b).await
     })
     .await;
-    // The streams end (their clients leave): B's sum falls back to 0.
-    drop(open);
-    until("0 in flight at B", Duration::from_secs(5), async || {
-        let plan: Value = b
+    let at = async |gw: &Gateway| -> Value {
+        let plan: Value = gw
             .post_as("/v1/route/explain", KEY, &[], chat_body(false))
             .await
             .json()
             .await
             .unwrap();
-        let n = plan["chain"][0]["candidates"][0]["in_flight"].clone();
+        plan["chain"][0]["candidates"][0]["in_flight"].clone()
+    };
+    // The streams end (their clients leave): B's sum falls back to 0.
+    drop(open);
+    until("0 in flight at B", Duration::from_secs(5), async || {
+        let n = at(&b).await;
         if n == 0 { Ok(()) } else { Err(n) }
     })
     .await;
+    // A replica that stops with streams open drops out of the others' sums within a second
+    // or two (its published counts expire).
+    let mut open = Vec::new();
+    for _ in 0..2 {
+        open.push(a.chat(chat_body(true)).await);
+    }
+    until("A's 2 seen at B", Duration::from_secs(5), async || {
+        let n = at(&b).await;
+        if n == 2 { Ok(()) } else { Err(n) }
+    })
+    .await;
+    drop(a);
+    until(
+        "a stopped replica's count gone at B",
+        Duration::from_secs(5),
+        async || {
+            let n = at(&b).await;
+            if n == 0 { Ok(()) } else { Err(n) }
+        },
+    )
+    .await;
+    drop(open);
 }
