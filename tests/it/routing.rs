@@ -300,12 +300,7 @@ async fn the_reason_reaches_the_log_the_header_and_explain() {
         assert_eq!(row["route_reason"], "least_busy.fewest_in_flight", "{row}");
     }
     // Explain: the strategy, its choice now, and what it reads of each candidate.
-    let plan: Value = gw
-        .post_as("/v1/route/explain", KEY, &[], chat_body(false))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let plan = explain(&gw).await;
     let step = &plan["chain"][0];
     assert_eq!(step["strategy"], "least_busy", "{plan}");
     assert_eq!(step["first_try"]["reason"], "least_busy.fewest_in_flight");
@@ -321,25 +316,24 @@ async fn the_reason_reaches_the_log_the_header_and_explain() {
     }
     // Under `weighted` nothing is measured, and explain shows no figures.
     let gw = gateway(&channels).await;
-    let plan: Value = gw
-        .post_as("/v1/route/explain", KEY, &[], chat_body(false))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let plan = explain(&gw).await;
     assert_eq!(plan["chain"][0]["strategy"], "weighted");
     assert!(plan["chain"][0]["first_try"].is_null());
     assert!(plan["chain"][0]["candidates"][0].get("in_flight").is_none());
 }
 
-/// `route/explain`'s latency figure for each candidate of `m`.
-async fn figures(gw: &Gateway) -> HashMap<String, f64> {
-    let plan: Value = gw
-        .post_as("/v1/route/explain", KEY, &[], chat_body(false))
+/// `POST /v1/route/explain` for a plain chat request to `m`.
+async fn explain(gw: &Gateway) -> Value {
+    gw.post_as("/v1/route/explain", KEY, &[], chat_body(false))
         .await
         .json()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// `route/explain`'s latency figure for each candidate of `m`.
+async fn figures(gw: &Gateway) -> HashMap<String, f64> {
+    let plan = explain(gw).await;
     plan["chain"][0]["candidates"]
         .as_array()
         .unwrap()
@@ -401,12 +395,7 @@ async fn requests_in_flight_are_counted_across_replicas_through_redis() {
         open.push(r);
     }
     let in_flight = async |gw: &Gateway| -> Result<(), Value> {
-        let plan: Value = gw
-            .post_as("/v1/route/explain", KEY, &[], chat_body(false))
-            .await
-            .json()
-            .await
-            .unwrap();
+        let plan = explain(gw).await;
         let n = plan["chain"][0]["candidates"][0]["in_flight"].clone();
         if n == 3 { Ok(()) } else { Err(n) }
     };
@@ -420,12 +409,7 @@ async fn requests_in_flight_are_counted_across_replicas_through_redis() {
     })
     .await;
     let at = async |gw: &Gateway| -> Value {
-        let plan: Value = gw
-            .post_as("/v1/route/explain", KEY, &[], chat_body(false))
-            .await
-            .json()
-            .await
-            .unwrap();
+        let plan = explain(gw).await;
         plan["chain"][0]["candidates"][0]["in_flight"].clone()
     };
     // The streams end (their clients leave): B's sum falls back to 0.
