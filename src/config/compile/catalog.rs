@@ -28,13 +28,19 @@ pub fn compile(
             None => family.and_then(|f| f.price.clone()),
         };
         let matcher = matcher(&m.name, glob).map_err(|e| (at("name"), e))?;
+        let trim_to = m.trim_to.unwrap_or(DEFAULT_TRIM_TO);
+        if !(trim_to > 0.0 && trim_to <= 1.0) {
+            return Err((at("trim_to"), "must be in (0, 1]".into()));
+        }
         let context_window = match (m.context_window, family) {
             (Some(w), _) => w.get(),
             (None, Some(f)) => f.context_window,
-            // A price alone (a model with no built-in family) prices the model, nothing more.
+            // A price or a strategy alone (a model with no built-in family): nothing about its
+            // window is asked.
             (None, None)
                 if (price.is_some() || m.strategy.is_some())
                     && !m.trim
+                    && m.trim_to.is_none()
                     && m.max_output_tokens.is_none()
                     && m.context_fallbacks.is_empty() =>
             {
@@ -59,10 +65,6 @@ pub fn compile(
                 at("max_output_tokens"),
                 format!("must be below the context window ({context_window})"),
             ));
-        }
-        let trim_to = m.trim_to.unwrap_or(DEFAULT_TRIM_TO);
-        if !(trim_to > 0.0 && trim_to <= 1.0) {
-            return Err((at("trim_to"), "must be in (0, 1]".into()));
         }
         for (j, f) in m.context_fallbacks.iter().enumerate() {
             if !models.contains_key(f.as_str()) {

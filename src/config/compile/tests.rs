@@ -166,3 +166,28 @@ fn prices_come_from_the_channel_then_the_model_then_the_family() {
     .unwrap_err();
     assert!(err.contains("models[0].price.tiers[0].input"), "{err}");
 }
+
+#[test]
+fn a_models_strategy_alone_needs_no_window_and_its_fields_are_still_checked() {
+    let with = |entry: &str| load(&format!("{BASE}\n[[models]]\nname = \"m\"\n{entry}\n"));
+    // A strategy alone (a model with no built-in family) is enough; the model routes by it.
+    let s = with("strategy = \"latency\"").unwrap();
+    assert_eq!(s.routing.strategy("m"), crate::config::Strategy::Latency);
+    assert_eq!(
+        s.routing.strategy("other"),
+        crate::config::Strategy::Weighted
+    );
+    assert!(s.routing.measured);
+    // Whatever else it says is checked, alone or with a price.
+    for (entry, field) in [
+        ("strategy = \"cost\"\ntrim_to = 2.0", "models[0].trim_to"),
+        (
+            "price = { input = 1, output = 1 }\ntrim_to = 0.0",
+            "models[0].trim_to",
+        ),
+        ("strategy = \"fastest\"", "strategy"),
+    ] {
+        let err = with(entry).unwrap_err();
+        assert!(err.contains(field), "{entry}: {err}");
+    }
+}
