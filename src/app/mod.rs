@@ -136,6 +136,7 @@ pub async fn start_with_clock(
         meter,
         events,
         telemetry: Arc::new(crate::telemetry::Telemetry::new(&snapshot_telemetry)?),
+        cache: Arc::default(),
     };
     let mut background = Vec::new();
     if let Some(store) = &state.store {

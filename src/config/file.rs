@@ -60,6 +60,9 @@ pub struct FileConfig {
     /// OpenTelemetry traces.
     #[serde(default)]
     pub telemetry: crate::config::telemetry::TelemetrySection,
+    /// The response cache.
+    #[serde(default)]
+    pub cache: crate::config::cache::CacheSection,
 }
 
 /// `[[admins]]`: who may use the admin API, and how far.

@@ -5,6 +5,7 @@
 mod channels;
 mod compile;
 pub use compile::keys::short_key;
+pub mod cache;
 mod file;
 pub mod overlay;
 pub mod quota;

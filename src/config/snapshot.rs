@@ -166,6 +166,8 @@ pub struct Snapshot {
     /// `[metrics]` and `[telemetry]`.
     pub metrics: super::telemetry::MetricsSettings,
     pub telemetry: super::telemetry::TelemetrySettings,
+    /// `[cache]`, when it is on.
+    pub cache: Option<super::cache::CacheSettings>,
 }
 
 /// A `[[routers]]` entry, validated.

@@ -53,6 +53,12 @@ pub struct Ctx {
     /// The session's short hash, and what the request did to its binding.
     pub session: Option<String>,
     pub affinity: Option<&'static str>,
+    /// What the response cache did: `hit`, `miss`, `bypass` (none: no cache).
+    pub cache: Option<&'static str>,
+    /// A hit's age in seconds (the `age` header).
+    pub cache_age: Option<u64>,
+    /// Why a request was not cached (`x-switchyard-cache-bypass`).
+    pub cache_bypass: Option<&'static str>,
     /// The semantic decision, when a router named in the request made one.
     pub semantic: Option<crate::semantic::Decision>,
     pub logged: bool,
@@ -133,6 +139,9 @@ impl Ctx {
             session: None,
             affinity: None,
             semantic: None,
+            cache: None,
+            cache_age: None,
+            cache_bypass: None,
             logged: false,
             envelope,
             continuation: None,
@@ -278,6 +287,7 @@ impl Ctx {
             attempt_count: self.report.tried() as u32,
             test: self.test,
             route_reason: self.report.route_reason().map(Into::into),
+            cache: self.cache.map(Into::into),
             ..LogRow::default()
         }
     }

@@ -30,6 +30,10 @@ pub mod hdr {
     pub const COUNT: HeaderName = HeaderName::from_static("x-switchyard-count");
     /// How the first try was chosen (`latency.fastest`), for keys with `expose_route`.
     pub const ROUTE: HeaderName = HeaderName::from_static("x-switchyard-route");
+    /// What the response cache did: `hit`, `miss`, `bypass`.
+    pub const CACHE: HeaderName = HeaderName::from_static("x-switchyard-cache");
+    /// Why a request was not cached (`n_above_1`, `no_store`...).
+    pub const CACHE_BYPASS: HeaderName = HeaderName::from_static("x-switchyard-cache-bypass");
 }
 
 pub fn set_header(resp: &mut Response, name: HeaderName, value: &str) {
@@ -79,6 +83,16 @@ pub fn served(mut resp: Response, ctx: &Ctx) -> Response {
     {
         resp.headers_mut()
             .insert(hdr::ROUTE, HeaderValue::from_static(reason));
+    }
+    if let Some(c) = ctx.cache {
+        let h = resp.headers_mut();
+        h.insert(hdr::CACHE, HeaderValue::from_static(c));
+        if let Some(age) = ctx.cache_age {
+            h.insert(header::AGE, HeaderValue::from(age));
+        }
+        if let Some(why) = ctx.cache_bypass {
+            h.insert(hdr::CACHE_BYPASS, HeaderValue::from_static(why));
+        }
     }
     let attempts = ctx.report.tried().to_string();
     set_header(&mut resp, hdr::ATTEMPTS, &attempts);

@@ -9,6 +9,7 @@ mod admin;
 mod admission;
 mod affinity;
 mod body;
+mod cache;
 mod console;
 mod continuation;
 mod ctx;
@@ -61,6 +62,16 @@ pub struct AppState {
     pub events: Arc<crate::webhook::Events>,
     /// The series behind `/metrics`, and where spans go.
     pub telemetry: Arc<crate::telemetry::Telemetry>,
+    /// The response cache, made on first use (its tables are sized by `[cache] max_bytes`).
+    pub cache: Arc<std::sync::OnceLock<crate::cache::Cache>>,
+}
+
+impl AppState {
+    /// The response cache, made on first use with `s`'s bound.
+    pub fn cache(&self, s: &crate::config::cache::CacheSettings) -> &crate::cache::Cache {
+        self.cache
+            .get_or_init(|| crate::cache::Cache::new(s.max_bytes))
+    }
 }
 
 /// Every reader of a client's own headers (its key, hop count, trimming choice, session), for

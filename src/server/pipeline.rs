@@ -12,7 +12,7 @@ use super::affinity::{self, Session};
 use super::ctx::Ctx;
 use super::headers::{hdr, json_response, served, set_header};
 use super::ingress::{Answer, Codec, Envelope, Parsed, StreamStart};
-use super::{ApiError, AppState, admission, body, continuation, semantic, sse};
+use super::{ApiError, AppState, admission, body, cache, continuation, semantic, sse};
 use crate::config::{GatewayKey, Snapshot};
 use crate::exec::{self, Committed, Report};
 use crate::protocol::chain::ChainSpec;
@@ -77,6 +77,22 @@ async fn pipeline<C: Codec>(
     let decisions = semantic::decide(state, ctx, &snap, &spec, &req, session.as_ref()).await;
     let (key, chain) = resolve(ctx, &snap, &spec, &req.model, true, &decisions)?;
     ctx.semantic = decisions.into_iter().next();
+    // The cache before admission: a hit calls no upstream and is charged to no budget.
+    let keep = match cache::decide(&snap, key, &chain, &req, headers) {
+        cache::Decision::Off => None,
+        cache::Decision::Bypass(why) => {
+            ctx.cache = Some("bypass");
+            ctx.cache_bypass = Some(why);
+            None
+        }
+        cache::Decision::Use(plan) => {
+            ctx.cache = Some("miss");
+            if let Some(hit) = lookup(state, &snap, &plan) {
+                return Ok(cached(state, codec, ctx, &req, extra, hit).await);
+            }
+            Some((plan.key, plan.ttl))
+        }
+    };
     ctx.prompt_estimate = req.prompt_estimate();
     let reply = admission::reply_reservation(&snap, req.max_tokens.map(|(_, n)| n));
     let ask = admission::worst_case(&snap, &chain, ctx.prompt_estimate, reply);
@@ -138,7 +154,7 @@ async fn pipeline<C: Codec>(
     ctx.hold(job.spend.take_served());
     settle(state, &snap, session.as_ref(), before.as_ref(), ctx).await;
     let resp = resp.map_err(|e| ctx.exec_error(e))?;
-    Ok(answer(state, codec, ctx, &req, extra, resp).await)
+    Ok(answer(state, codec, ctx, &req, extra, resp, keep).await)
 }
 
 /// Resolves what may serve the request: the key's chain (redirects, defaults, groups).
@@ -230,8 +246,14 @@ async fn answer<C: Codec>(
     req: &ChatRequest,
     extra: C::Extra,
     resp: ChatResponse,
+    keep: Option<(crate::cache::Key, std::time::Duration)>,
 ) -> Response {
     let (a, translated) = answer_of(codec, ctx, req, &extra);
+    // A whole successful answer of a cached request is kept (a copy: the client's is
+    // rendered from this one).
+    let kept = keep
+        .filter(|_| cache::keepable(&resp))
+        .map(|(k, ttl)| (k, ttl, resp.clone()));
     // Only the counts, for the log: the rest of the usage goes into the answer.
     let counts = resp
         .usage
@@ -255,12 +277,48 @@ async fn answer<C: Codec>(
         row.tokens_per_s = output.filter(|_| secs > 0.0).map(|n| n as f64 / secs);
     }
     let cost = ctx.pending().finish(Some(used), None, &mut row);
+    if let (Some((k, ttl, r)), Some(s)) = (kept, &ctx.snap.cache) {
+        let now = std::time::Instant::now();
+        state
+            .cache(s)
+            .store(k, &r, cost, ttl, s.max_entry_bytes, now);
+    }
     let mut out = served(json_response(rendered.body), ctx);
     set_header(&mut out, hdr::TRANSLATION, &translated);
     out.headers_mut().insert(hdr::COST, cost.into());
     row.translation = Some(translated);
     ctx.record(row, answered);
     out
+}
+
+/// The kept answer under `plan`'s key, if it is looked up and found.
+fn lookup(
+    state: &AppState,
+    snap: &Snapshot,
+    plan: &cache::Plan,
+) -> Option<Arc<crate::cache::Entry>> {
+    let s = snap.cache.as_ref().filter(|_| plan.lookup)?;
+    match state.cache(s).lookup(&plan.key, std::time::Instant::now()) {
+        crate::cache::Found::Hit(e) => Some(e),
+        crate::cache::Found::Miss => None,
+    }
+}
+
+/// A hit: the kept answer in the client's protocol, whole or as a stream, no upstream called.
+async fn cached<C: Codec>(
+    state: &AppState,
+    codec: &C,
+    ctx: &mut Ctx,
+    req: &ChatRequest,
+    extra: C::Extra,
+    hit: Arc<crate::cache::Entry>,
+) -> Response {
+    ctx.cache = Some("hit");
+    ctx.cache_age = Some(cache::age(&hit));
+    if req.stream {
+        return stream(state, codec, ctx, req, extra, cache::committed(&hit)).await;
+    }
+    answer(state, codec, ctx, req, extra, hit.response.clone(), None).await
 }
 
 /// A committed stream: its headers now (true at the commit point), its body written by the

@@ -6,6 +6,7 @@ mod affinity;
 mod anthropic;
 mod bedrock;
 mod budgets;
+mod cache;
 mod chains;
 mod chaos;
 mod cli;

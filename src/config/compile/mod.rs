@@ -59,6 +59,7 @@ pub(crate) fn compile(
         .map_err(err)?;
     let metrics = crate::config::telemetry::metrics(&cfg.metrics).map_err(err)?;
     let telemetry = crate::config::telemetry::telemetry(&cfg.telemetry).map_err(err)?;
+    let cache = crate::config::cache::compile(&cfg.cache).map_err(err)?;
     // Each route's price, once: attempts read it instead of looking it up.
     for (model, routes) in &mut models {
         for r in routes {
@@ -92,5 +93,6 @@ pub(crate) fn compile(
         webhooks,
         metrics,
         telemetry,
+        cache,
     })
 }

@@ -87,6 +87,8 @@ pub struct LogRow {
     pub test: bool,
     /// How the first try was chosen: `{strategy}.{why}` (`latency.fastest`, `session.bound`).
     pub route_reason: Option<Cow<'static, str>>,
+    /// What the response cache did: `hit`, `miss`, `bypass`.
+    pub cache: Option<Cow<'static, str>>,
     /// The ledger's rows for this request, one per upstream attempt.
     pub charges: Vec<Charge>,
 }

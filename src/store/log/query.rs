@@ -77,7 +77,7 @@ impl Dialect {
 pub const COLUMNS: &str = "id, ts_ms, key_name, endpoint, requested_model, served_model, channel,
     status, outcome, attempts, stream, total_ms, ttfb_ms, input_tokens, output_tokens,
     tokens_per_s, translation, session, affinity, prompt_tokens, trimmed_turns, cost_micros,
-    attempt_count, test, route_reason";
+    attempt_count, test, route_reason, cache";
 
 impl LogQuery {
     /// The SELECT for this page and its parameters: [`COLUMNS`] and the row's sequence last.
@@ -193,6 +193,7 @@ pub struct Row {
     pub attempt_count: i64,
     pub test: bool,
     pub route_reason: Option<String>,
+    pub cache: Option<String>,
 }
 
 impl Row {
@@ -210,6 +211,7 @@ impl Row {
             "attempts": serde_json::from_str::<Value>(&self.attempts).unwrap_or(Value::Null),
             "attempt_count": self.attempt_count,
             "route_reason": self.route_reason,
+            "cache": self.cache,
             "stream": self.stream,
             "total_ms": self.total_ms,
             "ttfb_ms": self.ttfb_ms,

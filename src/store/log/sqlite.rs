@@ -77,7 +77,7 @@ CREATE TABLE IF NOT EXISTS prices (
 
 /// Columns added after the first schema, for databases created before them: (table, column,
 /// the statement that adds it).
-const MIGRATIONS: [(&str, &str, &str); 10] = [
+const MIGRATIONS: [(&str, &str, &str); 11] = [
     (
         "requests",
         "translation",
@@ -122,6 +122,11 @@ const MIGRATIONS: [(&str, &str, &str); 10] = [
         "requests",
         "route_reason",
         "ALTER TABLE requests ADD COLUMN route_reason TEXT",
+    ),
+    (
+        "requests",
+        "cache",
+        "ALTER TABLE requests ADD COLUMN cache TEXT",
     ),
     (
         "ledger",
@@ -209,9 +214,9 @@ fn write_batch(
             "INSERT OR REPLACE INTO requests (id, ts_ms, key_name, endpoint, requested_model, served_model,
                 channel, status, outcome, attempts, stream, total_ms, ttfb_ms, input_tokens, output_tokens, tokens_per_s,
                 translation, session, affinity, prompt_tokens, trimmed_turns, cost_micros, attempt_count, test,
-                route_reason)
+                route_reason, cache)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19,
-                ?20, ?21, ?22, ?23, ?24, ?25)",
+                ?20, ?21, ?22, ?23, ?24, ?25, ?26)",
         )?;
         for r in rows {
             stmt.execute(params![
@@ -240,6 +245,7 @@ fn write_batch(
                 r.attempt_count,
                 r.test,
                 r.route_reason,
+                r.cache,
             ])?;
         }
         write_charges(&tx, rows, prices)?;
@@ -346,8 +352,9 @@ pub(super) fn page(path: &Path, q: &LogQuery) -> Result<(Vec<Value>, Option<Curs
                 attempt_count: r.get(22)?,
                 test: r.get(23)?,
                 route_reason: r.get(24)?,
+                cache: r.get(25)?,
             };
-            Ok((row, r.get::<_, i64>(25)?))
+            Ok((row, r.get::<_, i64>(26)?))
         })
         .map_err(&sqlite)?;
     let rows = rows.collect::<Result<Vec<_>, _>>().map_err(&sqlite)?;

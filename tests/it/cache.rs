@@ -1,0 +1,238 @@
+//! The response cache, exact: the same request again is answered from the cache in the
+//! client's protocol, whole or streamed, without calling the upstream; what changes the answer
+//! misses; `Cache-Control` and `x-switchyard-cache-ttl` are obeyed; one key never reads
+//! another's entries; what is never cached says so.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::*;
+
+const CACHE: &str = "[cache]\nenabled = true\n";
+
+fn question(extra: Value) -> Value {
+    let mut v = json!({"model": "m", "messages": [
+        {"role": "system", "content": "Answer in one word."},
+        {"role": "user", "content": "What is the capital of Australia?"}]});
+    if let (Some(o), Some(e)) = (v.as_object_mut(), extra.as_object()) {
+        o.extend(e.clone());
+    }
+    v
+}
+
+/// `POST /v1/chat/completions` as `key` with `headers`: status, the cache header, `age`, body.
+async fn ask(
+    gw: &Gateway,
+    key: &str,
+    headers: &[(&str, &str)],
+    body: Value,
+) -> (u16, String, String, String) {
+    let r = gw.post_as("/v1/chat/completions", key, headers, body).await;
+    let out = (
+        r.status().as_u16(),
+        header(&r, "x-switchyard-cache").to_string(),
+        header(&r, "age").to_string(),
+    );
+    (out.0, out.1, out.2, r.text().await.unwrap())
+}
+
+fn text_of(body: &str) -> String {
+    let v: Value = serde_json::from_str(body).unwrap();
+    v["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[tokio::test]
+async fn the_same_question_again_is_answered_from_the_cache_whole_or_streamed() {
+    let up = mock(text_spec("Canberra")).await;
+    let gw = gateway(&format!(
+        "{CACHE}\n{}",
+        models_channel("a", &up.base_url(), &["m"], "")
+    ))
+    .await;
+    let (st, cache, _, first) = ask(&gw, KEY, &[], question(json!({}))).await;
+    assert_eq!((st, cache.as_str()), (200, "miss"));
+    let (st, cache, age, again) = ask(&gw, KEY, &[], question(json!({}))).await;
+    assert_eq!((st, cache.as_str()), (200, "hit"));
+    assert!(age.parse::<u64>().is_ok(), "age {age:?}");
+    assert_eq!(text_of(&again), text_of(&first));
+    assert_eq!(up.requests(), 1, "a hit reached the upstream");
+    // Streamed: the same answer, as a stream, still without the upstream.
+    let r = gw
+        .post_as(
+            "/v1/chat/completions",
+            KEY,
+            &[],
+            question(json!({"stream": true})),
+        )
+        .await;
+    assert_eq!(header(&r, "x-switchyard-cache"), "hit");
+    let body = r.text().await.unwrap();
+    let streamed: String = sse_data(&body)
+        .iter()
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter_map(|v| {
+            v["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(streamed, text_of(&first));
+    assert!(body.trim_end().ends_with("data: [DONE]"), "{body}");
+    assert_eq!(up.requests(), 1);
+    // The log says which was which.
+    let rows = gw.admin_requests().await;
+    let mut seen: Vec<&str> = rows.iter().filter_map(|r| r["cache"].as_str()).collect();
+    seen.sort_unstable();
+    assert_eq!(seen, ["hit", "hit", "miss"]);
+}
+
+#[tokio::test]
+async fn what_changes_the_answer_misses_and_what_cannot_hits() {
+    let up = mock(text_spec("Canberra")).await;
+    let gw = gateway(&format!(
+        "{CACHE}\n{}",
+        models_channel("a", &up.base_url(), &["m"], "")
+    ))
+    .await;
+    assert_eq!(ask(&gw, KEY, &[], question(json!({}))).await.1, "miss");
+    // (what changed, the cache's answer)
+    let cases = [
+        (json!({"user": "someone"}), "hit"),
+        (json!({"metadata": {"run": "7"}}), "hit"),
+        (json!({"temperature": 0.9}), "miss"),
+        (
+            json!({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]}),
+            "miss",
+        ),
+        (
+            json!({"messages": [{"role": "system", "content": "Answer in two words."},
+            {"role": "user", "content": "What is the capital of Australia?"}]}),
+            "miss",
+        ),
+        (json!({"n": 2}), "bypass"),
+    ];
+    for (extra, want) in cases {
+        let (st, got, _, _) = ask(&gw, KEY, &[], question(extra.clone())).await;
+        assert_eq!((st, got.as_str()), (200, want), "{extra}");
+    }
+    // A request that is never cached says why.
+    let r = gw
+        .post_as("/v1/chat/completions", KEY, &[], question(json!({"n": 2})))
+        .await;
+    assert_eq!(header(&r, "x-switchyard-cache-bypass"), "n_above_1");
+}
+
+#[tokio::test]
+async fn cache_control_and_the_ttl_header_are_obeyed() {
+    let up = mock(text_spec("Canberra")).await;
+    let gw = gateway(&format!(
+        "{CACHE}\n{}",
+        models_channel("a", &up.base_url(), &["m"], "")
+    ))
+    .await;
+    // no-store: neither looked up nor kept.
+    let nostore = [("cache-control", "no-store")];
+    assert_eq!(
+        ask(&gw, KEY, &nostore, question(json!({}))).await.1,
+        "bypass"
+    );
+    assert_eq!(ask(&gw, KEY, &[], question(json!({}))).await.1, "miss");
+    // no-cache: not looked up (the upstream answers), the answer kept again.
+    let nocache = [("cache-control", "no-cache")];
+    let before = up.requests();
+    assert_eq!(ask(&gw, KEY, &nocache, question(json!({}))).await.1, "miss");
+    assert_eq!(up.requests(), before + 1);
+    assert_eq!(ask(&gw, KEY, &[], question(json!({}))).await.1, "hit");
+    // A one-second TTL: a hit now, a miss once it has passed.
+    let other = question(json!({"max_tokens": 5}));
+    let ttl = [("x-switchyard-cache-ttl", "1")];
+    assert_eq!(ask(&gw, KEY, &ttl, other.clone()).await.1, "miss");
+    assert_eq!(ask(&gw, KEY, &[], other.clone()).await.1, "hit");
+    until("the entry to expire", Duration::from_secs(5), async || {
+        // Asked with the TTL again, so that a miss stores it for one second only, too.
+        let got = ask(&gw, KEY, &ttl, other.clone()).await.1;
+        got == "miss"
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn one_key_never_reads_anothers_entries() {
+    let up = mock(text_spec("Canberra")).await;
+    let gw = gateway_full(
+        "",
+        "\n[[keys]]\nname = \"other\"\nkey = \"sk-other-key-0001\"",
+        &format!(
+            "{CACHE}\n{}",
+            models_channel("a", &up.base_url(), &["m"], "")
+        ),
+    )
+    .await;
+    assert_eq!(ask(&gw, KEY, &[], question(json!({}))).await.1, "miss");
+    assert_eq!(ask(&gw, KEY, &[], question(json!({}))).await.1, "hit");
+    // The very same request from another key: its own miss, the upstream called.
+    let before = up.requests();
+    assert_eq!(
+        ask(&gw, "sk-other-key-0001", &[], question(json!({})))
+            .await
+            .1,
+        "miss"
+    );
+    assert_eq!(up.requests(), before + 1);
+    assert_eq!(
+        ask(&gw, "sk-other-key-0001", &[], question(json!({})))
+            .await
+            .1,
+        "hit"
+    );
+}
+
+#[tokio::test]
+async fn without_a_cache_nothing_is_said() {
+    let up = mock(text_spec("Canberra")).await;
+    let gw = gateway(&models_channel("a", &up.base_url(), &["m"], "")).await;
+    for _ in 0..2 {
+        let (st, cache, _, _) = ask(&gw, KEY, &[], question(json!({}))).await;
+        assert_eq!((st, cache.as_str()), (200, ""));
+    }
+    assert_eq!(up.requests(), 2);
+}
+
+#[tokio::test]
+async fn a_hit_calls_no_upstream_and_costs_no_budget() {
+    let up = mock(text_spec("Canberra")).await;
+    // A priced channel and a budget the first answer nearly spends.
+    let gw = gateway_full(
+        "",
+        "budget = { usd = 0.1 }",
+        &format!(
+            "{CACHE}\n{}",
+            models_channel(
+                "a",
+                &up.base_url(),
+                &["m"],
+                "price = { input = 2000, output = 8000 }"
+            )
+        ),
+    )
+    .await;
+    let q = question(json!({"max_tokens": 5}));
+    let (st, cache, _, _) = ask(&gw, KEY, &[], q.clone()).await;
+    assert_eq!((st, cache.as_str()), (200, "miss"));
+    // Another question no longer fits the budget...
+    let other = question(json!({"max_tokens": 5, "messages": [
+        {"role": "user", "content": "And the capital of Austria?"}]}));
+    let (st, _, _, body) = ask(&gw, KEY, &[], other).await;
+    assert_eq!(st, 429, "{body}");
+    assert!(body.contains("budget_exceeded"), "{body}");
+    // ...but the question asked before is answered from the cache, for nothing.
+    for _ in 0..3 {
+        let (st, cache, _, _) = ask(&gw, KEY, &[], q.clone()).await;
+        assert_eq!((st, cache.as_str()), (200, "hit"));
+    }
+    assert_eq!(up.requests(), 1);
+}
