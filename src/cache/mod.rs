@@ -2,12 +2,15 @@
 //! scope), the chain of models as resolved, and the canonical request without the fields that
 //! cannot change the answer; served again to a later identical request in its own protocol.
 //! `key.rs` makes the key and says which requests are never cached; `memory.rs` keeps the
-//! entries in this process, bounded in bytes; `replay.rs` streams a kept answer again.
+//! entries in this process, bounded in bytes; `replay.rs` streams a kept answer again and
+//! `collect.rs` makes a streamed one whole, to be kept.
 
+mod collect;
 mod key;
 mod memory;
 pub mod replay;
 
+pub use collect::Collect;
 pub use key::{Bypass, Key, key, refusal};
 pub use memory::Memory;
 

@@ -105,6 +105,33 @@ pub fn committed(e: &Entry) -> Committed {
     }
 }
 
+/// A cached request's streamed answer, collected as it goes and kept if the stream completes
+/// whole.
+pub struct KeepStream {
+    pub collect: cache::Collect,
+    pub cache: std::sync::Arc<std::sync::OnceLock<cache::Cache>>,
+    pub key: Key,
+    pub ttl: Duration,
+    pub max_entry_bytes: u64,
+}
+
+impl KeepStream {
+    /// Keeps the collected answer, when every choice finished whole.
+    pub fn keep(self, cost_micros: u64) {
+        let r = self.collect.finish();
+        if let Some(c) = self.cache.get().filter(|_| keepable(&r)) {
+            c.store(
+                self.key,
+                &r,
+                cost_micros,
+                self.ttl,
+                self.max_entry_bytes,
+                Instant::now(),
+            );
+        }
+    }
+}
+
 /// The `age` of a hit, in seconds.
 pub fn age(e: &Entry) -> u64 {
     e.age(Instant::now())

@@ -148,7 +148,8 @@ async fn pipeline<C: Codec>(
         ctx.hold(job.spend.take_served());
         settle(state, &snap, session.as_ref(), before.as_ref(), ctx).await;
         let committed = committed.map_err(|e| ctx.exec_error(e))?;
-        return Ok(stream(state, codec, ctx, &req, extra, committed).await);
+        let keep = keep.and_then(|(key, ttl)| keep_stream(state, &snap, key, ttl));
+        return Ok(stream(state, codec, ctx, &req, extra, committed, keep).await);
     }
     let resp = exec::chat(&job, &req, &mut ctx.report).await;
     ctx.hold(job.spend.take_served());
@@ -291,6 +292,24 @@ async fn answer<C: Codec>(
     out
 }
 
+/// A cached stream's keeper: its answer collected, for the cache (made now if it is not yet).
+fn keep_stream(
+    state: &AppState,
+    snap: &Snapshot,
+    key: crate::cache::Key,
+    ttl: std::time::Duration,
+) -> Option<cache::KeepStream> {
+    let s = snap.cache.as_ref()?;
+    state.cache(s);
+    Some(cache::KeepStream {
+        collect: Default::default(),
+        cache: state.cache.clone(),
+        key,
+        ttl,
+        max_entry_bytes: s.max_entry_bytes,
+    })
+}
+
 /// The kept answer under `plan`'s key, if it is looked up and found.
 fn lookup(
     state: &AppState,
@@ -316,7 +335,7 @@ async fn cached<C: Codec>(
     ctx.cache = Some("hit");
     ctx.cache_age = Some(cache::age(&hit));
     if req.stream {
-        return stream(state, codec, ctx, req, extra, cache::committed(&hit)).await;
+        return stream(state, codec, ctx, req, extra, cache::committed(&hit), None).await;
     }
     answer(state, codec, ctx, req, extra, hit.response.clone(), None).await
 }
@@ -330,6 +349,7 @@ async fn stream<C: Codec>(
     req: &ChatRequest,
     extra: C::Extra,
     committed: Committed,
+    to_cache: Option<cache::KeepStream>,
 ) -> Response {
     let ttfb = ctx.started.elapsed();
     let (a, translated) = answer_of(codec, ctx, req, &extra);
@@ -353,7 +373,8 @@ async fn stream<C: Codec>(
         .records()
         .map(|capture| Answered::of_stream(req, capture));
     let trail = ctx.trail(answered);
-    let log = sse::StreamLog::new(state.log.clone(), row, pending, (ctx.started, ttfb), trail);
+    let log = sse::StreamLog::new(state.log.clone(), row, pending, (ctx.started, ttfb), trail)
+        .keeping(to_cache);
     let resp = sse::response(committed, ctx.snap.server.stream_idle_timeout, enc, log);
     let mut resp = served(resp, ctx);
     set_header(&mut resp, hdr::TRANSLATION, &translated);

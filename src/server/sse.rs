@@ -48,9 +48,17 @@ pub struct StreamLog {
     trail: Trail,
     busy: Duration,
     closed: bool,
+    /// A cached request's answer, kept if the stream completes.
+    keep: Option<super::cache::KeepStream>,
 }
 
 impl StreamLog {
+    /// The stream's answer kept in the response cache if it completes whole.
+    pub fn keeping(mut self, keep: Option<super::cache::KeepStream>) -> Self {
+        self.keep = keep;
+        self
+    }
+
     /// `at`: when the request arrived, and how long until its commit point.
     pub fn new(
         log: Arc<RequestLog>,
@@ -73,10 +81,14 @@ impl StreamLog {
             trail,
             busy: Duration::ZERO,
             closed: false,
+            keep: None,
         }
     }
 
     fn observe(&mut self, c: &StreamChunk) {
+        if let Some(k) = self.keep.as_mut() {
+            k.collect.push(c);
+        }
         if let Some(a) = self.trail.answered.as_mut() {
             a.observe(c);
         }
@@ -143,7 +155,10 @@ impl StreamLog {
             None => Used::estimated(pending.prompt_estimate, out),
         };
         let broke = (!matches!(self.end, End::Completed)).then(|| row.outcome.clone());
-        pending.finish(Some(used), broke.as_deref(), &mut row);
+        let cost = pending.finish(Some(used), broke.as_deref(), &mut row);
+        if let Some(k) = self.keep.take().filter(|_| broke.is_none()) {
+            k.keep(cost);
+        }
         if let Some(a) = self.trail.answered.as_mut() {
             a.committed = Some(self.started + self.ttfb);
             a.close();

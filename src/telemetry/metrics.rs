@@ -95,6 +95,8 @@ pub struct Metrics {
     /// `key, model`.
     pub cost: Family<2, Counter>,
     pub trimmed: Counter,
+    /// What the response cache did: hits, misses, bypasses.
+    pub cache: [Counter; 3],
     /// Non-stream requests, then streams.
     pub overhead: [Histogram; 2],
 }
@@ -117,6 +119,7 @@ impl Default for Metrics {
             semantic: Family::new(["router", "instance"], Counter::default),
             cost: Family::new(["key", "model"], Counter::default),
             trimmed: Counter::default(),
+            cache: Default::default(),
             overhead: [Histogram::new(&OVERHEAD), Histogram::new(&OVERHEAD)],
         }
     }
@@ -215,6 +218,12 @@ impl Metrics {
         }
         if let Some((router, instance)) = f.semantic {
             self.semantic.with([router, instance], |c| c.add(1));
+        }
+        match row.cache.as_deref() {
+            Some("hit") => self.cache[0].add(1),
+            Some("miss") => self.cache[1].add(1),
+            Some("bypass") => self.cache[2].add(1),
+            _ => {}
         }
         if row.trimmed_turns.is_some_and(|n| n > 0) {
             self.trimmed.add(1);

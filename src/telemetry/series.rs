@@ -234,6 +234,17 @@ fn gateway(e: &mut Enc, m: &Metrics, calls: &[([String; 5], std::sync::Arc<Calls
         "Requests whose history was trimmed to fit a context window.",
         m.trimmed.get(),
     )?;
+    let cache: BTreeMap<Set, u64> = ["hit", "miss", "bypass"]
+        .iter()
+        .zip(&m.cache)
+        .map(|(r, c)| (vec![("result", *r)], c.get()))
+        .collect();
+    counters(
+        e,
+        "switchyard_cache_requests",
+        "Chat requests by what the response cache did: hit, miss, bypass.",
+        &cache,
+    )?;
     counters(
         e,
         "switchyard_cost_micros",

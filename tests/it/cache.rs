@@ -88,6 +88,19 @@ async fn the_same_question_again_is_answered_from_the_cache_whole_or_streamed() 
     let mut seen: Vec<&str> = rows.iter().filter_map(|r| r["cache"].as_str()).collect();
     seen.sort_unstable();
     assert_eq!(seen, ["hit", "hit", "miss"]);
+    // And the metrics count them.
+    let text = client()
+        .get(format!("{}/metrics", gw.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for (result, n) in [("hit", 2), ("miss", 1), ("bypass", 0)] {
+        let line = format!("switchyard_cache_requests_total{{result=\"{result}\"}} {n}");
+        assert!(text.lines().any(|l| l == line), "{line} not in {text}");
+    }
 }
 
 #[tokio::test]
@@ -235,4 +248,44 @@ async fn a_hit_calls_no_upstream_and_costs_no_budget() {
         assert_eq!((st, cache.as_str()), (200, "hit"));
     }
     assert_eq!(up.requests(), 1);
+}
+
+#[tokio::test]
+async fn a_streamed_answer_is_kept_only_when_it_completes() {
+    let up = mock(text_spec("Canberra is the capital")).await;
+    let gw = gateway(&format!(
+        "{CACHE}\n{}",
+        models_channel("a", &up.base_url(), &["m"], "")
+    ))
+    .await;
+    let streamed = |v: Value| {
+        let mut v = v;
+        v["stream"] = json!(true);
+        v
+    };
+    let r = gw
+        .post_as(
+            "/v1/chat/completions",
+            KEY,
+            &[],
+            streamed(question(json!({}))),
+        )
+        .await;
+    assert_eq!(header(&r, "x-switchyard-cache"), "miss");
+    let _ = r.text().await.unwrap();
+    // Kept whole when it ended: the same question, not streamed, is a hit with its text.
+    let (st, cache, _, body) = ask(&gw, KEY, &[], question(json!({}))).await;
+    assert_eq!((st, cache.as_str()), (200, "hit"));
+    assert_eq!(text_of(&body), "Canberra is the capital");
+    assert_eq!(up.requests(), 1);
+    // A stream cut after its commit point is never kept.
+    up.set_spec(after_chunks(2, true));
+    let other = question(json!({"max_tokens": 7}));
+    let r = gw
+        .post_as("/v1/chat/completions", KEY, &[], streamed(other.clone()))
+        .await;
+    let _ = r.text().await;
+    up.set_spec(text_spec("whole"));
+    let (st, cache, _, _) = ask(&gw, KEY, &[], other).await;
+    assert_eq!((st, cache.as_str()), (200, "miss"));
 }
