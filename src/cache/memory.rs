@@ -72,7 +72,8 @@ impl Memory {
         self.entries.weight()
     }
 
-    pub fn clear(&self) {
-        self.entries.clear();
+    /// Keeps only the entries `keep` says yes to.
+    pub fn retain(&self, keep: impl Fn(&Entry) -> bool) {
+        self.entries.retain(|_, e| keep(e));
     }
 }

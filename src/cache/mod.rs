@@ -30,6 +30,15 @@ pub struct Entry {
     pub cost_micros: u64,
     /// Its size as the memory bound counts it.
     pub bytes: u64,
+    /// Who stored it and for which chain: what `DELETE /admin/cache` filters by.
+    pub origin: Origin,
+}
+
+/// The gateway key that stored an entry and the chain of models it answered.
+#[derive(Debug, Clone, Default)]
+pub struct Origin {
+    pub key: std::sync::Arc<str>,
+    pub models: Vec<std::sync::Arc<str>>,
 }
 
 impl Entry {
@@ -37,6 +46,14 @@ impl Entry {
     pub fn age(&self, now: Instant) -> u64 {
         now.saturating_duration_since(self.stored).as_secs()
     }
+}
+
+/// How an answer is kept: what it cost, for how long, the largest kept, and its origin.
+pub struct Keeping {
+    pub cost_micros: u64,
+    pub ttl: Duration,
+    pub max_entry_bytes: u64,
+    pub origin: Origin,
 }
 
 /// What a lookup found.
@@ -77,15 +94,13 @@ impl Cache {
 
     /// Keeps `response` under `key` for `ttl`, unless it is larger than `max_entry_bytes`.
     /// Returns whether it was kept.
-    pub fn store(
-        &self,
-        key: Key,
-        response: &ChatResponse,
-        cost_micros: u64,
-        ttl: Duration,
-        max_entry_bytes: u64,
-        now: Instant,
-    ) -> bool {
+    pub fn store(&self, key: Key, response: &ChatResponse, keep: Keeping, now: Instant) -> bool {
+        let Keeping {
+            cost_micros,
+            ttl,
+            max_entry_bytes,
+            origin,
+        } = keep;
         let bytes = memory::size_of(response);
         if bytes > max_entry_bytes {
             return false;
@@ -103,9 +118,23 @@ impl Cache {
                 expires: now + ttl,
                 cost_micros,
                 bytes,
+                origin,
             }),
         );
         true
+    }
+
+    /// Forgets the entries `key` stored (by its name) or that answered `model`, or every one
+    /// when neither is given; returns how many went.
+    pub fn clear_matching(&self, key: Option<&str>, model: Option<&str>) -> u64 {
+        let before = self.store.entries();
+        self.store.retain(|e| {
+            let by_key = key.is_some_and(|k| *e.origin.key == *k);
+            let by_model = model.is_some_and(|m| e.origin.models.iter().any(|x| **x == *m));
+            let all = key.is_none() && model.is_none();
+            !(all || by_key || by_model)
+        });
+        before.saturating_sub(self.store.entries()) as u64
     }
 
     /// `{"entries", "bytes", "hits", "misses", "hit_rate"}`.
@@ -122,11 +151,6 @@ impl Cache {
             "misses": misses,
             "hit_rate": if lookups == 0 { serde_json::Value::Null } else { (hits as f64 / lookups as f64).into() },
         })
-    }
-
-    /// Forgets every entry.
-    pub fn clear(&self) {
-        self.store.clear();
     }
 }
 

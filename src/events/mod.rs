@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde_json::{Value, json};
 
 /// Every event type, with its stable name (the payload's `type`).
-pub const TYPES: [&str; 12] = [
+pub const TYPES: [&str; 13] = [
     "model.failover",
     "circuit.opened",
     "circuit.closed",
@@ -25,6 +25,7 @@ pub const TYPES: [&str; 12] = [
     "channel.changed",
     "webhook.disabled",
     "webhook.test",
+    "cache.cleared",
 ];
 
 /// One event: its id (a Standard Webhooks `webhook-id`, kept across redeliveries), its type,

@@ -31,6 +31,26 @@ pub struct Plan {
     pub key: Key,
     pub lookup: bool,
     pub ttl: Duration,
+    pub origin: cache::Origin,
+}
+
+impl Plan {
+    /// How an answer of this plan that cost `cost_micros` is kept.
+    pub fn keeping(
+        self,
+        s: &crate::config::cache::CacheSettings,
+        cost_micros: u64,
+    ) -> (Key, cache::Keeping) {
+        (
+            self.key,
+            cache::Keeping {
+                cost_micros,
+                ttl: self.ttl,
+                max_entry_bytes: s.max_entry_bytes,
+                origin: self.origin,
+            },
+        )
+    }
 }
 
 /// Who may read an entry this key makes: the key itself, the groups it reaches, or everyone.
@@ -80,6 +100,10 @@ pub fn decide(
         key: cache::key(&scope(s.scope, key), models, req),
         lookup: !says("no-cache"),
         ttl,
+        origin: cache::Origin {
+            key: key.name.clone(),
+            models: chain.steps.iter().map(|st| st.model.clone()).collect(),
+        },
     })
 }
 
@@ -110,9 +134,8 @@ pub fn committed(e: &Entry) -> Committed {
 pub struct KeepStream {
     pub collect: cache::Collect,
     pub cache: std::sync::Arc<std::sync::OnceLock<cache::Cache>>,
-    pub key: Key,
-    pub ttl: Duration,
-    pub max_entry_bytes: u64,
+    pub plan: Plan,
+    pub settings: crate::config::cache::CacheSettings,
 }
 
 impl KeepStream {
@@ -120,14 +143,8 @@ impl KeepStream {
     pub fn keep(self, cost_micros: u64) {
         let r = self.collect.finish();
         if let Some(c) = self.cache.get().filter(|_| keepable(&r)) {
-            c.store(
-                self.key,
-                &r,
-                cost_micros,
-                self.ttl,
-                self.max_entry_bytes,
-                Instant::now(),
-            );
+            let (key, keeping) = self.plan.keeping(&self.settings, cost_micros);
+            c.store(key, &r, keeping, Instant::now());
         }
     }
 }

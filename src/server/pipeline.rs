@@ -90,7 +90,7 @@ async fn pipeline<C: Codec>(
             if let Some(hit) = lookup(state, &snap, &plan) {
                 return Ok(cached(state, codec, ctx, &req, extra, hit).await);
             }
-            Some((plan.key, plan.ttl))
+            Some(plan)
         }
     };
     ctx.prompt_estimate = req.prompt_estimate();
@@ -148,7 +148,7 @@ async fn pipeline<C: Codec>(
         ctx.hold(job.spend.take_served());
         settle(state, &snap, session.as_ref(), before.as_ref(), ctx).await;
         let committed = committed.map_err(|e| ctx.exec_error(e))?;
-        let keep = keep.and_then(|(key, ttl)| keep_stream(state, &snap, key, ttl));
+        let keep = keep.and_then(|plan| keep_stream(state, &snap, plan));
         return Ok(stream(state, codec, ctx, &req, extra, committed, keep).await);
     }
     let resp = exec::chat(&job, &req, &mut ctx.report).await;
@@ -247,14 +247,14 @@ async fn answer<C: Codec>(
     req: &ChatRequest,
     extra: C::Extra,
     resp: ChatResponse,
-    keep: Option<(crate::cache::Key, std::time::Duration)>,
+    keep: Option<cache::Plan>,
 ) -> Response {
     let (a, translated) = answer_of(codec, ctx, req, &extra);
     // A whole successful answer of a cached request is kept (a copy: the client's is
     // rendered from this one).
     let kept = keep
         .filter(|_| cache::keepable(&resp))
-        .map(|(k, ttl)| (k, ttl, resp.clone()));
+        .map(|plan| (plan, resp.clone()));
     // Only the counts, for the log: the rest of the usage goes into the answer.
     let counts = resp
         .usage
@@ -278,11 +278,11 @@ async fn answer<C: Codec>(
         row.tokens_per_s = output.filter(|_| secs > 0.0).map(|n| n as f64 / secs);
     }
     let cost = ctx.pending().finish(Some(used), None, &mut row);
-    if let (Some((k, ttl, r)), Some(s)) = (kept, &ctx.snap.cache) {
-        let now = std::time::Instant::now();
+    if let (Some((plan, r)), Some(s)) = (kept, &ctx.snap.cache) {
+        let (key, keeping) = plan.keeping(s, cost);
         state
             .cache(s)
-            .store(k, &r, cost, ttl, s.max_entry_bytes, now);
+            .store(key, &r, keeping, std::time::Instant::now());
     }
     let mut out = served(json_response(rendered.body), ctx);
     set_header(&mut out, hdr::TRANSLATION, &translated);
@@ -293,20 +293,14 @@ async fn answer<C: Codec>(
 }
 
 /// A cached stream's keeper: its answer collected, for the cache (made now if it is not yet).
-fn keep_stream(
-    state: &AppState,
-    snap: &Snapshot,
-    key: crate::cache::Key,
-    ttl: std::time::Duration,
-) -> Option<cache::KeepStream> {
+fn keep_stream(state: &AppState, snap: &Snapshot, plan: cache::Plan) -> Option<cache::KeepStream> {
     let s = snap.cache.as_ref()?;
     state.cache(s);
     Some(cache::KeepStream {
         collect: Default::default(),
         cache: state.cache.clone(),
-        key,
-        ttl,
-        max_entry_bytes: s.max_entry_bytes,
+        plan,
+        settings: s.clone(),
     })
 }
 

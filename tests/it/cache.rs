@@ -289,3 +289,71 @@ async fn a_streamed_answer_is_kept_only_when_it_completes() {
     let (st, cache, _, _) = ask(&gw, KEY, &[], other).await;
     assert_eq!((st, cache.as_str()), (200, "miss"));
 }
+
+#[tokio::test]
+async fn admins_see_the_cache_and_clear_it_by_key_by_model_or_whole() {
+    let up = mock(text_spec("Canberra")).await;
+    let gw = gateway_full(
+        "",
+        "\n[[keys]]\nname = \"other\"\nkey = \"sk-other-key-0001\"",
+        &format!(
+            "{CACHE}\n{}",
+            models_channel("a", &up.base_url(), &["m", "m2"], "")
+        ),
+    )
+    .await;
+    let on = |model: &str| {
+        let mut q = question(json!({}));
+        q["model"] = json!(model);
+        q
+    };
+    for (key, model) in [(KEY, "m"), (KEY, "m2"), ("sk-other-key-0001", "m")] {
+        assert_eq!(ask(&gw, key, &[], on(model)).await.1, "miss");
+    }
+    assert_eq!(ask(&gw, KEY, &[], on("m")).await.1, "hit");
+    let stats = get_json(&format!("{}/admin/cache", gw.url), Some(ADMIN)).await;
+    assert_eq!(stats["enabled"], true);
+    assert_eq!(stats["entries"], 3, "{stats}");
+    assert_eq!(
+        (stats["hits"].as_u64(), stats["misses"].as_u64()),
+        (Some(1), Some(3))
+    );
+    assert!(stats["bytes"].as_u64().unwrap() > 0);
+    let clear = async |query: &str| -> Value {
+        client()
+            .delete(format!("{}/admin/cache{query}", gw.url))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    };
+    // By key: only what that key stored goes.
+    assert_eq!(clear("?key=other").await["removed"], 1);
+    assert_eq!(ask(&gw, "sk-other-key-0001", &[], on("m")).await.1, "miss");
+    assert_eq!(ask(&gw, KEY, &[], on("m")).await.1, "hit");
+    // By model, then everything.
+    assert_eq!(clear("?model=m2").await["removed"], 1);
+    assert_eq!(ask(&gw, KEY, &[], on("m2")).await.1, "miss");
+    assert_eq!(clear("").await["removed"], 3);
+    assert_eq!(ask(&gw, KEY, &[], on("m")).await.1, "miss");
+    // Each clearing is an event, naming the admin and the filter.
+    let url = format!("{}/admin/events", gw.url);
+    until(
+        "three cache.cleared events",
+        Duration::from_secs(5),
+        async || {
+            let events = get_json(&url, Some(ADMIN)).await;
+            let n = events["data"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|e| e["type"] == "cache.cleared" && e["data"]["admin"] == "admin")
+                .count();
+            if n == 3 { Ok(()) } else { Err(events) }
+        },
+    )
+    .await;
+}

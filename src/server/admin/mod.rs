@@ -6,6 +6,7 @@
 
 mod apply;
 mod auth;
+mod cache;
 mod docs;
 mod error;
 mod events;
@@ -45,6 +46,12 @@ fn table() -> Vec<(&'static str, &'static str, MethodRouter<AppState>)> {
         ("post", "/admin/route/explain", post(preview::explain)),
         ("get", "/admin/usage", get(usage::usage)),
         ("get", "/admin/budgets", get(usage::budgets)),
+        ("get", "/admin/cache", get(cache::stats)),
+        (
+            "delete",
+            "/admin/cache",
+            axum::routing::delete(cache::clear),
+        ),
         ("get", "/admin/usage/requests/{id}", get(usage::request)),
         ("get", "/admin/config", get(docs::config)),
         ("get", "/admin/audit", get(docs::audit)),
