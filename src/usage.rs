@@ -68,6 +68,31 @@ impl Pending {
         self.served.as_ref().map_or(0, |p| p.cost(tokens))
     }
 
+    /// A response-cache hit's one ledger row: no upstream call, nothing charged, and what the
+    /// answer cost when it was made as what the hit saved (channel `cache`, outcome
+    /// `cache_hit`).
+    pub fn cache_hit(model: Arc<str>, saved_micros: u64, prompt_estimate: u64) -> Pending {
+        Pending {
+            charges: vec![Charge {
+                attempt: 1,
+                channel: "cache".into(),
+                credential: None,
+                model: model.clone(),
+                upstream_model: model,
+                tokens: Tokens::default(),
+                cost_micros: 0,
+                price: None,
+                outcome: "cache_hit".into(),
+                estimated: false,
+                first_choice_micros: None,
+                cache_saved_micros: i64::try_from(saved_micros).unwrap_or(i64::MAX),
+            }],
+            serving: true,
+            prompt_estimate,
+            ..Pending::default()
+        }
+    }
+
     /// The charges of `report`'s upstream calls (channels skipped are not calls).
     pub fn of(report: &Report, prompt_estimate: u64) -> Pending {
         let mut p = Pending {
@@ -114,17 +139,21 @@ impl Pending {
     pub fn finish(mut self, used: Option<Used>, broke: Option<&str>, row: &mut LogRow) -> u64 {
         let calls = self.charges.len();
         if let (Some(u), Some(last), true) = (used, self.charges.last_mut(), self.serving) {
-            last.tokens = u.tokens;
+            // A hit's tokens were paid for once, by the answer it replays.
+            if last.outcome != "cache_hit" {
+                last.tokens = u.tokens;
+            }
             last.estimated = u.estimated;
             last.cost_micros = self.served.as_ref().map_or(0, |p| p.cost(&u.tokens));
-            last.cache_saved_micros = self.served.as_ref().map_or(0, |p| {
+            // A response-cache hit keeps what it saved: the answer's cost when it was made.
+            if let Some(p) = self.served.as_ref() {
                 let uncached = Tokens {
                     cached_input: 0,
                     cache_write: 0,
                     ..u.tokens
                 };
-                p.cost(&uncached) as i64 - last.cost_micros as i64
-            });
+                last.cache_saved_micros = p.cost(&uncached) as i64 - last.cost_micros as i64;
+            }
             if calls > 1 {
                 last.first_choice_micros = self.first.as_ref().map(|p| p.cost(&u.tokens));
             }

@@ -95,6 +95,12 @@ pub fn compile(c: &CacheSection) -> Result<Option<CacheSettings>, (String, Strin
             "\"redis\" is not available yet: use \"memory\"".into(),
         ));
     }
+    if c.charge_hits {
+        return Err((
+            "cache.charge_hits".into(),
+            "true is not available yet: hits are never charged to budgets".into(),
+        ));
+    }
     if c.max_entry_bytes > c.max_bytes {
         return Err((
             "cache.max_entry_bytes".into(),

@@ -59,6 +59,8 @@ pub struct Ctx {
     pub cache_age: Option<u64>,
     /// Why a request was not cached (`x-switchyard-cache-bypass`).
     pub cache_bypass: Option<&'static str>,
+    /// A response-cache hit: the model its entry answered and what it saved (the ledger's row).
+    pub cache_hit: Option<(Arc<str>, u64)>,
     /// The semantic decision, when a router named in the request made one.
     pub semantic: Option<crate::semantic::Decision>,
     pub logged: bool,
@@ -142,6 +144,7 @@ impl Ctx {
             cache: None,
             cache_age: None,
             cache_bypass: None,
+            cache_hit: None,
             logged: false,
             envelope,
             continuation: None,
@@ -229,7 +232,10 @@ impl Ctx {
 
     /// The request's charges so far, to be finished when its usage is known.
     pub fn pending(&mut self) -> Pending {
-        let mut p = Pending::of(&self.report, self.prompt_estimate);
+        let mut p = match self.cache_hit.take() {
+            Some((model, saved)) => Pending::cache_hit(model, saved, self.prompt_estimate),
+            None => Pending::of(&self.report, self.prompt_estimate),
+        };
         p.holds = self.holds.take();
         p
     }

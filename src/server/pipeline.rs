@@ -328,6 +328,13 @@ async fn cached<C: Codec>(
 ) -> Response {
     ctx.cache = Some("hit");
     ctx.cache_age = Some(cache::age(&hit));
+    let model = hit
+        .origin
+        .models
+        .first()
+        .cloned()
+        .unwrap_or_else(|| req.model.as_str().into());
+    ctx.cache_hit = Some((model, hit.cost_micros));
     if req.stream {
         return stream(state, codec, ctx, req, extra, cache::committed(&hit), None).await;
     }

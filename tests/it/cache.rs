@@ -248,6 +248,30 @@ async fn a_hit_calls_no_upstream_and_costs_no_budget() {
         assert_eq!((st, cache.as_str()), (200, "hit"));
     }
     assert_eq!(up.requests(), 1);
+    // The ledger: each hit a row of the `cache` channel, costing nothing and saving what the
+    // answer cost when it was made.
+    gw.flush_log().await;
+    let usage = get_json(
+        &format!("{}/admin/usage?group_by=channel", gw.url),
+        Some(ADMIN),
+    )
+    .await;
+    let row = |name: &str| {
+        usage["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["channel"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {name} row: {usage}"))
+    };
+    let (paid, hits) = (row("a"), row("cache"));
+    let first_cost = paid["cost_micros"].as_i64().unwrap();
+    assert!(first_cost > 0, "{paid}");
+    assert_eq!(hits["requests"], 3, "{hits}");
+    assert_eq!(hits["cost_micros"], 0);
+    assert_eq!(hits["input_tokens"], 0);
+    assert_eq!(hits["cache_saved_micros"].as_i64(), Some(3 * first_cost));
 }
 
 #[tokio::test]
