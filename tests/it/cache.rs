@@ -22,7 +22,7 @@ fn question(extra: Value) -> Value {
 }
 
 /// `POST /v1/chat/completions` as `key` with `headers`: status, the cache header, `age`, body.
-async fn ask(
+async fn chat_as(
     gw: &Gateway,
     key: &str,
     headers: &[(&str, &str)],
@@ -53,9 +53,9 @@ async fn the_same_question_again_is_answered_from_the_cache_whole_or_streamed() 
         models_channel("a", &up.base_url(), &["m"], "")
     ))
     .await;
-    let (st, cache, _, first) = ask(&gw, KEY, &[], question(json!({}))).await;
+    let (st, cache, _, first) = chat_as(&gw, KEY, &[], question(json!({}))).await;
     assert_eq!((st, cache.as_str()), (200, "miss"));
-    let (st, cache, age, again) = ask(&gw, KEY, &[], question(json!({}))).await;
+    let (st, cache, age, again) = chat_as(&gw, KEY, &[], question(json!({}))).await;
     assert_eq!((st, cache.as_str()), (200, "hit"));
     assert!(age.parse::<u64>().is_ok(), "age {age:?}");
     assert_eq!(text_of(&again), text_of(&first));
@@ -111,7 +111,7 @@ async fn what_changes_the_answer_misses_and_what_cannot_hits() {
         models_channel("a", &up.base_url(), &["m"], "")
     ))
     .await;
-    assert_eq!(ask(&gw, KEY, &[], question(json!({}))).await.1, "miss");
+    assert_eq!(chat_as(&gw, KEY, &[], question(json!({}))).await.1, "miss");
     // (what changed, the cache's answer)
     let cases = [
         (json!({"user": "someone"}), "hit"),
@@ -129,7 +129,7 @@ async fn what_changes_the_answer_misses_and_what_cannot_hits() {
         (json!({"n": 2}), "bypass"),
     ];
     for (extra, want) in cases {
-        let (st, got, _, _) = ask(&gw, KEY, &[], question(extra.clone())).await;
+        let (st, got, _, _) = chat_as(&gw, KEY, &[], question(extra.clone())).await;
         assert_eq!((st, got.as_str()), (200, want), "{extra}");
     }
     // A request that is never cached says why.
@@ -150,24 +150,27 @@ async fn cache_control_and_the_ttl_header_are_obeyed() {
     // no-store: neither looked up nor kept.
     let nostore = [("cache-control", "no-store")];
     assert_eq!(
-        ask(&gw, KEY, &nostore, question(json!({}))).await.1,
+        chat_as(&gw, KEY, &nostore, question(json!({}))).await.1,
         "bypass"
     );
-    assert_eq!(ask(&gw, KEY, &[], question(json!({}))).await.1, "miss");
+    assert_eq!(chat_as(&gw, KEY, &[], question(json!({}))).await.1, "miss");
     // no-cache: not looked up (the upstream answers), the answer kept again.
     let nocache = [("cache-control", "no-cache")];
     let before = up.requests();
-    assert_eq!(ask(&gw, KEY, &nocache, question(json!({}))).await.1, "miss");
+    assert_eq!(
+        chat_as(&gw, KEY, &nocache, question(json!({}))).await.1,
+        "miss"
+    );
     assert_eq!(up.requests(), before + 1);
-    assert_eq!(ask(&gw, KEY, &[], question(json!({}))).await.1, "hit");
+    assert_eq!(chat_as(&gw, KEY, &[], question(json!({}))).await.1, "hit");
     // A one-second TTL: a hit now, a miss once it has passed.
     let other = question(json!({"max_tokens": 5}));
     let ttl = [("x-switchyard-cache-ttl", "1")];
-    assert_eq!(ask(&gw, KEY, &ttl, other.clone()).await.1, "miss");
-    assert_eq!(ask(&gw, KEY, &[], other.clone()).await.1, "hit");
+    assert_eq!(chat_as(&gw, KEY, &ttl, other.clone()).await.1, "miss");
+    assert_eq!(chat_as(&gw, KEY, &[], other.clone()).await.1, "hit");
     until("the entry to expire", Duration::from_secs(5), async || {
         // Asked with the TTL again, so that a miss stores it for one second only, too.
-        let got = ask(&gw, KEY, &ttl, other.clone()).await.1;
+        let got = chat_as(&gw, KEY, &ttl, other.clone()).await.1;
         got == "miss"
     })
     .await;
@@ -185,19 +188,19 @@ async fn one_key_never_reads_anothers_entries() {
         ),
     )
     .await;
-    assert_eq!(ask(&gw, KEY, &[], question(json!({}))).await.1, "miss");
-    assert_eq!(ask(&gw, KEY, &[], question(json!({}))).await.1, "hit");
+    assert_eq!(chat_as(&gw, KEY, &[], question(json!({}))).await.1, "miss");
+    assert_eq!(chat_as(&gw, KEY, &[], question(json!({}))).await.1, "hit");
     // The very same request from another key: its own miss, the upstream called.
     let before = up.requests();
     assert_eq!(
-        ask(&gw, "sk-other-key-0001", &[], question(json!({})))
+        chat_as(&gw, "sk-other-key-0001", &[], question(json!({})))
             .await
             .1,
         "miss"
     );
     assert_eq!(up.requests(), before + 1);
     assert_eq!(
-        ask(&gw, "sk-other-key-0001", &[], question(json!({})))
+        chat_as(&gw, "sk-other-key-0001", &[], question(json!({})))
             .await
             .1,
         "hit"
@@ -209,7 +212,7 @@ async fn without_a_cache_nothing_is_said() {
     let up = mock(text_spec("Canberra")).await;
     let gw = gateway(&models_channel("a", &up.base_url(), &["m"], "")).await;
     for _ in 0..2 {
-        let (st, cache, _, _) = ask(&gw, KEY, &[], question(json!({}))).await;
+        let (st, cache, _, _) = chat_as(&gw, KEY, &[], question(json!({}))).await;
         assert_eq!((st, cache.as_str()), (200, ""));
     }
     assert_eq!(up.requests(), 2);
@@ -234,17 +237,17 @@ async fn a_hit_calls_no_upstream_and_costs_no_budget() {
     )
     .await;
     let q = question(json!({"max_tokens": 5}));
-    let (st, cache, _, _) = ask(&gw, KEY, &[], q.clone()).await;
+    let (st, cache, _, _) = chat_as(&gw, KEY, &[], q.clone()).await;
     assert_eq!((st, cache.as_str()), (200, "miss"));
     // Another question no longer fits the budget...
     let other = question(json!({"max_tokens": 5, "messages": [
         {"role": "user", "content": "And the capital of Austria?"}]}));
-    let (st, _, _, body) = ask(&gw, KEY, &[], other).await;
+    let (st, _, _, body) = chat_as(&gw, KEY, &[], other).await;
     assert_eq!(st, 429, "{body}");
     assert!(body.contains("budget_exceeded"), "{body}");
     // ...but the question asked before is answered from the cache, for nothing.
     for _ in 0..3 {
-        let (st, cache, _, _) = ask(&gw, KEY, &[], q.clone()).await;
+        let (st, cache, _, _) = chat_as(&gw, KEY, &[], q.clone()).await;
         assert_eq!((st, cache.as_str()), (200, "hit"));
     }
     assert_eq!(up.requests(), 1);
@@ -298,7 +301,7 @@ async fn a_streamed_answer_is_kept_only_when_it_completes() {
     assert_eq!(header(&r, "x-switchyard-cache"), "miss");
     let _ = r.text().await.unwrap();
     // Kept whole when it ended: the same question, not streamed, is a hit with its text.
-    let (st, cache, _, body) = ask(&gw, KEY, &[], question(json!({}))).await;
+    let (st, cache, _, body) = chat_as(&gw, KEY, &[], question(json!({}))).await;
     assert_eq!((st, cache.as_str()), (200, "hit"));
     assert_eq!(text_of(&body), "Canberra is the capital");
     assert_eq!(up.requests(), 1);
@@ -310,7 +313,7 @@ async fn a_streamed_answer_is_kept_only_when_it_completes() {
         .await;
     let _ = r.text().await;
     up.set_spec(text_spec("whole"));
-    let (st, cache, _, _) = ask(&gw, KEY, &[], other).await;
+    let (st, cache, _, _) = chat_as(&gw, KEY, &[], other).await;
     assert_eq!((st, cache.as_str()), (200, "miss"));
 }
 
@@ -332,9 +335,9 @@ async fn admins_see_the_cache_and_clear_it_by_key_by_model_or_whole() {
         q
     };
     for (key, model) in [(KEY, "m"), (KEY, "m2"), ("sk-other-key-0001", "m")] {
-        assert_eq!(ask(&gw, key, &[], on(model)).await.1, "miss");
+        assert_eq!(chat_as(&gw, key, &[], on(model)).await.1, "miss");
     }
-    assert_eq!(ask(&gw, KEY, &[], on("m")).await.1, "hit");
+    assert_eq!(chat_as(&gw, KEY, &[], on("m")).await.1, "hit");
     let stats = get_json(&format!("{}/admin/cache", gw.url), Some(ADMIN)).await;
     assert_eq!(stats["enabled"], true);
     assert_eq!(stats["entries"], 3, "{stats}");
@@ -356,13 +359,16 @@ async fn admins_see_the_cache_and_clear_it_by_key_by_model_or_whole() {
     };
     // By key: only what that key stored goes.
     assert_eq!(clear("?key=other").await["removed"], 1);
-    assert_eq!(ask(&gw, "sk-other-key-0001", &[], on("m")).await.1, "miss");
-    assert_eq!(ask(&gw, KEY, &[], on("m")).await.1, "hit");
+    assert_eq!(
+        chat_as(&gw, "sk-other-key-0001", &[], on("m")).await.1,
+        "miss"
+    );
+    assert_eq!(chat_as(&gw, KEY, &[], on("m")).await.1, "hit");
     // By model, then everything.
     assert_eq!(clear("?model=m2").await["removed"], 1);
-    assert_eq!(ask(&gw, KEY, &[], on("m2")).await.1, "miss");
+    assert_eq!(chat_as(&gw, KEY, &[], on("m2")).await.1, "miss");
     assert_eq!(clear("").await["removed"], 3);
-    assert_eq!(ask(&gw, KEY, &[], on("m")).await.1, "miss");
+    assert_eq!(chat_as(&gw, KEY, &[], on("m")).await.1, "miss");
     // Each clearing is an event, naming the admin and the filter.
     let url = format!("{}/admin/events", gw.url);
     until(
@@ -380,4 +386,39 @@ async fn admins_see_the_cache_and_clear_it_by_key_by_model_or_whole() {
         },
     )
     .await;
+}
+
+#[tokio::test]
+async fn a_hit_is_written_in_each_client_protocol_whole_and_streamed() {
+    let up = mock(text_spec("Canberra is the capital")).await;
+    let gw = gateway(&format!(
+        "{CACHE}\n{}",
+        models_channel("a", &up.base_url(), &["m"], "")
+    ))
+    .await;
+    for proto in ["openai", "responses", "anthropic", "gemini"] {
+        let before = up.requests();
+        // (stream, what the cache must say): the first asks the upstream, the rest replay it.
+        for (stream, want) in [(false, "miss"), (false, "hit"), (true, "hit")] {
+            let (path, headers, body) = ask(proto, "m", stream);
+            let r = post_in(&gw.url, &path, &headers, body).await;
+            assert_eq!(r.status(), 200, "{proto} stream={stream}");
+            assert_eq!(
+                header(&r, "x-switchyard-cache"),
+                want,
+                "{proto} stream={stream}"
+            );
+            let text = r.text().await.unwrap();
+            assert_eq!(
+                answer_text(proto, &text, stream),
+                "Canberra is the capital",
+                "{proto} stream={stream}: {text}"
+            );
+        }
+        assert_eq!(
+            up.requests(),
+            before + 1,
+            "{proto}: a hit reached the upstream"
+        );
+    }
 }
