@@ -78,7 +78,15 @@ async fn pipeline<C: Codec>(
     let (key, chain) = resolve(ctx, &snap, &spec, &req.model, true, &decisions)?;
     ctx.semantic = decisions.into_iter().next();
     // The cache before admission: a hit calls no upstream and is charged to no budget.
-    let keep = match cache::decide(&snap, key, &chain, &req, headers) {
+    let decision = match codec.uncached(&extra).or(ctx
+        .continuation
+        .is_some()
+        .then_some(crate::cache::Bypass::Kept.as_str()))
+    {
+        Some(why) if snap.cache.is_some() => cache::Decision::Bypass(why),
+        _ => cache::decide(&snap, key, &chain, &req, headers),
+    };
+    let keep = match decision {
         cache::Decision::Off => None,
         cache::Decision::Bypass(why) => {
             ctx.cache = Some("bypass");

@@ -95,6 +95,12 @@ pub trait Codec: Send + Sync + 'static {
         false
     }
 
+    /// Why a request of this protocol is never answered from the response cache, if it is not
+    /// (a Responses request the gateway keeps for a later turn).
+    fn uncached(&self, _extra: &Self::Extra) -> Option<&'static str> {
+        None
+    }
+
     /// What reading the request dropped, beyond what translating it for the channel loses.
     fn read_losses(&self, _extra: &Self::Extra) -> Vec<String> {
         Vec::new()

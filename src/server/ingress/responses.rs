@@ -57,6 +57,12 @@ impl Codec for Responses {
         echo.losses.clone()
     }
 
+    /// A response the API keeps (`store`, true unless the client says `false`) is its own,
+    /// continued by its id: never replayed from the cache.
+    fn uncached(&self, echo: &Box<Echo>) -> Option<&'static str> {
+        echo.store.then_some(crate::cache::Bypass::Kept.as_str())
+    }
+
     fn render(&self, resp: ChatResponse, echo: &Box<Echo>, a: &Answer) -> Rendered {
         let (mut v, keep) = match resp.raw {
             // From an upstream that speaks it: its own Response, as it came.
