@@ -26,6 +26,9 @@
 #   STRATEGY=latency bench/instructions.sh  # two channels in one tier (both in front of the mock),
 #                                        # chosen by `[routing] default_strategy`: compare with
 #                                        # STRATEGY=weighted for what measuring and choosing cost
+#   CACHE=hit bench/instructions.sh      # [cache] on, every request the same: all but the first
+#   CACHE=miss bench/instructions.sh     # are hits; `miss`: each request differs (its `seed`),
+#                                        # so each is looked up, misses, and is kept
 #   BEDROCK=key bench/instructions.sh    # a `bedrock` channel (Converse) in front of the Bedrock
 #   BEDROCK=sigv4 bench/instructions.sh  # mock, with a Bedrock API key or signing every request
 #                                        # with SigV4: `sigv4 - key` is what signing adds (the
@@ -45,6 +48,7 @@ METRICS=${METRICS:-1}
 TRACING=${TRACING:-0}
 BEDROCK=${BEDROCK:-}
 STRATEGY=${STRATEGY:-}
+CACHE=${CACHE:-}
 SINK_PORT=${SINK_PORT:-18092}
 GW_PORT=${GW_PORT:-18090}
 MOCK_PORT=${MOCK_PORT:-18091}
@@ -64,10 +68,15 @@ headers = {"Content-Type": "application/json", "Authorization": "Bearer sk-bench
 if session:
     headers["x-session-id"] = "bench-session"
 c = http.client.HTTPConnection("127.0.0.1", port)
-body = json.dumps({"model": "bench", "stream": stream, "messages": [
+vary = sys.argv[5] == "miss" if len(sys.argv) > 5 else False
+base = {"model": "bench", "stream": stream, "messages": [
     {"role": "system", "content": "You are terse."},
-    {"role": "user", "content": "Say something about foxes."}]})
-for _ in range(n):
+    {"role": "user", "content": "Say something about foxes."}]}
+body = json.dumps(base)
+for i in range(n):
+    if vary:
+        # Another request each time (the same size): every lookup misses.
+        body = json.dumps(dict(base, seed=int(port) * 10**7 + i + n * 1000))
     c.request("POST", "/v1/chat/completions", body, headers)
     r = c.getresponse()
     data = r.read()
@@ -106,6 +115,9 @@ if [ "$LIMITS" != none ]; then
 fi
 if [ "$METRICS" = 0 ]; then
   printf '[metrics]\nenabled = false\n' >>"$work/gw.toml"
+fi
+if [ -n "$CACHE" ]; then
+  printf '[cache]\nenabled = true\n' >>"$work/gw.toml"
 fi
 if [ -n "$STRATEGY" ]; then
   printf '[[channels]]\nname = "mock2"\nprovider = "openai"\nbase_url = "http://127.0.0.1:%s/v1"\napi_keys = ["sk-upstream-bench2"]\nmodels = ["bench"]\n[routing]\ndefault_strategy = "%s"\n' \
@@ -162,8 +174,8 @@ total() { # bin requests -> instructions of the whole gateway process
   local gw=$!
   wait_port "$MOCK_PORT"
   wait_port "$GW_PORT"
-  python3 "$work/client.py" 20 "$GW_PORT" "$STREAM" "$SESSION" # warm-up: pools, caches
-  python3 "$work/client.py" "$2" "$GW_PORT" "$STREAM" "$SESSION"
+  python3 "$work/client.py" 20 "$GW_PORT" "$STREAM" "$SESSION" "$CACHE" # warm-up: pools, caches
+  python3 "$work/client.py" "$2" "$GW_PORT" "$STREAM" "$SESSION" "$CACHE"
   kill -TERM "$gw"
   wait "$gw" || true
   kill "$mock"
@@ -174,7 +186,7 @@ total() { # bin requests -> instructions of the whole gateway process
   awk '/^(summary|totals):/ {print $2; exit}' "$work/cg.out"
 }
 
-printf '%-60s %s\n' binary "instructions/request ($([ "$STREAM" = 1 ] && echo stream || echo non-stream), metrics=$METRICS tracing=$TRACING${BEDROCK:+ bedrock=$BEDROCK}${STRATEGY:+ strategy=$STRATEGY})"
+printf '%-60s %s\n' binary "instructions/request ($([ "$STREAM" = 1 ] && echo stream || echo non-stream), metrics=$METRICS tracing=$TRACING${BEDROCK:+ bedrock=$BEDROCK}${STRATEGY:+ strategy=$STRATEGY}${CACHE:+ cache=$CACHE})"
 for bin in "$@"; do
   a=$(total "$bin" "$N1")
   b=$(total "$bin" "$N2")

@@ -184,8 +184,24 @@ async fn least_busy_and_p2c_balance_what_is_in_flight() {
             models_channel("slow", &slow.base_url(), &["m"], "")
         );
         let gw = gateway(&with_strategy(strategy, &channels)).await;
-        // Each channel answers once first, so latency is known.
+        // Each channel answers first, so latency is known (p2c would count an unmeasured one
+        // as the fastest until its first answer, a second into the load).
         run(&gw, 4, 1, false).await;
+        if strategy == "p2c" {
+            until(
+                "both channels measured",
+                Duration::from_secs(20),
+                async || {
+                    let fig = figures(&gw).await;
+                    if fig.values().all(|ms| *ms > 0.0) {
+                        return Ok(());
+                    }
+                    run(&gw, 1, 1, false).await;
+                    Err(format!("{fig:?}"))
+                },
+            )
+            .await;
+        }
         let load = in_flight_during(&gw, [&fast, &slow], async {
             run(&gw, 1600, 64, false).await;
         })
