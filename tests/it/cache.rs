@@ -37,6 +37,11 @@ async fn chat_as(
     (out.0, out.1, out.2, r.text().await.unwrap())
 }
 
+/// What the cache said of `body` sent as `key`.
+async fn said(gw: &Gateway, key: &str, body: Value) -> String {
+    chat_as(gw, key, &[], body).await.1
+}
+
 fn text_of(body: &str) -> String {
     let v: Value = serde_json::from_str(body).unwrap();
     v["choices"][0]["message"]["content"]
@@ -89,14 +94,7 @@ async fn the_same_question_again_is_answered_from_the_cache_whole_or_streamed() 
     seen.sort_unstable();
     assert_eq!(seen, ["hit", "hit", "miss"]);
     // And the metrics count them.
-    let text = client()
-        .get(format!("{}/metrics", gw.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = metrics_text(&gw.url).await;
     for (result, n) in [("hit", 2), ("miss", 1), ("bypass", 0)] {
         let line = format!("switchyard_cache_requests_total{{result=\"{result}\"}} {n}");
         assert!(text.lines().any(|l| l == line), "{line} not in {text}");
@@ -111,7 +109,7 @@ async fn what_changes_the_answer_misses_and_what_cannot_hits() {
         models_channel("a", &up.base_url(), &["m"], "")
     ))
     .await;
-    assert_eq!(chat_as(&gw, KEY, &[], question(json!({}))).await.1, "miss");
+    assert_eq!(said(&gw, KEY, question(json!({}))).await, "miss");
     // (what changed, the cache's answer)
     let cases = [
         (json!({"user": "someone"}), "hit"),
@@ -153,7 +151,7 @@ async fn cache_control_and_the_ttl_header_are_obeyed() {
         chat_as(&gw, KEY, &nostore, question(json!({}))).await.1,
         "bypass"
     );
-    assert_eq!(chat_as(&gw, KEY, &[], question(json!({}))).await.1, "miss");
+    assert_eq!(said(&gw, KEY, question(json!({}))).await, "miss");
     // no-cache: not looked up (the upstream answers), the answer kept again.
     let nocache = [("cache-control", "no-cache")];
     let before = up.requests();
@@ -162,12 +160,12 @@ async fn cache_control_and_the_ttl_header_are_obeyed() {
         "miss"
     );
     assert_eq!(up.requests(), before + 1);
-    assert_eq!(chat_as(&gw, KEY, &[], question(json!({}))).await.1, "hit");
+    assert_eq!(said(&gw, KEY, question(json!({}))).await, "hit");
     // A one-second TTL: a hit now, a miss once it has passed.
     let other = question(json!({"max_tokens": 5}));
     let ttl = [("x-switchyard-cache-ttl", "1")];
     assert_eq!(chat_as(&gw, KEY, &ttl, other.clone()).await.1, "miss");
-    assert_eq!(chat_as(&gw, KEY, &[], other.clone()).await.1, "hit");
+    assert_eq!(said(&gw, KEY, other.clone()).await, "hit");
     until("the entry to expire", Duration::from_secs(5), async || {
         // Asked with the TTL again, so that a miss stores it for one second only, too.
         let got = chat_as(&gw, KEY, &ttl, other.clone()).await.1;
@@ -188,21 +186,17 @@ async fn one_key_never_reads_anothers_entries() {
         ),
     )
     .await;
-    assert_eq!(chat_as(&gw, KEY, &[], question(json!({}))).await.1, "miss");
-    assert_eq!(chat_as(&gw, KEY, &[], question(json!({}))).await.1, "hit");
+    assert_eq!(said(&gw, KEY, question(json!({}))).await, "miss");
+    assert_eq!(said(&gw, KEY, question(json!({}))).await, "hit");
     // The very same request from another key: its own miss, the upstream called.
     let before = up.requests();
     assert_eq!(
-        chat_as(&gw, "sk-other-key-0001", &[], question(json!({})))
-            .await
-            .1,
+        said(&gw, "sk-other-key-0001", question(json!({}))).await,
         "miss"
     );
     assert_eq!(up.requests(), before + 1);
     assert_eq!(
-        chat_as(&gw, "sk-other-key-0001", &[], question(json!({})))
-            .await
-            .1,
+        said(&gw, "sk-other-key-0001", question(json!({}))).await,
         "hit"
     );
 }
@@ -337,7 +331,7 @@ async fn admins_see_the_cache_and_clear_it_by_key_by_model_or_whole() {
     for (key, model) in [(KEY, "m"), (KEY, "m2"), ("sk-other-key-0001", "m")] {
         assert_eq!(chat_as(&gw, key, &[], on(model)).await.1, "miss");
     }
-    assert_eq!(chat_as(&gw, KEY, &[], on("m")).await.1, "hit");
+    assert_eq!(said(&gw, KEY, on("m")).await, "hit");
     let stats = get_json(&format!("{}/admin/cache", gw.url), Some(ADMIN)).await;
     assert_eq!(stats["enabled"], true);
     assert_eq!(stats["entries"], 3, "{stats}");
@@ -359,16 +353,13 @@ async fn admins_see_the_cache_and_clear_it_by_key_by_model_or_whole() {
     };
     // By key: only what that key stored goes.
     assert_eq!(clear("?key=other").await["removed"], 1);
-    assert_eq!(
-        chat_as(&gw, "sk-other-key-0001", &[], on("m")).await.1,
-        "miss"
-    );
-    assert_eq!(chat_as(&gw, KEY, &[], on("m")).await.1, "hit");
+    assert_eq!(said(&gw, "sk-other-key-0001", on("m")).await, "miss");
+    assert_eq!(said(&gw, KEY, on("m")).await, "hit");
     // By model, then everything.
     assert_eq!(clear("?model=m2").await["removed"], 1);
-    assert_eq!(chat_as(&gw, KEY, &[], on("m2")).await.1, "miss");
+    assert_eq!(said(&gw, KEY, on("m2")).await, "miss");
     assert_eq!(clear("").await["removed"], 3);
-    assert_eq!(chat_as(&gw, KEY, &[], on("m")).await.1, "miss");
+    assert_eq!(said(&gw, KEY, on("m")).await, "miss");
     // Each clearing is an event, naming the admin and the filter.
     let url = format!("{}/admin/events", gw.url);
     until(
@@ -439,18 +430,14 @@ async fn a_group_scope_shares_inside_the_groups_only() {
         models_channel("b", &up.base_url(), &["m"], "groups = [\"blue\"]"),
     );
     let gw = gateway_full("", keys, &channels).await;
-    assert_eq!(chat_as(&gw, KEY, &[], question(json!({}))).await.1, "miss");
+    assert_eq!(said(&gw, KEY, question(json!({}))).await, "miss");
     // Another key of the same group reads it; a key of another group does not.
     assert_eq!(
-        chat_as(&gw, "sk-red-two-0001", &[], question(json!({})))
-            .await
-            .1,
+        said(&gw, "sk-red-two-0001", question(json!({}))).await,
         "hit"
     );
     assert_eq!(
-        chat_as(&gw, "sk-blue-key-0001", &[], question(json!({})))
-            .await
-            .1,
+        said(&gw, "sk-blue-key-0001", question(json!({}))).await,
         "miss"
     );
 }

@@ -257,14 +257,7 @@ async fn what_the_cache_served_and_saved_is_in_usage_and_metrics() {
     );
     assert_eq!(row["cache_write_tokens"], 0);
     // The metrics carry the cached share by gen_ai_token_type.
-    let text = client()
-        .get(format!("{}/metrics", gw.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = metrics_text(&gw.url).await;
     let sum = |kind: &str| -> f64 {
         text.lines()
             .find(|l| {

@@ -104,6 +104,18 @@ impl Gateway {
     }
 }
 
+/// `GET {url}/metrics` as text (no token).
+pub async fn metrics_text(url: &str) -> String {
+    client()
+        .get(format!("{url}/metrics"))
+        .send()
+        .await
+        .expect("gateway reachable")
+        .text()
+        .await
+        .expect("metrics text")
+}
+
 pub fn client() -> reqwest::Client {
     install_crypto_provider();
     reqwest::Client::builder()
