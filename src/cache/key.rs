@@ -1,9 +1,9 @@
 //! An exact entry's key: SHA-256 over the scope, the chain of models as resolved, and the
 //! canonical request without what cannot change the answer (the stream flag and its options,
 //! `user`, `metadata`). Tools, the system prompt and every sampling field are in it. The
-//! request's fields are fed to the hash as they are printed (`Debug`), with no copy made; the
-//! format is this build's, so the build's version is hashed too: another build never reads an
-//! entry it might print differently.
+//! request's fields are printed (`Debug`) into one buffer, hashed once; the format is this
+//! build's, so the build's version is hashed too: another build never reads an entry it might
+//! print differently.
 
 use std::fmt::Write as _;
 
@@ -67,12 +67,13 @@ pub fn refusal(req: &ChatRequest, deterministic_only: bool) -> Option<Bypass> {
     None
 }
 
-/// Feeds what is written into the hash.
-struct Hashing(ring::digest::Context);
+/// The key's text, written whole and hashed once: hashing each printed fragment as it came
+/// cost more than the hash itself.
+struct Hashing(String);
 
 impl std::fmt::Write for Hashing {
     fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        self.0.update(s.as_bytes());
+        self.0.push_str(s);
         Ok(())
     }
 }
@@ -86,7 +87,7 @@ impl Hashing {
 
 /// The key of `req` for readers of `scope`, served by `models` (the chain as resolved).
 pub fn key<'m>(scope: &str, models: impl IntoIterator<Item = &'m str>, req: &ChatRequest) -> Key {
-    let mut h = Hashing(ring::digest::Context::new(&ring::digest::SHA256));
+    let mut h = Hashing(String::with_capacity(1024));
     h.field("build", &env!("CARGO_PKG_VERSION"));
     h.field("scope", &scope);
     for m in models {
@@ -119,7 +120,7 @@ pub fn key<'m>(scope: &str, models: impl IntoIterator<Item = &'m str>, req: &Cha
             }
         }
     }
-    let digest = h.0.finish();
+    let digest = ring::digest::digest(&ring::digest::SHA256, h.0.as_bytes());
     let mut out = [0u8; 32];
     out.copy_from_slice(digest.as_ref());
     out
