@@ -76,16 +76,7 @@ async fn the_same_question_again_is_answered_from_the_cache_whole_or_streamed() 
         .await;
     assert_eq!(header(&r, "x-switchyard-cache"), "hit");
     let body = r.text().await.unwrap();
-    let streamed: String = sse_data(&body)
-        .iter()
-        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
-        .filter_map(|v| {
-            v["choices"][0]["delta"]["content"]
-                .as_str()
-                .map(str::to_string)
-        })
-        .collect();
-    assert_eq!(streamed, text_of(&first));
+    assert_eq!(sse_text(&body), text_of(&first));
     assert!(body.trim_end().ends_with("data: [DONE]"), "{body}");
     assert_eq!(up.requests(), 1);
     // The log says which was which.
