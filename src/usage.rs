@@ -87,7 +87,9 @@ impl Pending {
                 first_choice_micros: None,
                 cache_saved_micros: i64::try_from(saved_micros).unwrap_or(i64::MAX),
             }],
-            serving: true,
+            // Not a served call: its tokens were paid for once, by the answer it replays, and
+            // `finish` leaves the row as made here.
+            serving: false,
             prompt_estimate,
             ..Pending::default()
         }
@@ -139,10 +141,7 @@ impl Pending {
     pub fn finish(mut self, used: Option<Used>, broke: Option<&str>, row: &mut LogRow) -> u64 {
         let calls = self.charges.len();
         if let (Some(u), Some(last), true) = (used, self.charges.last_mut(), self.serving) {
-            // A hit's tokens were paid for once, by the answer it replays.
-            if last.outcome != "cache_hit" {
-                last.tokens = u.tokens;
-            }
+            last.tokens = u.tokens;
             last.estimated = u.estimated;
             last.cost_micros = self.served.as_ref().map_or(0, |p| p.cost(&u.tokens));
             // A response-cache hit keeps what it saved: the answer's cost when it was made.

@@ -94,18 +94,18 @@ impl Cache {
 
     /// Keeps `response` under `key` for `ttl`, unless it is larger than `max_entry_bytes`.
     /// Returns whether it was kept.
-    pub fn store(&self, key: Key, response: &ChatResponse, keep: Keeping, now: Instant) -> bool {
+    /// Takes the answer: the caller's copy (or the collected stream) is the one kept.
+    pub fn store(&self, key: Key, mut response: ChatResponse, keep: Keeping, now: Instant) -> bool {
         let Keeping {
             cost_micros,
             ttl,
             max_entry_bytes,
             origin,
         } = keep;
-        let bytes = memory::size_of(response);
+        let bytes = memory::size_of(&response);
         if bytes > max_entry_bytes {
             return false;
         }
-        let mut response = response.clone();
         // The canonical answer is rendered for every client: the upstream's own bytes are not
         // kept (nor counted).
         response.raw = None;

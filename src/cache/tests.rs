@@ -113,7 +113,7 @@ fn entries_expire_stay_under_their_bytes_and_count_hits() {
     let ttl = Duration::from_secs(60);
     let k1 = key("key:a", ["m"], &req(base()));
     assert!(matches!(cache.lookup(&k1, now), Found::Miss));
-    assert!(cache.store(k1, &answer("Canberra."), keeping(120, ttl), now));
+    assert!(cache.store(k1, answer("Canberra."), keeping(120, ttl), now));
     match cache.lookup(&k1, now + Duration::from_secs(5)) {
         Found::Hit(e) => {
             assert_eq!(e.cost_micros, 120);
@@ -133,11 +133,11 @@ fn entries_expire_stay_under_their_bytes_and_count_hits() {
     // Past its TTL: gone.
     assert!(matches!(cache.lookup(&k1, now + ttl), Found::Miss));
     // Over max_entry_bytes: not kept.
-    assert!(!cache.store(k1, &answer(&"x".repeat(5000)), keeping(1, ttl), now));
+    assert!(!cache.store(k1, answer(&"x".repeat(5000)), keeping(1, ttl), now));
     // Many entries: the total stays under max_bytes.
     for i in 0..400u32 {
         let k = key("key:a", ["m"], &req(with(|v| v["seed"] = json!(i))));
-        cache.store(k, &answer(&"y".repeat(1000)), keeping(1, ttl), now);
+        cache.store(k, answer(&"y".repeat(1000)), keeping(1, ttl), now);
     }
     let stats = cache.stats();
     assert!(stats["bytes"].as_u64().unwrap() <= 64 * 1024, "{stats}");

@@ -144,7 +144,7 @@ impl KeepStream {
         let r = self.collect.finish();
         if let Some(c) = self.cache.get().filter(|_| keepable(&r)) {
             let (key, keeping) = self.plan.keeping(&self.settings, cost_micros);
-            c.store(key, &r, keeping, Instant::now());
+            c.store(key, r, keeping, Instant::now());
         }
     }
 }

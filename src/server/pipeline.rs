@@ -78,12 +78,11 @@ async fn pipeline<C: Codec>(
     let (key, chain) = resolve(ctx, &snap, &spec, &req.model, true, &decisions)?;
     ctx.semantic = decisions.into_iter().next();
     // The cache before admission: a hit calls no upstream and is charged to no budget.
-    let decision = match codec.uncached(&extra).or(ctx
-        .continuation
-        .is_some()
-        .then_some(crate::cache::Bypass::Kept.as_str()))
-    {
-        Some(why) if snap.cache.is_some() => cache::Decision::Bypass(why),
+    // Without a cache nothing is asked; a request its protocol keeps (or continuing one) is
+    // never replayed.
+    let kept = codec.kept(&extra) || ctx.continuation.is_some();
+    let decision = match snap.cache {
+        Some(_) if kept => cache::Decision::Bypass(crate::cache::Bypass::Kept.as_str()),
         _ => cache::decide(&snap, key, &chain, &req, headers),
     };
     let keep = match decision {
@@ -290,7 +289,7 @@ async fn answer<C: Codec>(
         let (key, keeping) = plan.keeping(s, cost);
         state
             .cache(s)
-            .store(key, &r, keeping, std::time::Instant::now());
+            .store(key, r, keeping, std::time::Instant::now());
     }
     let mut out = served(json_response(rendered.body), ctx);
     set_header(&mut out, hdr::TRANSLATION, &translated);

@@ -95,10 +95,10 @@ pub trait Codec: Send + Sync + 'static {
         false
     }
 
-    /// Why a request of this protocol is never answered from the response cache, if it is not
-    /// (a Responses request the gateway keeps for a later turn).
-    fn uncached(&self, _extra: &Self::Extra) -> Option<&'static str> {
-        None
+    /// The gateway keeps this request's answer for a later turn (a Responses `store`): it is
+    /// never answered from the response cache.
+    fn kept(&self, _extra: &Self::Extra) -> bool {
+        false
     }
 
     /// What reading the request dropped, beyond what translating it for the channel loses.

@@ -59,8 +59,8 @@ impl Codec for Responses {
 
     /// A response the API keeps (`store`, true unless the client says `false`) is its own,
     /// continued by its id: never replayed from the cache.
-    fn uncached(&self, echo: &Box<Echo>) -> Option<&'static str> {
-        echo.store.then_some(crate::cache::Bypass::Kept.as_str())
+    fn kept(&self, echo: &Box<Echo>) -> bool {
+        echo.store
     }
 
     fn render(&self, resp: ChatResponse, echo: &Box<Echo>, a: &Answer) -> Rendered {
