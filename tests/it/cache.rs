@@ -11,6 +11,14 @@ use crate::support::*;
 
 const CACHE: &str = "[cache]\nenabled = true\n";
 
+/// A mock answering `text` behind a gateway with the cache on, serving `m`.
+async fn cached_gateway(text: &str) -> (switchyard::provider::mock::MockServer, Gateway) {
+    let up = mock(text_spec(text)).await;
+    let channels = models_channel("a", &up.base_url(), &["m"], "");
+    let gw = gateway(&format!("{CACHE}\n{channels}")).await;
+    (up, gw)
+}
+
 fn question(extra: Value) -> Value {
     let mut v = json!({"model": "m", "messages": [
         {"role": "system", "content": "Answer in one word."},
@@ -52,12 +60,7 @@ fn text_of(body: &str) -> String {
 
 #[tokio::test]
 async fn the_same_question_again_is_answered_from_the_cache_whole_or_streamed() {
-    let up = mock(text_spec("Canberra")).await;
-    let gw = gateway(&format!(
-        "{CACHE}\n{}",
-        models_channel("a", &up.base_url(), &["m"], "")
-    ))
-    .await;
+    let (up, gw) = cached_gateway("Canberra").await;
     let (st, cache, _, first) = chat_as(&gw, KEY, &[], question(json!({}))).await;
     assert_eq!((st, cache.as_str()), (200, "miss"));
     let (st, cache, age, again) = chat_as(&gw, KEY, &[], question(json!({}))).await;
@@ -94,12 +97,7 @@ async fn the_same_question_again_is_answered_from_the_cache_whole_or_streamed() 
 
 #[tokio::test]
 async fn what_changes_the_answer_misses_and_what_cannot_hits() {
-    let up = mock(text_spec("Canberra")).await;
-    let gw = gateway(&format!(
-        "{CACHE}\n{}",
-        models_channel("a", &up.base_url(), &["m"], "")
-    ))
-    .await;
+    let (_up, gw) = cached_gateway("Canberra").await;
     assert_eq!(said(&gw, KEY, question(json!({}))).await, "miss");
     // (what changed, the cache's answer)
     let cases = [
@@ -130,12 +128,7 @@ async fn what_changes_the_answer_misses_and_what_cannot_hits() {
 
 #[tokio::test]
 async fn cache_control_and_the_ttl_header_are_obeyed() {
-    let up = mock(text_spec("Canberra")).await;
-    let gw = gateway(&format!(
-        "{CACHE}\n{}",
-        models_channel("a", &up.base_url(), &["m"], "")
-    ))
-    .await;
+    let (up, gw) = cached_gateway("Canberra").await;
     // no-store: neither looked up nor kept.
     let nostore = [("cache-control", "no-store")];
     assert_eq!(
@@ -264,12 +257,7 @@ async fn a_hit_calls_no_upstream_and_costs_no_budget() {
 
 #[tokio::test]
 async fn a_streamed_answer_is_kept_only_when_it_completes() {
-    let up = mock(text_spec("Canberra is the capital")).await;
-    let gw = gateway(&format!(
-        "{CACHE}\n{}",
-        models_channel("a", &up.base_url(), &["m"], "")
-    ))
-    .await;
+    let (up, gw) = cached_gateway("Canberra is the capital").await;
     let streamed = |v: Value| {
         let mut v = v;
         v["stream"] = json!(true);
@@ -372,12 +360,7 @@ async fn admins_see_the_cache_and_clear_it_by_key_by_model_or_whole() {
 
 #[tokio::test]
 async fn a_hit_is_written_in_each_client_protocol_whole_and_streamed() {
-    let up = mock(text_spec("Canberra is the capital")).await;
-    let gw = gateway(&format!(
-        "{CACHE}\n{}",
-        models_channel("a", &up.base_url(), &["m"], "")
-    ))
-    .await;
+    let (up, gw) = cached_gateway("Canberra is the capital").await;
     for proto in ["openai", "responses", "anthropic", "gemini"] {
         let before = up.requests();
         // (stream, what the cache must say): the first asks the upstream, the rest replay it.
