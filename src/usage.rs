@@ -68,10 +68,15 @@ impl Pending {
         self.served.as_ref().map_or(0, |p| p.cost(tokens))
     }
 
-    /// A response-cache hit's one ledger row: no upstream call, nothing charged, and what the
-    /// answer cost when it was made as what the hit saved (channel `cache`, outcome
-    /// `cache_hit`).
-    pub fn cache_hit(model: Arc<str>, saved_micros: u64, prompt_estimate: u64) -> Pending {
+    /// A response-cache hit's one ledger row: no upstream call, what the answer cost when it
+    /// was made as what the hit saved (channel `cache`, outcome `cache_hit`), and that cost
+    /// charged only when `charged` (`[cache] charge_hits`, for resellers).
+    pub fn cache_hit(
+        model: Arc<str>,
+        saved_micros: u64,
+        prompt_estimate: u64,
+        charged: bool,
+    ) -> Pending {
         Pending {
             charges: vec![Charge {
                 attempt: 1,
@@ -80,7 +85,7 @@ impl Pending {
                 model: model.clone(),
                 upstream_model: model,
                 tokens: Tokens::default(),
-                cost_micros: 0,
+                cost_micros: if charged { saved_micros } else { 0 },
                 price: None,
                 outcome: "cache_hit".into(),
                 estimated: false,

@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use crate::protocol::ChatRequest;
+use crate::protocol::{ChatRequest, Content, Part, Role};
 
 /// An entry's key.
 pub type Key = [u8; 32];
@@ -85,14 +85,85 @@ impl Hashing {
     }
 }
 
-/// The key of `req` for readers of `scope`, served by `models` (the chain as resolved).
-pub fn key<'m>(scope: &str, models: impl IntoIterator<Item = &'m str>, req: &ChatRequest) -> Key {
+/// A key's text starts with the build, what it is for, the scope and the chain.
+fn head<'m>(what: &str, scope: &str, models: impl IntoIterator<Item = &'m str>) -> Hashing {
     let mut h = Hashing(String::with_capacity(1024));
     h.field("build", &env!("CARGO_PKG_VERSION"));
+    h.field("for", &what);
     h.field("scope", &scope);
     for m in models {
         h.field("model", &m);
     }
+    h
+}
+
+impl Hashing {
+    fn digest(self) -> Key {
+        let digest = ring::digest::digest(&ring::digest::SHA256, self.0.as_bytes());
+        let mut out = [0u8; 32];
+        out.copy_from_slice(digest.as_ref());
+        out
+    }
+
+    /// The canonical fields other than the messages, and the extra ones that can change the
+    /// answer.
+    fn settings(&mut self, req: &ChatRequest) {
+        self.field("max_tokens", &req.max_tokens);
+        self.field("temperature", &req.temperature);
+        self.field("top_p", &req.top_p);
+        self.field("stop", &req.stop);
+        self.field("tools", &req.tools);
+        self.field("tool_choice", &req.tool_choice);
+        self.field("response_format", &req.response_format);
+        for (k, v) in req
+            .extra
+            .iter()
+            .filter(|(k, _)| !IGNORED.contains(&k.as_str()))
+        {
+            self.field(k, v);
+        }
+    }
+}
+
+/// Semantic mode's bucket for `req` and its question: the key of everything but the last user
+/// message's text (scope, chain, system prompt, tools, sampling fields, earlier turns), and that
+/// text. `None` when the request is not one question in text: its last message is not a user's
+/// text alone (an image or a file changes what is asked), or it has earlier turns and
+/// `multi_turn` is off.
+pub fn bucket<'m>(
+    scope: &str,
+    models: impl IntoIterator<Item = &'m str>,
+    req: &ChatRequest,
+    multi_turn: bool,
+) -> Option<(Key, String)> {
+    let (last, before) = req.messages.split_last()?;
+    if last.role != Role::User || !last.tool_calls.is_empty() {
+        return None;
+    }
+    let text_only = match last.content.as_ref()? {
+        Content::Text(_) => true,
+        Content::Parts(ps) => ps.iter().all(|p| matches!(p, Part::Text { .. })),
+    };
+    let question = last.content.as_ref()?.text();
+    if !text_only || question.trim().is_empty() {
+        return None;
+    }
+    let earlier_turns = before
+        .iter()
+        .any(|m| !matches!(m.role, Role::System | Role::Developer));
+    if earlier_turns && !multi_turn {
+        return None;
+    }
+    let mut h = head("semantic", scope, models);
+    h.field("origin", &req.origin);
+    h.field("before", &before);
+    h.settings(req);
+    Some((h.digest(), question))
+}
+
+/// The key of `req` for readers of `scope`, served by `models` (the chain as resolved).
+pub fn key<'m>(scope: &str, models: impl IntoIterator<Item = &'m str>, req: &ChatRequest) -> Key {
+    let mut h = head("exact", scope, models);
     h.field("origin", &req.origin);
     match &req.raw {
         // A body kept as sent (Anthropic, Gemini) holds what the canonical form does not
@@ -104,24 +175,8 @@ pub fn key<'m>(scope: &str, models: impl IntoIterator<Item = &'m str>, req: &Cha
         }
         _ => {
             h.field("messages", &req.messages);
-            h.field("max_tokens", &req.max_tokens);
-            h.field("temperature", &req.temperature);
-            h.field("top_p", &req.top_p);
-            h.field("stop", &req.stop);
-            h.field("tools", &req.tools);
-            h.field("tool_choice", &req.tool_choice);
-            h.field("response_format", &req.response_format);
-            for (k, v) in req
-                .extra
-                .iter()
-                .filter(|(k, _)| !IGNORED.contains(&k.as_str()))
-            {
-                h.field(k, v);
-            }
+            h.settings(req);
         }
     }
-    let digest = ring::digest::digest(&ring::digest::SHA256, h.0.as_bytes());
-    let mut out = [0u8; 32];
-    out.copy_from_slice(digest.as_ref());
-    out
+    h.digest()
 }

@@ -107,6 +107,8 @@ pub struct ModelConfig {
     pub price: Option<crate::pricing::PriceConfig>,
     /// How the first try inside a tier is chosen for this model (over `[routing]`'s default).
     pub strategy: Option<crate::config::Strategy>,
+    /// The response cache for this model (over `[cache]`'s mode and TTL).
+    pub cache: Option<crate::config::cache::CachePolicyConfig>,
 }
 
 /// `[routing]`: the strategy models use unless their `[[models]]` entry names one, and what
@@ -401,6 +403,8 @@ pub struct KeyConfig {
     pub max_concurrency: Option<NonZeroU32>,
     /// What `rpm`, `tpm` and `max_concurrency` do when the shared counter is unreachable.
     pub limits_fail: Option<super::quota::Fail>,
+    /// The response cache for this key's requests (over the model's and `[cache]`'s).
+    pub cache: Option<super::cache::CachePolicyConfig>,
 }
 
 /// `{ from = "gpt-4*", to = "gpt-4o" }`: `from` is an exact name, or a glob when it holds `*`

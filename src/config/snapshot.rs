@@ -33,6 +33,8 @@ pub struct GatewayKey {
     pub quota: super::quota::Quota,
     /// Its meters' scope: `key:<name>`.
     pub scope: Arc<str>,
+    /// Its `cache = { mode, ttl_seconds }`.
+    pub cache: Option<super::cache::Policy>,
 }
 
 impl GatewayKey {

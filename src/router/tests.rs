@@ -35,6 +35,7 @@ fn open_key() -> GatewayKey {
         defaults: None,
         trim: false,
         expose_route: false,
+        cache: None,
         quota: Default::default(),
         scope: "key:k".into(),
     }

@@ -236,6 +236,29 @@ impl Semantic {
         }
     }
 
+    /// One text's unit vector by `spec` (the response cache's questions), within `within`.
+    pub async fn embed_one(
+        &self,
+        snap: &Snapshot,
+        health: &Health,
+        spec: &crate::config::EmbedderSpec,
+        text: &str,
+        within: std::time::Duration,
+    ) -> Result<Vec<f32>, EmbedError> {
+        let v = embed::embed(
+            snap,
+            health,
+            &self.locals,
+            spec,
+            &[text.to_string()],
+            within,
+        )
+        .await?
+        .pop()
+        .ok_or(EmbedError::Malformed("no vector for the text".into()))?;
+        normalize(v).ok_or(EmbedError::Malformed("a zero vector for the text".into()))
+    }
+
     /// Loads the in-process models the config names, so that the first request does not wait.
     pub async fn warm(&self, snap: &Snapshot) {
         for r in &snap.routers {

@@ -6,8 +6,10 @@ use std::time::{Duration, Instant};
 
 use axum::http::{HeaderMap, header};
 
-use crate::cache::{self, Entry, Key};
-use crate::config::cache::CacheScope;
+use std::sync::Arc;
+
+use crate::cache::{self, Entry, Key, Outcome, Question};
+use crate::config::cache::{CacheMode, CacheScope, PolicyMode};
 use crate::config::{GatewayKey, Snapshot};
 use crate::exec::Committed;
 use crate::protocol::{ChatRequest, ChatResponse};
@@ -26,22 +28,24 @@ pub enum Decision {
 }
 
 /// A cached request's key, and whether it is looked up (not with `no-cache`) and for how long
-/// its answer is kept.
+/// its answer is kept; in semantic mode its bucket and question, and once embedded the question
+/// kept with the answer.
 pub struct Plan {
     pub key: Key,
     pub lookup: bool,
     pub ttl: Duration,
     pub origin: cache::Origin,
+    pub semantic: Option<(Key, String)>,
+    pub question: Option<Question>,
 }
+
+/// An answer of a plan, ready to be kept: its key, how, and its question.
+pub struct Keep(pub Key, pub cache::Keeping, pub Option<Question>);
 
 impl Plan {
     /// How an answer of this plan that cost `cost_micros` is kept.
-    pub fn keeping(
-        self,
-        s: &crate::config::cache::CacheSettings,
-        cost_micros: u64,
-    ) -> (Key, cache::Keeping) {
-        (
+    pub fn keeping(self, s: &crate::config::cache::CacheSettings, cost_micros: u64) -> Keep {
+        Keep(
             self.key,
             cache::Keeping {
                 cost_micros,
@@ -49,8 +53,17 @@ impl Plan {
                 max_entry_bytes: s.max_entry_bytes,
                 origin: self.origin,
             },
+            self.question,
         )
     }
+}
+
+/// What a lookup found.
+pub enum Looked {
+    Hit(Arc<Entry>),
+    /// Another question's answer, and the two questions' cosine.
+    Similar(Arc<Entry>, f32),
+    Miss,
 }
 
 /// Who may read an entry this key makes: the key itself, the groups it reaches, or everyone.
@@ -86,6 +99,15 @@ pub fn decide(
     if says("no-store") {
         return Decision::Bypass(cache::Bypass::NoStore.as_str());
     }
+    // The key's policy over the model's over `[cache]`'s.
+    let model = chain.steps.first().and_then(|st| s.models.get(&st.model));
+    let policies = [key.cache.as_ref(), model];
+    let mode = match policies.iter().flatten().find_map(|p| p.mode) {
+        Some(PolicyMode::Off) => return Decision::Bypass("cache_off"),
+        Some(PolicyMode::Semantic) => CacheMode::Semantic,
+        Some(PolicyMode::Exact) => CacheMode::Exact,
+        None => s.mode,
+    };
     if let Some(b) = cache::refusal(req, s.deterministic_only) {
         return Decision::Bypass(b.as_str());
     }
@@ -94,17 +116,91 @@ pub fn decide(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok())
         .filter(|s| *s > 0)
-        .map_or(s.ttl, |s| Duration::from_secs(s).min(MAX_TTL));
-    let models = chain.steps.iter().map(|st| &*st.model);
+        .map(|s| Duration::from_secs(s).min(MAX_TTL))
+        .or_else(|| policies.iter().flatten().find_map(|p| p.ttl))
+        .unwrap_or(s.ttl);
+    let scope = scope(s.scope, key);
+    let models = || chain.steps.iter().map(|st| &*st.model);
+    let semantic = (mode == CacheMode::Semantic)
+        .then(|| cache::bucket(&scope, models(), req, s.semantic_multi_turn))
+        .flatten();
     Decision::Use(Plan {
-        key: cache::key(&scope(s.scope, key), models, req),
+        key: cache::key(&scope, models(), req),
         lookup: !says("no-cache"),
         ttl,
         origin: cache::Origin {
             key: key.name.clone(),
             models: chain.steps.iter().map(|st| st.model.clone()).collect(),
         },
+        semantic,
+        question: None,
     })
+}
+
+/// Looks `plan` up: its exact key, then (semantic mode) a kept question like its own, which it
+/// embeds, and keeps in the plan to be indexed with the answer. Counts what it found and how
+/// long it took. An embedder that fails or is slow is a miss.
+pub async fn lookup(state: &super::AppState, snap: &Snapshot, plan: &mut Plan) -> Looked {
+    let Some(s) = &snap.cache else {
+        return Looked::Miss;
+    };
+    let c = state.cache(s);
+    let t0 = Instant::now();
+    let found = lookup_in(state, snap, s, c, plan).await;
+    if plan.lookup {
+        c.count(match &found {
+            Looked::Hit(_) => Outcome::Hit,
+            Looked::Similar(..) => Outcome::SemanticHit,
+            Looked::Miss => Outcome::Miss,
+        });
+        state
+            .telemetry
+            .metrics
+            .cache_lookup
+            .observe(u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX));
+    }
+    found
+}
+
+async fn lookup_in(
+    state: &super::AppState,
+    snap: &Snapshot,
+    s: &crate::config::cache::CacheSettings,
+    c: &cache::Cache,
+    plan: &mut Plan,
+) -> Looked {
+    if plan.lookup
+        && let Some(e) = c.get(&plan.key).await
+    {
+        return Looked::Hit(e);
+    }
+    let (Some((bucket, text)), Some(spec)) = (plan.semantic.take(), &s.embedder) else {
+        return Looked::Miss;
+    };
+    let vector = match state
+        .semantic
+        .embed_one(snap, &state.health, spec, &text, s.embed_timeout)
+        .await
+    {
+        Ok(v) => v,
+        Err(e) => {
+            tracing::warn!(error = %e, "the cache's embedder failed: a miss, and the answer is kept for exact lookups only");
+            return Looked::Miss;
+        }
+    };
+    let q = Question {
+        bucket,
+        text: text.into(),
+        vector: vector.into(),
+    };
+    if plan.lookup
+        && let Some((key, similarity)) = c.similar(&q, s.similarity).await
+        && let Some(e) = c.get(&key).await
+    {
+        return Looked::Similar(e, similarity);
+    }
+    plan.question = Some(q);
+    Looked::Miss
 }
 
 /// Whether an answer may be kept: every choice finished whole (`stop`, `length`,
@@ -143,13 +239,13 @@ impl KeepStream {
     pub fn keep(self, cost_micros: u64) {
         let r = self.collect.finish();
         if let Some(c) = self.cache.get().filter(|_| keepable(&r)) {
-            let (key, keeping) = self.plan.keeping(&self.settings, cost_micros);
-            c.store(key, r, keeping, Instant::now());
+            let Keep(key, keeping, question) = self.plan.keeping(&self.settings, cost_micros);
+            c.store(key, r, keeping, question);
         }
     }
 }
 
 /// The `age` of a hit, in seconds.
 pub fn age(e: &Entry) -> u64 {
-    e.age(Instant::now())
+    e.age(std::time::SystemTime::now())
 }

@@ -61,6 +61,8 @@ pub struct Ctx {
     pub cache_bypass: Option<&'static str>,
     /// A response-cache hit: the model its entry answered and what it saved (the ledger's row).
     pub cache_hit: Option<(Arc<str>, u64)>,
+    /// A semantic hit's cosine (`x-switchyard-cache-similarity`).
+    pub cache_similarity: Option<f32>,
     /// The semantic decision, when a router named in the request made one.
     pub semantic: Option<crate::semantic::Decision>,
     pub logged: bool,
@@ -145,6 +147,7 @@ impl Ctx {
             cache_age: None,
             cache_bypass: None,
             cache_hit: None,
+            cache_similarity: None,
             logged: false,
             envelope,
             continuation: None,
@@ -233,7 +236,10 @@ impl Ctx {
     /// The request's charges so far, to be finished when its usage is known.
     pub fn pending(&mut self) -> Pending {
         let mut p = match self.cache_hit.take() {
-            Some((model, saved)) => Pending::cache_hit(model, saved, self.prompt_estimate),
+            Some((model, saved)) => {
+                let charged = self.snap.cache.as_ref().is_some_and(|c| c.charge_hits);
+                Pending::cache_hit(model, saved, self.prompt_estimate, charged)
+            }
             None => Pending::of(&self.report, self.prompt_estimate),
         };
         p.holds = self.holds.take();

@@ -34,6 +34,8 @@ pub mod hdr {
     pub const CACHE: HeaderName = HeaderName::from_static("x-switchyard-cache");
     /// Why a request was not cached (`n_above_1`, `no_store`...).
     pub const CACHE_BYPASS: HeaderName = HeaderName::from_static("x-switchyard-cache-bypass");
+    pub const CACHE_SIMILARITY: HeaderName =
+        HeaderName::from_static("x-switchyard-cache-similarity");
 }
 
 pub fn set_header(resp: &mut Response, name: HeaderName, value: &str) {
@@ -92,6 +94,11 @@ pub fn served(mut resp: Response, ctx: &Ctx) -> Response {
         }
         if let Some(why) = ctx.cache_bypass {
             h.insert(hdr::CACHE_BYPASS, HeaderValue::from_static(why));
+        }
+        if let Some(sim) = ctx.cache_similarity
+            && let Ok(v) = HeaderValue::from_str(&format!("{sim:.4}"))
+        {
+            h.insert(hdr::CACHE_SIMILARITY, v);
         }
     }
     let attempts = ctx.report.tried().to_string();

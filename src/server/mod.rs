@@ -70,7 +70,7 @@ impl AppState {
     /// The response cache, made on first use with `s`'s bound.
     pub fn cache(&self, s: &crate::config::cache::CacheSettings) -> &crate::cache::Cache {
         self.cache
-            .get_or_init(|| crate::cache::Cache::new(s.max_bytes))
+            .get_or_init(|| crate::cache::Cache::new(s, &self.state))
     }
 }
 

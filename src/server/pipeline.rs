@@ -92,18 +92,27 @@ async fn pipeline<C: Codec>(
             ctx.cache_bypass = Some(why);
             None
         }
-        cache::Decision::Use(plan) => {
+        cache::Decision::Use(mut plan) => {
             ctx.cache = Some("miss");
-            if let Some(hit) = lookup(state, &snap, &plan) {
+            let hit = match cache::lookup(state, &snap, &mut plan).await {
+                cache::Looked::Hit(e) => Some(e),
+                cache::Looked::Similar(e, similarity) => {
+                    ctx.cache_similarity = Some(similarity);
+                    Some(e)
+                }
+                cache::Looked::Miss => None,
+            };
+            if let Some(hit) = hit {
+                // A reseller's hit is charged as the answer it replays: it must fit the budget.
+                if snap.cache.as_ref().is_some_and(|s| s.charge_hits) {
+                    admit(state, ctx, &snap, key, &chain, &req).await?;
+                }
                 return Ok(cached(state, codec, ctx, &req, extra, hit).await);
             }
             Some(plan)
         }
     };
-    ctx.prompt_estimate = req.prompt_estimate();
-    let reply = admission::reply_reservation(&snap, req.max_tokens.map(|(_, n)| n));
-    let ask = admission::worst_case(&snap, &chain, ctx.prompt_estimate, reply);
-    admission::admit(&state.meter, &snap, key, ask, ctx).await?;
+    let reply = admit(state, ctx, &snap, key, &chain, &req).await?;
     // Boxed: the store's futures (Redis's are large) would otherwise sit inline in every
     // request's future, sessions or not, and be copied with it.
     let before = match &session {
@@ -286,10 +295,8 @@ async fn answer<C: Codec>(
     }
     let cost = ctx.pending().finish(Some(used), None, &mut row);
     if let (Some((plan, r)), Some(s)) = (kept, &ctx.snap.cache) {
-        let (key, keeping) = plan.keeping(s, cost);
-        state
-            .cache(s)
-            .store(key, r, keeping, std::time::Instant::now());
+        let cache::Keep(key, keeping, question) = plan.keeping(s, cost);
+        state.cache(s).store(key, r, keeping, question);
     }
     let mut out = served(json_response(rendered.body), ctx);
     set_header(&mut out, hdr::TRANSLATION, &translated);
@@ -311,17 +318,21 @@ fn keep_stream(state: &AppState, snap: &Snapshot, plan: cache::Plan) -> Option<c
     })
 }
 
-/// The kept answer under `plan`'s key, if it is looked up and found.
-fn lookup(
+/// Reserves the request's worst case against its key's budgets and limits; returns the reply
+/// tokens reserved.
+async fn admit(
     state: &AppState,
+    ctx: &mut Ctx,
     snap: &Snapshot,
-    plan: &cache::Plan,
-) -> Option<Arc<crate::cache::Entry>> {
-    let s = snap.cache.as_ref().filter(|_| plan.lookup)?;
-    match state.cache(s).lookup(&plan.key, std::time::Instant::now()) {
-        crate::cache::Found::Hit(e) => Some(e),
-        crate::cache::Found::Miss => None,
-    }
+    key: &crate::config::GatewayKey,
+    chain: &crate::router::Chain,
+    req: &ChatRequest,
+) -> Result<u64, ApiError> {
+    ctx.prompt_estimate = req.prompt_estimate();
+    let reply = admission::reply_reservation(snap, req.max_tokens.map(|(_, n)| n));
+    let ask = admission::worst_case(snap, chain, ctx.prompt_estimate, reply);
+    admission::admit(&state.meter, snap, key, ask, ctx).await?;
+    Ok(reply)
 }
 
 /// A hit: the kept answer in the client's protocol, whole or as a stream, no upstream called.
@@ -333,7 +344,10 @@ async fn cached<C: Codec>(
     extra: C::Extra,
     hit: Arc<crate::cache::Entry>,
 ) -> Response {
-    ctx.cache = Some("hit");
+    ctx.cache = Some(match ctx.cache_similarity {
+        Some(_) => "semantic-hit",
+        None => "hit",
+    });
     ctx.cache_age = Some(cache::age(&hit));
     let model = hit
         .origin

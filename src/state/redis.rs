@@ -114,7 +114,7 @@ impl Redis {
     }
 
     /// Runs one operation on Redis, or says it could not (the caller uses local state).
-    async fn run<T, F, Fut>(&self, op: F) -> Option<T>
+    pub(crate) async fn run<T, F, Fut>(&self, op: F) -> Option<T>
     where
         F: FnOnce(ConnectionManager) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,

@@ -95,8 +95,10 @@ pub struct Metrics {
     /// `key, model`.
     pub cost: Family<2, Counter>,
     pub trimmed: Counter,
-    /// What the response cache did: hits, misses, bypasses.
-    pub cache: [Counter; 3],
+    /// What the response cache did: hits, misses, bypasses, semantic hits.
+    pub cache: [Counter; 4],
+    /// How long the response cache's lookups took (the embedding's too, in semantic mode).
+    pub cache_lookup: Histogram,
     /// Non-stream requests, then streams.
     pub overhead: [Histogram; 2],
 }
@@ -120,6 +122,7 @@ impl Default for Metrics {
             cost: Family::new(["key", "model"], Counter::default),
             trimmed: Counter::default(),
             cache: Default::default(),
+            cache_lookup: Histogram::new(&OVERHEAD),
             overhead: [Histogram::new(&OVERHEAD), Histogram::new(&OVERHEAD)],
         }
     }
@@ -223,6 +226,7 @@ impl Metrics {
             Some("hit") => self.cache[0].add(1),
             Some("miss") => self.cache[1].add(1),
             Some("bypass") => self.cache[2].add(1),
+            Some("semantic-hit") => self.cache[3].add(1),
             _ => {}
         }
         if row.trimmed_turns.is_some_and(|n| n > 0) {

@@ -234,7 +234,7 @@ fn gateway(e: &mut Enc, m: &Metrics, calls: &[([String; 5], std::sync::Arc<Calls
         "Requests whose history was trimmed to fit a context window.",
         m.trimmed.get(),
     )?;
-    let cache: BTreeMap<Set, u64> = ["hit", "miss", "bypass"]
+    let cache: BTreeMap<Set, u64> = ["hit", "miss", "bypass", "semantic-hit"]
         .iter()
         .zip(&m.cache)
         .map(|(r, c)| (vec![("result", *r)], c.get()))
@@ -242,9 +242,22 @@ fn gateway(e: &mut Enc, m: &Metrics, calls: &[([String; 5], std::sync::Arc<Calls
     counters(
         e,
         "switchyard_cache_requests",
-        "Chat requests by what the response cache did: hit, miss, bypass.",
+        "Chat requests by what the response cache did: hit, miss, bypass, semantic-hit.",
         &cache,
     )?;
+    let mut lookup = Merged::default();
+    lookup.add(&m.cache_lookup);
+    if lookup.count > 0 {
+        histograms(
+            e,
+            (
+                "switchyard_cache_lookup",
+                "Time the response cache's lookups took, the question's embedding included.",
+                Some(&Unit::Seconds),
+            ),
+            &BTreeMap::from([(Vec::new(), lookup)]),
+        )?;
+    }
     counters(
         e,
         "switchyard_cost_micros",

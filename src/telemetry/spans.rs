@@ -54,6 +54,7 @@ struct Row {
     input_tokens: Option<u64>,
     output_tokens: Option<u64>,
     route_reason: Option<String>,
+    cache: Option<String>,
 }
 
 impl Job {
@@ -74,6 +75,7 @@ impl Job {
                 input_tokens: r.input_tokens,
                 output_tokens: r.output_tokens,
                 route_reason: r.route_reason.as_deref().map(str::to_string),
+                cache: r.cache.as_deref().map(str::to_string),
             },
             attempts: f.attempts.to_vec(),
             semantic: f.semantic.map(|(r, i)| (r.to_string(), i.to_string())),
@@ -181,6 +183,7 @@ impl Builder {
             ("switchyard.requested_model", &row.requested_model),
             ("switchyard.channel", &row.channel),
             ("switchyard.route.reason", &row.route_reason),
+            ("switchyard.cache", &row.cache),
         ] {
             if let Some(v) = v {
                 attrs.push(KeyValue::new(key, v.clone()));

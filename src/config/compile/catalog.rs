@@ -128,6 +128,29 @@ pub fn strategies(
     Ok(out)
 }
 
+/// Each served model's cache policy, where a `[[models]]` entry sets `cache`: the first entry
+/// that matches the model and sets it decides.
+pub fn cache_policies(
+    list: &[ModelConfig],
+    models: &BTreeMap<Arc<str>, Vec<ModelRoute>>,
+) -> Result<HashMap<Arc<str>, crate::config::cache::Policy>, FieldError> {
+    let mut out = HashMap::new();
+    for (i, m) in list.iter().enumerate() {
+        let Some(c) = &m.cache else {
+            continue;
+        };
+        let glob = m.name.contains(['*', '?']);
+        let matcher = matcher(&m.name, glob).map_err(|e| (format!("models[{i}].name"), e))?;
+        for name in models.keys() {
+            if matcher.matches(&m.name, name) {
+                out.entry(name.clone())
+                    .or_insert(crate::config::cache::Policy::of(c));
+            }
+        }
+    }
+    Ok(out)
+}
+
 fn matcher(name: &str, glob: bool) -> Result<NameMatch, String> {
     if !glob {
         return Ok(NameMatch::Exact);

@@ -70,6 +70,7 @@ pub fn compile(list: &[KeyConfig], source: &Source) -> Result<Vec<GatewayKey>, F
             expose_route: k.expose_route,
             quota,
             scope: format!("key:{}", k.name).into(),
+            cache: k.cache.as_ref().map(crate::config::cache::Policy::of),
         });
     }
     Ok(keys)

@@ -24,6 +24,44 @@ use crate::secret::Pepper;
 /// A field's path and what is wrong with it.
 type FieldError = (String, String);
 
+pub(crate) use routers::embedder_spec;
+
+/// `[cache]` with the keys' and models' policies over it; a policy without `[cache]` enabled
+/// is refused (it would do nothing).
+fn cache_settings(
+    cfg: &FileConfig,
+    channels: &[super::snapshot::Channel],
+    models: &std::collections::BTreeMap<std::sync::Arc<str>, Vec<super::snapshot::ModelRoute>>,
+    shared_state: bool,
+) -> Result<Option<super::cache::CacheSettings>, FieldError> {
+    use super::cache::PolicyMode;
+    let policies = cfg
+        .keys
+        .iter()
+        .enumerate()
+        .filter_map(|(i, k)| Some((format!("keys[{i}].cache"), k.cache.as_ref()?)))
+        .chain(
+            cfg.models
+                .iter()
+                .enumerate()
+                .filter_map(|(i, m)| Some((format!("models[{i}].cache"), m.cache.as_ref()?))),
+        );
+    let mut semantic_wanted = false;
+    for (field, p) in policies {
+        if !cfg.cache.enabled {
+            return Err((field, "needs [cache] enabled = true".into()));
+        }
+        semantic_wanted |= p.mode == Some(PolicyMode::Semantic);
+    }
+    let cx = super::cache::Context {
+        channels,
+        shared_state,
+        semantic_wanted,
+        models: catalog::cache_policies(&cfg.models, models)?,
+    };
+    super::cache::compile(&cfg.cache, cx)
+}
+
 pub(crate) fn compile(
     cfg: FileConfig,
     shown: &str,
@@ -59,7 +97,8 @@ pub(crate) fn compile(
         .map_err(err)?;
     let metrics = crate::config::telemetry::metrics(&cfg.metrics).map_err(err)?;
     let telemetry = crate::config::telemetry::telemetry(&cfg.telemetry).map_err(err)?;
-    let cache = crate::config::cache::compile(&cfg.cache).map_err(err)?;
+    let cache =
+        cache_settings(&cfg, &channels, &models, sections.state.url.is_some()).map_err(err)?;
     // Each route's price, once: attempts read it instead of looking it up.
     for (model, routes) in &mut models {
         for r in routes {

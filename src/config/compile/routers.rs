@@ -126,23 +126,35 @@ fn instances(
 }
 
 fn embedder(r: &RouterConfig, i: usize, channels: &[Channel]) -> Result<EmbedderSpec, FieldError> {
-    Ok(match &r.embedder {
-        None | Some(EmbedderConfig::Hashed) => {
-            if r.embedder.is_none() {
-                tracing::warn!(
-                    router = r.model.as_str(),
-                    "no embedder configured: using hashed character n-grams, a weak fallback that matches spelling, not meaning"
-                );
-            }
-            EmbedderSpec::Hashed
-        }
+    if r.embedder.is_none() {
+        tracing::warn!(
+            router = r.model.as_str(),
+            "no embedder configured: using hashed character n-grams, a weak fallback that matches spelling, not meaning"
+        );
+    }
+    embedder_spec(
+        r.embedder.as_ref(),
+        &format!("routers[{i}].embedder"),
+        channels,
+    )
+}
+
+/// An embedder as written (`None`: the hashed fallback), with its channel named in `field`'s
+/// error when no channel has that name. Shared by routers and the response cache.
+pub fn embedder_spec(
+    e: Option<&EmbedderConfig>,
+    field: &str,
+    channels: &[Channel],
+) -> Result<EmbedderSpec, FieldError> {
+    Ok(match e {
+        None | Some(EmbedderConfig::Hashed) => EmbedderSpec::Hashed,
         Some(EmbedderConfig::Channel { channel, model }) => {
             let idx = channels
                 .iter()
                 .position(|c| &*c.name == channel.as_str())
                 .ok_or_else(|| {
                     (
-                        format!("routers[{i}].embedder.channel"),
+                        format!("{field}.channel"),
                         format!("no channel is named {channel:?}"),
                     )
                 })?;
@@ -154,8 +166,8 @@ fn embedder(r: &RouterConfig, i: usize, channels: &[Channel]) -> Result<Embedder
         Some(EmbedderConfig::Local { model_dir }) => {
             if !cfg!(feature = "local-embedder") {
                 tracing::warn!(
-                    router = r.model.as_str(),
-                    "this build has no local embedder (built without the local-embedder feature): this router sends every request to its catchall"
+                    field,
+                    "this build has no local embedder (built without the local-embedder feature): it fails open"
                 );
             }
             EmbedderSpec::Local {

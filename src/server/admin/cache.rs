@@ -10,11 +10,14 @@ use serde_json::json;
 use super::{Admin, ControlError};
 use crate::server::ApiError;
 
-/// `GET /admin/cache`: `{"enabled", "entries", "bytes", "hits", "misses", "hit_rate"}`.
+/// `GET /admin/cache`: `{"enabled", "backend", "entries", "bytes", "hits", "semantic_hits",
+/// "misses", "hit_rate"}` (with Redis, every replica's).
 pub async fn stats(admin: Admin) -> Response {
     let mut v = match admin.state.cache.get() {
-        Some(c) => c.stats(),
-        None => json!({"entries": 0, "bytes": 0, "hits": 0, "misses": 0, "hit_rate": null}),
+        Some(c) => c.stats().await,
+        None => {
+            json!({"entries": 0, "bytes": 0, "hits": 0, "semantic_hits": 0, "misses": 0, "hit_rate": null})
+        }
     };
     v["enabled"] = json!(admin.snap.cache.is_some());
     axum::Json(v).into_response()
@@ -42,9 +45,10 @@ pub async fn clear(
         ))
         .into_response();
     }
-    let removed = admin.state.cache.get().map_or(0, |c| {
-        c.clear_matching(q.key.as_deref(), q.model.as_deref())
-    });
+    let removed = match admin.state.cache.get() {
+        Some(c) => c.clear_matching(q.key.as_deref(), q.model.as_deref()).await,
+        None => 0,
+    };
     admin.state.events.emitter.emit(
         "cache.cleared",
         json!({"admin": &*admin.caller.name, "key": q.key, "model": q.model, "removed": removed}),
