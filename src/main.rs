@@ -64,6 +64,23 @@ enum SemanticAction {
 }
 
 #[derive(Subcommand)]
+enum CacheAction {
+    /// Decide labelled pairs of questions as a semantic lookup would (cosine ≥ [cache]
+    /// similarity, then the guards), and report precision, hit rate, what the cosine alone
+    /// would do and a sweep of thresholds.
+    Eval {
+        #[arg(long, short)]
+        config: PathBuf,
+        /// JSON lines of `{"a": ..., "b": ..., "same": true|false}` (optionally `"kind"`).
+        #[arg(long)]
+        labelled: PathBuf,
+        /// The report as JSON (`precision` and `hit_rate` between 0 and 1 at the top).
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
 enum Command {
     /// Run the gateway. Without --config: the embedded demo (mock channels, demo key, loopback).
     Serve {
@@ -110,6 +127,11 @@ enum Command {
     Semantic {
         #[command(subcommand)]
         action: SemanticAction,
+    },
+    /// The response cache: `eval` measures semantic mode against labelled pairs of questions.
+    Cache {
+        #[command(subcommand)]
+        action: CacheAction,
     },
     /// The admin audit: `verify` checks its tamper-evident chain.
     Audit {
@@ -201,6 +223,14 @@ async fn run(cmd: Command) -> Result<(), Box<dyn std::error::Error>> {
                     json,
                 },
         } => semantic_eval(&config, &router, &labelled, json).await,
+        Command::Cache {
+            action:
+                CacheAction::Eval {
+                    config,
+                    labelled,
+                    json,
+                },
+        } => cache_eval(&config, &labelled, json).await,
         Command::Mock {
             port,
             host,
@@ -318,6 +348,24 @@ async fn semantic_eval(
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", switchyard::semantic::eval::text(&report));
+    }
+    Ok(())
+}
+
+/// `switchyard cache eval`: the semantic cache's decisions on labelled pairs.
+async fn cache_eval(
+    config: &Path,
+    labelled: &Path,
+    json: bool,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let snap = switchyard::app::load(Some(config), &HttpClients::default())?;
+    let lines =
+        std::fs::read_to_string(labelled).map_err(|e| format!("{}: {e}", labelled.display()))?;
+    let report = switchyard::cache::eval::run(&snap, &lines).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", switchyard::cache::eval::text(&report));
     }
     Ok(())
 }

@@ -3,9 +3,9 @@
 //! Fahrenheit" and "…Fahrenheit to Celsius" at 0.998), so the cosine only finds candidates and
 //! this decides. After normalising case, contractions, possessives and plurals and dropping
 //! filler ("please", "can you tell me", articles), both questions must hold the same content
-//! words — numbers, names, negations, every other word — and the same word after each word
-//! that gives a direction ("from", "to", "than", …), so a reordering that swaps a direction is
-//! refused while one that only moves a clause is not. A paraphrase in other words is a miss:
+//! words — numbers, names, negations, every other word — and the same words after the words
+//! that give a direction ("from", "to", "in", "than", …), in the same order, so a reordering
+//! that swaps a direction is refused while one that only moves a clause is not. A paraphrase in other words is a miss:
 //! a wrong answer costs more than a call.
 
 /// Words that do not change what is asked.
@@ -81,11 +81,20 @@ const FILLER: &[&str] = &[
 
 /// Words whose next content word says which way something goes (kept as pairs).
 const DIRECTIONS: &[&str] = &[
-    "from", "to", "into", "than", "vs", "versus", "before", "after", "over", "under", "above",
-    "below", "per",
+    "from", "to", "into", "in", "than", "vs", "versus", "before", "after", "over", "under",
+    "above", "below", "per",
 ];
 
-/// The question's content words (sorted) and its direction pairs (sorted).
+/// Words spelled differently that ask the same.
+fn same_word(w: &str) -> &str {
+    match w {
+        "which" => "what",
+        _ => w,
+    }
+}
+
+/// The question's content words (sorted) and its direction pairs (in order: "9 am in New
+/// York, what time in Tokyo" is not "9 am in Tokyo, what time in New York").
 #[derive(Debug, PartialEq, Eq)]
 pub struct Terms {
     words: Vec<String>,
@@ -153,11 +162,13 @@ impl Terms {
         let mut words: Vec<String> = toks
             .iter()
             .filter(|w| content(w))
-            .map(|w| stem(w))
+            .map(|w| stem(same_word(w)))
             .collect();
         let mut directions = Vec::new();
         for (i, w) in toks.iter().enumerate() {
-            if !DIRECTIONS.contains(&w.as_str()) {
+            // "how to reset" asks how, not where to.
+            let how_to = w == "to" && i > 0 && toks[i - 1] == "how";
+            if !DIRECTIONS.contains(&w.as_str()) || how_to {
                 continue;
             }
             let next = toks[i + 1..].iter().find(|n| content(n));
@@ -166,7 +177,6 @@ impl Terms {
             }
         }
         words.sort_unstable();
-        directions.sort_unstable();
         Terms { words, directions }
     }
 }

@@ -8,6 +8,7 @@
 //! again and `collect.rs` makes a streamed one whole, to be kept.
 
 mod collect;
+pub mod eval;
 pub mod guard;
 mod key;
 mod memory;

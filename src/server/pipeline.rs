@@ -103,9 +103,16 @@ async fn pipeline<C: Codec>(
                 cache::Looked::Miss => None,
             };
             if let Some(hit) = hit {
-                // A reseller's hit is charged as the answer it replays: it must fit the budget.
+                // A hit is a request (the key's `rpm` counts it) that costs nothing, unless a
+                // reseller charges it as the answer it replays: then that cost must fit.
                 if snap.cache.as_ref().is_some_and(|s| s.charge_hits) {
-                    admit(state, ctx, &snap, key, &chain, &req).await?;
+                    let ask = crate::spend::Ask {
+                        micros: hit.cost_micros,
+                        tokens: 0,
+                    };
+                    admission::admit(&state.meter, &snap, key, ask, ctx).await?;
+                } else {
+                    admission::admit_request(&state.meter, &snap, key, ctx).await?;
                 }
                 return Ok(cached(state, codec, ctx, &req, extra, hit).await);
             }

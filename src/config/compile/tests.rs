@@ -191,3 +191,58 @@ fn a_models_strategy_alone_needs_no_window_and_its_fields_are_still_checked() {
         assert!(err.contains(field), "{entry}: {err}");
     }
 }
+
+#[test]
+fn a_cache_that_could_not_work_is_refused_by_its_field() {
+    let key = "[[keys]]\nname = \"k\"\nkey = \"sk-0123456789\"";
+    let cases = [
+        // A policy with the cache off would do nothing.
+        (
+            format!("{key}\ncache = {{ mode = \"exact\" }}\n{BASE}"),
+            "keys[0].cache",
+        ),
+        (
+            format!("[[models]]\nname = \"m\"\ncache = {{ mode = \"off\" }}\n{BASE}"),
+            "models[0].cache",
+        ),
+        // Semantic without an embedder, or with the one that matches spelling.
+        (
+            format!("[cache]\nenabled = true\nmode = \"semantic\"\n{BASE}"),
+            "cache.embedder",
+        ),
+        (
+            format!(
+                "[cache]\nenabled = true\nembedder = {{ kind = \"hashed\" }}\n\
+                 {key}\ncache = {{ mode = \"semantic\" }}\n{BASE}"
+            ),
+            "cache.embedder",
+        ),
+        (
+            format!(
+                "[cache]\nenabled = true\nmode = \"semantic\"\n\
+                 embedder = {{ kind = \"channel\", channel = \"nope\", model = \"e\" }}\n{BASE}"
+            ),
+            "cache.embedder.channel",
+        ),
+        // Redis entries need [state]'s Redis.
+        (
+            format!("[cache]\nenabled = true\nbackend = \"redis\"\n{BASE}"),
+            "cache.backend",
+        ),
+        (
+            format!("[cache]\nenabled = true\nsimilarity = 1.5\n{BASE}"),
+            "cache.similarity",
+        ),
+    ];
+    for (text, field) in cases {
+        let err = load(&text).unwrap_err();
+        assert!(err.contains(field), "{field}: {err}");
+    }
+    // A model's policy alone needs no window (it has no built-in family).
+    let ok = format!(
+        "[cache]\nenabled = true\n[[models]]\nname = \"big\"\ncache = {{ ttl_seconds = 5 }}\n{BASE}"
+    );
+    let snap = load(&ok).unwrap();
+    let p = snap.cache.unwrap().models["big"];
+    assert_eq!(p.ttl, Some(std::time::Duration::from_secs(5)));
+}

@@ -7,56 +7,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use super::*;
 use crate::support::*;
-
-const CACHE: &str = "[cache]\nenabled = true\n";
-
-/// A mock answering `text` behind a gateway with the cache on, serving `m`.
-async fn cached_gateway(text: &str) -> (switchyard::provider::mock::MockServer, Gateway) {
-    let up = mock(text_spec(text)).await;
-    let channels = models_channel("a", &up.base_url(), &["m"], "");
-    let gw = gateway(&format!("{CACHE}\n{channels}")).await;
-    (up, gw)
-}
-
-fn question(extra: Value) -> Value {
-    let mut v = json!({"model": "m", "messages": [
-        {"role": "system", "content": "Answer in one word."},
-        {"role": "user", "content": "What is the capital of Australia?"}]});
-    if let (Some(o), Some(e)) = (v.as_object_mut(), extra.as_object()) {
-        o.extend(e.clone());
-    }
-    v
-}
-
-/// `POST /v1/chat/completions` as `key` with `headers`: status, the cache header, `age`, body.
-async fn chat_as(
-    gw: &Gateway,
-    key: &str,
-    headers: &[(&str, &str)],
-    body: Value,
-) -> (u16, String, String, String) {
-    let r = gw.post_as("/v1/chat/completions", key, headers, body).await;
-    let out = (
-        r.status().as_u16(),
-        header(&r, "x-switchyard-cache").to_string(),
-        header(&r, "age").to_string(),
-    );
-    (out.0, out.1, out.2, r.text().await.unwrap())
-}
-
-/// What the cache said of `body` sent as `key`.
-async fn said(gw: &Gateway, key: &str, body: Value) -> String {
-    chat_as(gw, key, &[], body).await.1
-}
-
-fn text_of(body: &str) -> String {
-    let v: Value = serde_json::from_str(body).unwrap();
-    v["choices"][0]["message"]["content"]
-        .as_str()
-        .unwrap()
-        .to_string()
-}
 
 #[tokio::test]
 async fn the_same_question_again_is_answered_from_the_cache_whole_or_streamed() {
