@@ -137,6 +137,60 @@ pub fn decide(
     })
 }
 
+/// What the cache did before admission: a hit to answer, or the plan to keep the answer by.
+pub enum Consulted {
+    Hit(Arc<Entry>),
+    Go(Option<Box<Plan>>),
+}
+
+/// The cache before admission: decides (a request its protocol keeps, `kept`, is never
+/// replayed), looks up, and admits a hit: a request (the key's `rpm` counts it) that costs
+/// nothing, unless a reseller charges it as the answer it replays, when that cost must fit.
+#[allow(clippy::too_many_arguments)] // the request's parts, as the pipeline holds them
+pub async fn consult(
+    state: &super::AppState,
+    ctx: &mut super::ctx::Ctx,
+    snap: &Snapshot,
+    key: &GatewayKey,
+    chain: &Chain,
+    req: &ChatRequest,
+    headers: &HeaderMap,
+    kept: bool,
+) -> Result<Consulted, super::ApiError> {
+    let decision = match snap.cache {
+        Some(_) if kept => Decision::Bypass(cache::Bypass::Kept.as_str()),
+        _ => decide(snap, key, chain, req, headers),
+    };
+    let mut plan = match decision {
+        Decision::Off => return Ok(Consulted::Go(None)),
+        Decision::Bypass(why) => {
+            ctx.cache = Some("bypass");
+            ctx.cache_bypass = Some(why);
+            return Ok(Consulted::Go(None));
+        }
+        Decision::Use(plan) => plan,
+    };
+    ctx.cache = Some("miss");
+    let hit = match lookup(state, snap, &mut plan).await {
+        Looked::Hit(e) => e,
+        Looked::Similar(e, similarity) => {
+            ctx.cache_similarity = Some(similarity);
+            e
+        }
+        Looked::Miss => return Ok(Consulted::Go(Some(Box::new(plan)))),
+    };
+    if snap.cache.as_ref().is_some_and(|s| s.charge_hits) {
+        let ask = crate::spend::Ask {
+            micros: hit.cost_micros,
+            tokens: 0,
+        };
+        super::admission::admit(&state.meter, snap, key, ask, ctx).await?;
+    } else {
+        super::admission::admit_request(&state.meter, snap, key, ctx).await?;
+    }
+    Ok(Consulted::Hit(hit))
+}
+
 /// Looks `plan` up: its exact key, then (semantic mode) a kept question like its own, which it
 /// embeds, and keeps in the plan to be indexed with the answer. Counts what it found and how
 /// long it took. An embedder that fails or is slow is a miss.

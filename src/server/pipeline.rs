@@ -81,43 +81,9 @@ async fn pipeline<C: Codec>(
     // Without a cache nothing is asked; a request its protocol keeps (or continuing one) is
     // never replayed.
     let kept = codec.kept(&extra) || ctx.continuation.is_some();
-    let decision = match snap.cache {
-        Some(_) if kept => cache::Decision::Bypass(crate::cache::Bypass::Kept.as_str()),
-        _ => cache::decide(&snap, key, &chain, &req, headers),
-    };
-    let keep = match decision {
-        cache::Decision::Off => None,
-        cache::Decision::Bypass(why) => {
-            ctx.cache = Some("bypass");
-            ctx.cache_bypass = Some(why);
-            None
-        }
-        cache::Decision::Use(mut plan) => {
-            ctx.cache = Some("miss");
-            let hit = match cache::lookup(state, &snap, &mut plan).await {
-                cache::Looked::Hit(e) => Some(e),
-                cache::Looked::Similar(e, similarity) => {
-                    ctx.cache_similarity = Some(similarity);
-                    Some(e)
-                }
-                cache::Looked::Miss => None,
-            };
-            if let Some(hit) = hit {
-                // A hit is a request (the key's `rpm` counts it) that costs nothing, unless a
-                // reseller charges it as the answer it replays: then that cost must fit.
-                if snap.cache.as_ref().is_some_and(|s| s.charge_hits) {
-                    let ask = crate::spend::Ask {
-                        micros: hit.cost_micros,
-                        tokens: 0,
-                    };
-                    admission::admit(&state.meter, &snap, key, ask, ctx).await?;
-                } else {
-                    admission::admit_request(&state.meter, &snap, key, ctx).await?;
-                }
-                return Ok(cached(state, codec, ctx, &req, extra, hit).await);
-            }
-            Some(plan)
-        }
+    let keep = match cache::consult(state, ctx, &snap, key, &chain, &req, headers, kept).await? {
+        cache::Consulted::Hit(hit) => return Ok(cached(state, codec, ctx, &req, extra, hit).await),
+        cache::Consulted::Go(plan) => plan.map(|p| *p),
     };
     let reply = admit(state, ctx, &snap, key, &chain, &req).await?;
     // Boxed: the store's futures (Redis's are large) would otherwise sit inline in every

@@ -247,17 +247,19 @@ fn gateway(e: &mut Enc, m: &Metrics, calls: &[([String; 5], std::sync::Arc<Calls
     )?;
     let mut lookup = Merged::default();
     lookup.add(&m.cache_lookup);
-    if lookup.count > 0 {
-        histograms(
-            e,
-            (
-                "switchyard_cache_lookup",
-                "Time the response cache's lookups took, the question's embedding included.",
-                Some(&Unit::Seconds),
-            ),
-            &BTreeMap::from([(Vec::new(), lookup)]),
-        )?;
-    }
+    let lookups = match lookup.count {
+        0 => BTreeMap::new(),
+        _ => BTreeMap::from([(Vec::new(), lookup)]),
+    };
+    histograms(
+        e,
+        (
+            "switchyard_cache_lookup",
+            "Time the response cache's lookups took, the question's embedding included.",
+            Some(&Unit::Seconds),
+        ),
+        &lookups,
+    )?;
     counters(
         e,
         "switchyard_cost_micros",

@@ -12,7 +12,9 @@ Then the calls beside chat, in every client x channel combination: token countin
 to a channel of the client's protocol, which answers a count the checks know, else counted by
 the gateway: within 10 % of the family's own tokenizer on a fixed text, and more for a longer
 text, a tool, a system prompt or an image), model lists (paged, filtered by the key's groups),
-retrieval and its 404, and the responses the gateway keeps, read, listed and deleted.
+retrieval and its 404, and the responses the gateway keeps, read, listed and deleted. And the
+response cache: a question asked again through each SDK is a hit, parsed like the first answer,
+whole and streamed.
 Any warning is an error. Prints 'N passed, N failed' and exits non-zero on a failure.
 
     python tests/sdk/matrix.py path/to/switchyard
@@ -28,6 +30,7 @@ import sys
 import tempfile
 import time
 import traceback
+import urllib.request
 import warnings
 
 warnings.simplefilter("error")
@@ -58,6 +61,9 @@ CLOUD_MODELS = {
     "vertex-openapi": ("meta/llama-3.3-70b-instruct-maas", "openapi"),
 }
 NARROW_KEY = "sk-matrix-narrow-01"
+# The one key whose answers the response cache keeps (the others' policy is off).
+CACHED_KEY = "sk-matrix-cached-01"
+ADMIN = "matrix-admin-token-0001"
 # What the text mock answers a token count with.
 COUNTED = 4242
 # Counted by the gateway with each family's tokenizer: the client protocol, the model, and a
@@ -168,8 +174,12 @@ def main():
         )
         config = os.path.join(work, "gw.toml")
         with open(config, "w") as f:
-            f.write(f'[log]\nsqlite_path = "{work}/gw.db"\n[[keys]]\nname = "matrix"\nkey = "{KEY}"\n'
-                    f'[[keys]]\nname = "narrow"\nkey = "{NARROW_KEY}"\ngroups = ["narrow"]\n\n{channels}')
+            f.write(f'[server]\nadmin_token = "{ADMIN}"\n[log]\nsqlite_path = "{work}/gw.db"\n'
+                    f'[cache]\nenabled = true\n'
+                    f'[[keys]]\nname = "matrix"\nkey = "{KEY}"\ncache = {{ mode = "off" }}\n'
+                    f'[[keys]]\nname = "narrow"\nkey = "{NARROW_KEY}"\ngroups = ["narrow"]\n'
+                    f'cache = {{ mode = "off" }}\n'
+                    f'[[keys]]\nname = "cached"\nkey = "{CACHED_KEY}"\n\n{channels}')
         gw, gw_url = spawn(["serve", "--listen", "127.0.0.1:0", "--config", config], "switchyard listening on ")
         procs.append(gw)
         return run(gw_url)
@@ -271,6 +281,48 @@ def check_gemini(url, kind):
     calls = [fc for ch in c.models.generate_content_stream(model=f"{kind}-tools", contents="w", config=cfg)
              for fc in (ch.function_calls or [])]
     assert len(calls) == 1 and calls[0].args == TOOL_ARGS, calls
+
+
+def cache_hits(url):
+    req = urllib.request.Request(url + "/admin/cache", headers={"Authorization": f"Bearer {ADMIN}"})
+    with urllib.request.urlopen(req) as r:
+        return json.load(r)["hits"]
+
+
+def check_cache(url, kind):
+    """The response cache through every SDK: a question asked again is a hit (said in the
+    header where the SDK shows it, and counted by the admin API), parsed like the first
+    answer, whole and streamed, in each client protocol."""
+    model = f"{kind}-text"
+    before = cache_hits(url)
+    o = openai.OpenAI(base_url=url + "/v1", api_key=CACHED_KEY, max_retries=0)
+    ask = [{"role": "user", "content": f"cache chat {kind}"}]
+    said = [o.chat.completions.with_raw_response.create(model=model, messages=ask) for _ in range(2)]
+    assert [r.headers.get("x-switchyard-cache") for r in said] == ["miss", "hit"], said
+    assert said[1].parse().choices[0].message.content == TEXT
+    s = "".join(ch.choices[0].delta.content or "" for ch in o.chat.completions.create(
+        model=model, messages=ask, stream=True) if ch.choices)
+    assert s == TEXT, s
+    r = [o.responses.with_raw_response.create(model=model, input=f"cache responses {kind}", store=False)
+         for _ in range(2)]
+    assert [x.headers.get("x-switchyard-cache") for x in r] == ["miss", "hit"], r
+    assert r[1].parse().output_text == TEXT
+    events = list(o.responses.create(model=model, input=f"cache responses {kind}", store=False, stream=True))
+    assert events[-1].type == "response.completed" and events[-1].response.output_text == TEXT, events
+    a = anthropic.Anthropic(base_url=url, api_key=CACHED_KEY, max_retries=0)
+    ask = [{"role": "user", "content": f"cache messages {kind}"}]
+    m = [a.messages.with_raw_response.create(model=model, max_tokens=64, messages=ask) for _ in range(2)]
+    assert [x.headers.get("x-switchyard-cache") for x in m] == ["miss", "hit"], m
+    assert m[1].parse().content[0].text == TEXT
+    with a.messages.stream(model=model, max_tokens=64, messages=ask) as st:
+        assert "".join(st.text_stream) == TEXT
+    g = genai.Client(api_key=CACHED_KEY, http_options=types.HttpOptions(base_url=url))
+    for _ in range(2):
+        assert g.models.generate_content(model=model, contents=f"cache gemini {kind}").text == TEXT
+    s = "".join(ch.text or "" for ch in g.models.generate_content_stream(model=model, contents=f"cache gemini {kind}"))
+    assert s == TEXT, s
+    # Each protocol: the second whole answer and the stream were hits.
+    assert cache_hits(url) - before == 8, (before, cache_hits(url))
 
 
 def fixture(kind, family):
@@ -402,7 +454,8 @@ def run(url):
                           ("anthropic", check_anthropic), ("gemini", check_gemini),
                           ("openai side calls", check_openai_side),
                           ("anthropic side calls", check_anthropic_side),
-                          ("gemini side calls", check_gemini_side)):
+                          ("gemini side calls", check_gemini_side),
+                          ("every SDK's cache hits", check_cache)):
         for kind in KINDS:
             name = f"{client} SDK -> {kind} channel"
             try:
