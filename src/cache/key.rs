@@ -28,6 +28,8 @@ pub enum Bypass {
     Kept,
     /// The client said `Cache-Control: no-store`.
     NoStore,
+    /// Images, audio or files larger than `max_entry_bytes` in all.
+    LargeMedia,
 }
 
 impl Bypass {
@@ -37,12 +39,33 @@ impl Bypass {
             Bypass::Sampled => "sampled_without_seed",
             Bypass::Kept => "kept_response",
             Bypass::NoStore => "no_store",
+            Bypass::LargeMedia => "large_media",
         }
     }
 }
 
+/// The bytes of a request's images, audio and files, as sent (a part the canonical form does
+/// not model is measured only when there is one).
+fn media_bytes(req: &ChatRequest) -> u64 {
+    let part = |p: &Part| match p {
+        Part::Text { .. } => 0,
+        Part::Image { url, .. } => url.len(),
+        Part::Other(v) => serde_json::to_vec(v).map_or(0, |b| b.len()),
+    };
+    req.messages
+        .iter()
+        .filter_map(|m| match &m.content {
+            Some(Content::Parts(ps)) => Some(ps.iter().map(part).sum::<usize>()),
+            _ => None,
+        })
+        .sum::<usize>() as u64
+}
+
 /// Why `req` is not cached, if it is not.
-pub fn refusal(req: &ChatRequest, deterministic_only: bool) -> Option<Bypass> {
+pub fn refusal(req: &ChatRequest, deterministic_only: bool, max_media: u64) -> Option<Bypass> {
+    if media_bytes(req) > max_media {
+        return Some(Bypass::LargeMedia);
+    }
     if req
         .extra
         .get("n")

@@ -73,7 +73,7 @@ fn what_cannot_change_the_answer_is_left_out_of_the_key_and_everything_else_is_i
 
 #[test]
 fn some_requests_are_never_cached_and_say_why() {
-    let r = |v: Value, det: bool| refusal(&req(v), det);
+    let r = |v: Value, det: bool| refusal(&req(v), det, 1000);
     assert_eq!(r(base(), true), None);
     assert_eq!(r(with(|v| v["n"] = json!(2)), false), Some(Bypass::Choices));
     let warm = with(|v| v["temperature"] = json!(0.8));
@@ -84,6 +84,14 @@ fn some_requests_are_never_cached_and_say_why() {
         v["seed"] = json!(1);
     });
     assert_eq!(r(seeded, true), None);
+    let image = |n: usize| {
+        with(|v| {
+            v["messages"][1]["content"] = json!([{"type": "text", "text": "What is this?"},
+                {"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{}", "A".repeat(n))}}]);
+        })
+    };
+    assert_eq!(r(image(100), false), None);
+    assert_eq!(r(image(2000), false), Some(Bypass::LargeMedia));
 }
 
 fn answer(text: &str) -> crate::protocol::ChatResponse {

@@ -108,7 +108,7 @@ pub fn decide(
         Some(PolicyMode::Exact) => CacheMode::Exact,
         None => s.mode,
     };
-    if let Some(b) = cache::refusal(req, s.deterministic_only) {
+    if let Some(b) = cache::refusal(req, s.deterministic_only, s.max_entry_bytes) {
         return Decision::Bypass(b.as_str());
     }
     let ttl = headers

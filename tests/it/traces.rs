@@ -135,8 +135,11 @@ async fn traces_reach_a_real_otlp_receiver_with_genai_attributes_and_intact_link
         ("OTEL_BSP_SCHEDULE_DELAY", "100"),
         ("OTEL_RESOURCE_ATTRIBUTES", resource.as_str()),
     ];
+    // The response cache on, but off for the models asked twice: the span says it bypassed.
+    let cache = "[cache]\nenabled = true\n[[models]]\nname = \"m\"\ncache = { mode = \"off\" }\n\
+                 [[models]]\nname = \"k\"\ncache = { mode = \"off\" }\n";
     let body = format!(
-        "[telemetry]\notlp_endpoint = \"{}\"\n{channels}{ROUTER}",
+        "[telemetry]\notlp_endpoint = \"{}\"\n{cache}{channels}{ROUTER}",
         phoenix.url
     );
     let (_gw, url, _dir) = serve_binary(&body, &env).await;
@@ -201,6 +204,7 @@ async fn a_failover_is_a_request_span_over_two_call_spans(
     assert_eq!(attr(server, "switchyard.channel"), "backup");
     // How the first try was chosen: primary alone in its tier.
     assert_eq!(attr(server, "switchyard.route.reason"), "weighted.alone");
+    assert_eq!(attr(server, "switchyard.cache"), "bypass");
     let names: Vec<&str> = server["attributes"]
         .as_array()
         .expect("attributes")
