@@ -333,23 +333,41 @@ async fn audit_verify(config: &Path) -> Result<(), Box<dyn std::error::Error>> {
     }
 }
 
-/// `switchyard explain`: the plan for one key and model (or chain), printed as JSON.
+/// The config and the labelled set an evaluation reads.
+fn eval_inputs(
+    config: &Path,
+    labelled: &Path,
+) -> Result<(switchyard::config::Snapshot, String), Box<dyn std::error::Error>> {
+    let snap = switchyard::app::load(Some(config), &HttpClients::default())?;
+    let lines =
+        std::fs::read_to_string(labelled).map_err(|e| format!("{}: {e}", labelled.display()))?;
+    Ok((snap, lines))
+}
+
+/// An evaluation's report, as JSON or as `text` writes it for a terminal.
+fn print_report(
+    report: &serde_json::Value,
+    json: bool,
+    text: fn(&serde_json::Value) -> String,
+) -> Result<(), Box<dyn std::error::Error>> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(report)?);
+    } else {
+        print!("{}", text(report));
+    }
+    Ok(())
+}
+
+/// `switchyard semantic eval`: a router's decisions on labelled prompts.
 async fn semantic_eval(
     config: &Path,
     router: &str,
     labelled: &Path,
     json: bool,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let snap = switchyard::app::load(Some(config), &HttpClients::default())?;
-    let lines =
-        std::fs::read_to_string(labelled).map_err(|e| format!("{}: {e}", labelled.display()))?;
+    let (snap, lines) = eval_inputs(config, labelled)?;
     let report = switchyard::semantic::eval::run(&snap, router, &lines).await?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print!("{}", switchyard::semantic::eval::text(&report));
-    }
-    Ok(())
+    print_report(&report, json, switchyard::semantic::eval::text)
 }
 
 /// `switchyard cache eval`: the semantic cache's decisions on labelled pairs.
@@ -358,18 +376,12 @@ async fn cache_eval(
     labelled: &Path,
     json: bool,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let snap = switchyard::app::load(Some(config), &HttpClients::default())?;
-    let lines =
-        std::fs::read_to_string(labelled).map_err(|e| format!("{}: {e}", labelled.display()))?;
+    let (snap, lines) = eval_inputs(config, labelled)?;
     let report = switchyard::cache::eval::run(&snap, &lines).await?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print!("{}", switchyard::cache::eval::text(&report));
-    }
-    Ok(())
+    print_report(&report, json, switchyard::cache::eval::text)
 }
 
+/// `switchyard explain`: the plan for one key and model (or chain), printed as JSON.
 async fn explain(
     config: Option<&Path>,
     key: &str,

@@ -150,22 +150,8 @@ async fn without_a_cache_nothing_is_said() {
 
 #[tokio::test]
 async fn a_hit_calls_no_upstream_and_costs_no_budget() {
-    let up = mock(text_spec("Canberra")).await;
     // A priced channel and a budget the first answer nearly spends.
-    let gw = gateway_full(
-        "",
-        "budget = { usd = 0.1 }",
-        &format!(
-            "{CACHE}\n{}",
-            models_channel(
-                "a",
-                &up.base_url(),
-                &["m"],
-                "price = { input = 2000, output = 8000 }"
-            )
-        ),
-    )
-    .await;
+    let (up, gw) = priced_gateway("0.1", "").await;
     let q = question(json!({"max_tokens": 5}));
     let (st, cache, _, _) = chat_as(&gw, KEY, &[], q.clone()).await;
     assert_eq!((st, cache.as_str()), (200, "miss"));
@@ -183,22 +169,7 @@ async fn a_hit_calls_no_upstream_and_costs_no_budget() {
     assert_eq!(up.requests(), 1);
     // The ledger: each hit a row of the `cache` channel, costing nothing and saving what the
     // answer cost when it was made.
-    gw.flush_log().await;
-    let usage = get_json(
-        &format!("{}/admin/usage?group_by=channel", gw.url),
-        Some(ADMIN),
-    )
-    .await;
-    let row = |name: &str| {
-        usage["rows"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["channel"] == name)
-            .cloned()
-            .unwrap_or_else(|| panic!("no {name} row: {usage}"))
-    };
-    let (paid, hits) = (row("a"), row("cache"));
+    let (paid, hits) = (usage_row(&gw, "a").await, usage_row(&gw, "cache").await);
     let first_cost = paid["cost_micros"].as_i64().unwrap();
     assert!(first_cost > 0, "{paid}");
     assert_eq!(hits["requests"], 3, "{hits}");

@@ -59,3 +59,44 @@ pub fn text_of(body: &str) -> String {
         .unwrap()
         .to_string()
 }
+
+/// A priced channel behind a cached gateway whose key has `budget = { usd }`, with `extra` in
+/// `[cache]`.
+pub async fn priced_gateway(
+    usd: &str,
+    extra: &str,
+) -> (switchyard::provider::mock::MockServer, Gateway) {
+    let up = mock(text_spec("Canberra")).await;
+    let gw = gateway_full(
+        "",
+        &format!("budget = {{ usd = {usd} }}"),
+        &format!(
+            "{CACHE}{extra}\n{}",
+            models_channel(
+                "a",
+                &up.base_url(),
+                &["m"],
+                "price = { input = 2000, output = 8000 }"
+            )
+        ),
+    )
+    .await;
+    (up, gw)
+}
+
+/// The usage row of channel `name` (`cache` for hits), by `GET /admin/usage?group_by=channel`.
+pub async fn usage_row(gw: &Gateway, name: &str) -> Value {
+    gw.flush_log().await;
+    let usage = get_json(
+        &format!("{}/admin/usage?group_by=channel", gw.url),
+        Some(ADMIN),
+    )
+    .await;
+    usage["rows"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|r| r["channel"] == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("no {name} row: {usage}"))
+}

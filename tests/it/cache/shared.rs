@@ -148,21 +148,7 @@ async fn keys_and_models_set_their_own_cache_policy() {
 
 #[tokio::test]
 async fn with_charge_hits_a_hit_is_charged_as_the_answer_it_replays() {
-    let up = mock(text_spec("Canberra")).await;
-    let gw = gateway_full(
-        "",
-        "budget = { usd = 0.5 }",
-        &format!(
-            "{CACHE}charge_hits = true\n\n{}",
-            models_channel(
-                "a",
-                &up.base_url(),
-                &["m"],
-                "price = { input = 2000, output = 8000 }"
-            )
-        ),
-    )
-    .await;
+    let (up, gw) = priced_gateway("0.5", "charge_hits = true\n").await;
     let q = question(json!({"max_tokens": 5}));
     let first = gw
         .post_as("/v1/chat/completions", KEY, &[], q.clone())
@@ -188,18 +174,6 @@ async fn with_charge_hits_a_hit_is_charged_as_the_answer_it_replays() {
     }
     assert!(hits >= 2, "{hits} hits before the budget ran out");
     assert_eq!(up.requests(), 1, "a hit reached the upstream");
-    gw.flush_log().await;
-    let usage = get_json(
-        &format!("{}/admin/usage?group_by=channel", gw.url),
-        Some(ADMIN),
-    )
-    .await;
-    let row = usage["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["channel"] == "cache")
-        .cloned()
-        .unwrap_or_default();
-    assert_eq!(row["cost_micros"].as_u64(), Some(hits * cost), "{usage}");
+    let row = usage_row(&gw, "cache").await;
+    assert_eq!(row["cost_micros"].as_u64(), Some(hits * cost), "{row}");
 }
