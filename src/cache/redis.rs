@@ -181,16 +181,22 @@ impl Shared {
                 })
                 .await
                 .unwrap_or_default();
-            let mut names: Vec<String> = members.iter().map(|m| self.entry_key(m)).collect();
-            let n = names.len();
-            names.push(set);
+            let names: Vec<String> = members.iter().map(|m| self.entry_key(m)).collect();
+            // Only the entries still there count; the list goes with them.
             let gone: u64 = self
                 .redis
-                .run(|mut c| async move { c.del(names).await })
+                .run(|mut c| async move {
+                    let mut p = redis::pipe();
+                    if !names.is_empty() {
+                        p.del(names);
+                    }
+                    p.del(set).ignore();
+                    let counts: Vec<u64> = p.query_async(&mut c).await?;
+                    Ok(counts.first().copied().unwrap_or(0))
+                })
                 .await
                 .unwrap_or(0);
-            // The set itself went too when it existed.
-            removed += gone.min(n as u64);
+            removed += gone;
         }
         removed
     }
