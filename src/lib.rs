@@ -5,6 +5,7 @@
 //! `server` (ingress, auth) → `protocol` (wire ↔ canonical) → `router` (plan, pure) →
 //! `exec` (attempts, commit point) → `provider` (upstream calls) → `store` (request log).
 
+pub mod admin;
 pub mod cache;
 pub mod clock;
 pub mod config;

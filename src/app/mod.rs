@@ -131,8 +131,6 @@ pub async fn start_with_clock(
         }),
         semantic: Arc::new(crate::semantic::Semantic::default()),
         store,
-        admin_failures: Arc::default(),
-        signed_out: Arc::default(),
         meter,
         events,
         telemetry: Arc::new(crate::telemetry::Telemetry::new(&snapshot_telemetry)?),
@@ -186,8 +184,9 @@ pub async fn start_with_clock(
         admin: bind_side(state.live.load().server.admin_listen).await?,
         metrics: bind_side(state.live.load().metrics.listen).await?,
     };
-    let mut running =
-        server::spawn(listener, side, state).map_err(|source| StartError::Bind { addr, source })?;
+    let operator = crate::admin::router(crate::admin::AdminState::new(state.clone()));
+    let mut running = server::spawn(listener, side, state, operator)
+        .map_err(|source| StartError::Bind { addr, source })?;
     running.background.extend(background);
     Ok(running)
 }
@@ -248,7 +247,7 @@ pub fn reload_on_sighup(state: AppState) -> std::io::Result<()> {
     let mut hup = signal(SignalKind::hangup())?;
     tokio::spawn(async move {
         while hup.recv().await.is_some() {
-            match server::reload(&state).await {
+            match crate::admin::reload(&state).await {
                 Ok(s) => tracing::info!(channels = s.channels.len(), "config reloaded on SIGHUP"),
                 Err(e) => {
                     tracing::error!(error = %e, "config reload refused; the running config stays")

@@ -41,7 +41,7 @@ pub async fn follow(state: AppState, store: Arc<Store>, every: Duration) {
                 }
                 // A version this replica could not load is not tried again until the store moves.
                 if v != state.live.store_version() && store.behind() != Some(v) {
-                    crate::server::refresh(&state, &store).await;
+                    crate::admin::refresh(&state, &store).await;
                 }
             }
             Err(e) if !failing => {

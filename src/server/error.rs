@@ -59,7 +59,7 @@ pub enum ApiError {
     LoopDetected { hops: u32, max: u32 },
     /// The admin API's refusals.
     #[error(transparent)]
-    Control(#[from] super::admin::ControlError),
+    Control(#[from] super::control::ControlError),
     /// The key's budget or one of its limits has no room for the request.
     #[error("{}", refusal_message(.0))]
     Refused(Box<crate::spend::Refusal>),

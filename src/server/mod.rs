@@ -2,22 +2,23 @@
 //! pipeline every chat request follows (`pipeline.rs`), and the rest of the edge: the request
 //! context and its log row (`ctx.rs`), bodies (`body.rs`), report headers (`headers.rs`),
 //! streams (`sse.rs`), errors (`error.rs`), sessions (`affinity.rs`), semantic decisions
-//! (`semantic.rs`), kept Responses (`continuation.rs`), the route preview (`explain.rs`) and the
-//! admin API (`admin.rs`). Handlers hold no lock across an await.
+//! (`semantic.rs`), kept Responses (`continuation.rs`), the route preview (`explain.rs`), the
+//! response cache's part (`cache.rs`). The operator side (admin API, console, sessions) is the
+//! `admin` module, which builds on this one; its routes are handed in to be mounted. Handlers
+//! hold no lock across an await.
 
-mod admin;
 mod admission;
 mod affinity;
 mod body;
 mod cache;
-mod console;
 mod continuation;
-mod ctx;
+mod control;
+pub(crate) mod ctx;
 mod error;
 pub mod explain;
 mod gather;
 mod headers;
-mod ingress;
+pub(crate) mod ingress;
 mod listen;
 mod metrics;
 mod pipeline;
@@ -26,7 +27,7 @@ mod semantic;
 mod side;
 mod sse;
 
-pub use admin::{refresh, reload};
+pub use control::ControlError;
 pub use error::ApiError;
 pub use routes::{admin_router, metrics_router, router};
 
@@ -52,10 +53,6 @@ pub struct AppState {
     pub semantic: Arc<crate::semantic::Semantic>,
     /// The store channels and keys managed at run time live in (`[store]`), when there is one.
     pub store: Option<Arc<crate::store::Store>>,
-    /// Failed admin attempts by address (for the 429 after ten a minute).
-    pub admin_failures: Arc<admin::Failures>,
-    /// Console sessions signed out on this replica.
-    pub signed_out: Arc<admin::SignedOut>,
     /// Where budgets and limits are counted: Redis, the PostgreSQL store, or this process.
     pub meter: Arc<crate::spend::Meter>,
     /// Routing events: where they are emitted, and the recent ones without a store.
@@ -162,18 +159,26 @@ fn serve_side(
 
 /// Starts serving on `listener` in a background task; the admin API and `/metrics` on their
 /// own listeners when given, else beside the rest.
-pub fn spawn(listener: TcpListener, side: Side, state: AppState) -> std::io::Result<Running> {
+pub fn spawn(
+    listener: TcpListener,
+    side: Side,
+    state: AppState,
+    operator: axum::Router<AppState>,
+) -> std::io::Result<Running> {
     let addr = listener.local_addr()?;
     let limits = state.live.load().server.connections;
     let mut background = Vec::new();
-    let admin_addr = match side.admin {
-        Some(l) => Some(serve_side(
-            l,
-            admin_router(state.clone()),
-            limits,
-            &mut background,
-        )?),
-        None => None,
+    let (admin_addr, operator) = match side.admin {
+        Some(l) => (
+            Some(serve_side(
+                l,
+                admin_router(state.clone(), operator),
+                limits,
+                &mut background,
+            )?),
+            None,
+        ),
+        None => (None, Some(operator)),
     };
     let metrics_addr = match side.metrics {
         Some(l) => Some(serve_side(
@@ -184,7 +189,7 @@ pub fn spawn(listener: TcpListener, side: Side, state: AppState) -> std::io::Res
         )?),
         None => None,
     };
-    let app = router(state.clone(), admin_addr.is_none(), metrics_addr.is_none());
+    let app = router(state.clone(), operator, metrics_addr.is_none());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(listen::serve(listener, app, limits, async {
         let _ = stopped.await;

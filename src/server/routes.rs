@@ -13,13 +13,14 @@ use super::ctx::Ctx;
 use super::headers::{json_response, served};
 use super::ingress::openai::OpenAiEnvelope;
 use super::pipeline::resolve;
-use super::{ApiError, AppState, admin, body, explain, ingress, side};
+use super::{ApiError, AppState, body, explain, ingress, side};
 use crate::exec;
 use crate::protocol::chain::ChainSpec;
 use crate::protocol::openai;
 
-/// The public routes, with the admin API unless it has a listener of its own.
-pub fn router(state: AppState, with_admin: bool, with_metrics: bool) -> Router {
+/// The public routes, with the operator's (the admin API and console, state applied) unless they have a
+/// listener of their own.
+pub fn router(state: AppState, operator: Option<Router<AppState>>, with_metrics: bool) -> Router {
     let r = ingress::routes()
         .route("/v1/embeddings", post(embeddings))
         .route("/v1/models", get(side::models::list))
@@ -42,10 +43,9 @@ pub fn router(state: AppState, with_admin: bool, with_metrics: bool) -> Router {
         .route("/v1/route/explain", post(explain::route_explain))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz));
-    let r = if with_admin {
-        r.merge(admin::routes())
-    } else {
-        r
+    let r = match operator {
+        Some(o) => r.merge(o),
+        None => r,
     };
     let r = if with_metrics {
         r.route("/metrics", get(super::metrics::metrics))
@@ -57,9 +57,9 @@ pub fn router(state: AppState, with_admin: bool, with_metrics: bool) -> Router {
         .with_state(state)
 }
 
-/// The admin API alone, for `[admin] listen`.
-pub fn admin_router(state: AppState) -> Router {
-    admin::routes()
+/// The operator's routes alone, for `[admin] listen`.
+pub fn admin_router(state: AppState, operator: Router<AppState>) -> Router {
+    operator
         .route("/healthz", get(healthz))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

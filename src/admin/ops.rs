@@ -117,7 +117,7 @@ pub async fn reload(admin: Admin) -> Response {
         ))
         .into_response();
     }
-    match crate::server::reload(state).await {
+    match super::reload(state).await {
         Ok(next) => {
             tracing::info!(channels = next.channels.len(), "config reloaded");
             axum::Json(json!({

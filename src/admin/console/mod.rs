@@ -18,15 +18,16 @@ use axum::routing::{get, post};
 use axum::{Extension, Form};
 use serde::Deserialize;
 
-use super::AppState;
-use super::admin::session::{self, Session};
+use super::AdminState;
+use super::session::{self, Session};
 use crate::config::{Role, Snapshot};
+use crate::server::ApiError;
 
 /// No inline script or style, nothing from elsewhere, never framed.
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
     connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'";
 
-pub fn routes() -> Router<AppState> {
+pub fn routes() -> Router<AdminState> {
     Router::new()
         .route("/console", get(home))
         .route("/console/", get(home))
@@ -88,18 +89,19 @@ fn with_cookie(mut r: Response, cookie: &str) -> Response {
 
 /// The session the request carries, if any, opened against `snap` (the snapshot the handler
 /// reads the admin from: its index is into that snapshot's admins).
-fn current(state: &AppState, snap: &Snapshot, headers: &HeaderMap) -> Option<Session> {
+fn current(ops: &AdminState, snap: &Snapshot, headers: &HeaderMap) -> Option<Session> {
     let value = session::cookie(headers)?;
-    session::open(snap, value, now_s(), &state.signed_out)
+    session::open(snap, value, now_s(), &ops.signed_out)
 }
 
 /// Without an admin configured there is no console, as there is no admin API.
-async fn home(State(state): State<AppState>, headers: HeaderMap) -> Response {
+async fn home(State(ops): State<AdminState>, headers: HeaderMap) -> Response {
+    let state = &ops.app;
     let snap = state.live.load();
     if snap.server.admins.is_empty() {
-        return super::ApiError::NotFound("/console".into()).into_response();
+        return ApiError::NotFound("/console".into()).into_response();
     }
-    match current(&state, &snap, &headers) {
+    match current(&ops, &snap, &headers) {
         Some(_) => redirect("/console/channels"),
         None => guarded(StatusCode::OK, pages::sign_in(None).into_string()),
     }
@@ -111,26 +113,27 @@ struct SignIn {
 }
 
 async fn sign_in(
-    State(state): State<AppState>,
+    State(ops): State<AdminState>,
     conn: Option<Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
     form: Result<Form<SignIn>, axum::extract::rejection::FormRejection>,
 ) -> Response {
+    let state = &ops.app;
     let snap = state.live.load();
     if snap.server.admins.is_empty() {
-        return super::ApiError::NotFound("/console/sign-in".into()).into_response();
+        return ApiError::NotFound("/console/sign-in".into()).into_response();
     }
     let ip = peer(conn);
     let presented = form.map(|Form(f)| f.token).unwrap_or_default();
     // The admin API's own check: its failed-attempt limit, every token compared.
-    let found = super::admin::sign_in(&snap, &state.admin_failures, &presented, ip);
+    let found = super::sign_in(&snap, &ops.failures, &presented, ip);
     let admin = match found {
         Ok(i) => &snap.server.admins[i],
-        Err(super::admin::Refused::Blocked(secs)) => {
+        Err(super::Refused::Blocked(secs)) => {
             let m = format!("Too many failed attempts from this address; try again in {secs} s.");
             return refused(StatusCode::TOO_MANY_REQUESTS, &m);
         }
-        Err(super::admin::Refused::Wrong) => {
+        Err(super::Refused::Wrong) => {
             let m = "That token is not an admin's or viewer's token.";
             return refused(StatusCode::UNAUTHORIZED, m);
         }
@@ -155,20 +158,21 @@ struct SignOut {
 }
 
 async fn sign_out(
-    State(state): State<AppState>,
+    State(ops): State<AdminState>,
     conn: Option<Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
     form: Result<Form<SignOut>, axum::extract::rejection::FormRejection>,
 ) -> Response {
+    let state = &ops.app;
     let snap = state.live.load();
     let secure = session::secure(&snap, &headers, peer(conn));
-    if let (Some(s), Ok(Form(f))) = (current(&state, &snap, &headers), form) {
+    if let (Some(s), Ok(Form(f))) = (current(&ops, &snap, &headers), form) {
         // A sign-out is a write: it needs the session's CSRF token like any other.
         if !s.csrf_matches(&f.csrf) {
             let m = "Sign-out refused: stale page; reload and try again.";
             return refused(StatusCode::FORBIDDEN, m);
         }
-        state.signed_out.add(&s);
+        ops.signed_out.add(&s);
     }
     with_cookie(redirect("/console"), &session::set_cookie("", 0, secure))
 }
@@ -176,16 +180,17 @@ async fn sign_out(
 /// A page for a signed-in admin, its session's cookie re-signed when due (using the console
 /// is what keeps a session from idling out); without a session, the sign-in form.
 async fn page(
-    State(state): State<AppState>,
+    State(ops): State<AdminState>,
     Path(slug): Path<String>,
     conn: Option<Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
 ) -> Response {
+    let state = &ops.app;
     let snap = state.live.load();
     if snap.server.admins.is_empty() {
-        return super::ApiError::NotFound(format!("/console/{slug}")).into_response();
+        return ApiError::NotFound(format!("/console/{slug}")).into_response();
     }
-    let Some(s) = current(&state, &snap, &headers) else {
+    let Some(s) = current(&ops, &snap, &headers) else {
         return redirect("/console");
     };
     let Some(admin) = snap.server.admins.get(s.admin) else {
@@ -230,12 +235,13 @@ fn resigned(
 /// at most once a minute), so a session in use on one page does not idle out; 401 when the
 /// session has ended. Background refreshes do not call it: they are not activity.
 async fn activity(
-    State(state): State<AppState>,
+    State(ops): State<AdminState>,
     conn: Option<Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
 ) -> Response {
+    let state = &ops.app;
     let snap = state.live.load();
-    let Some(s) = current(&state, &snap, &headers) else {
+    let Some(s) = current(&ops, &snap, &headers) else {
         return StatusCode::UNAUTHORIZED.into_response();
     };
     resigned(

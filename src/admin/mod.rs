@@ -2,11 +2,15 @@
 //! routers, models: `objects.rs`, each change validated and applied by `apply.rs`), the
 //! effective config and the audit (`docs.rs`), and the operations of before (`ops.rs`: the
 //! request log, a reload, channel health). Who may call it is `auth.rs`; what it masks,
-//! `mask.rs`. It exists only when an admin is configured: without one every path is 404.
+//! `mask.rs`; the console is `console/`, its sessions `session.rs`. It exists only when an admin
+//! is configured: without one every path is 404. The operator side builds on the client side
+//! (`crate::server`: its state, errors and request context), never the other way: `router`
+//! hands the routes to the listeners with their own state ([`AdminState`]).
 
 mod apply;
 mod auth;
 mod cache;
+mod console;
 mod docs;
 mod error;
 mod events;
@@ -32,12 +36,45 @@ use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get, post};
 
-use super::{ApiError, AppState};
+use axum::extract::FromRef;
+
 use crate::config::Snapshot;
+use crate::server::{ApiError, AppState};
+
+/// What the operator side serves from: the gateway's state, and what only it keeps (failed
+/// attempts by address, console sessions signed out on this replica).
+#[derive(Clone)]
+pub struct AdminState {
+    pub app: AppState,
+    pub failures: Arc<Failures>,
+    pub signed_out: Arc<SignedOut>,
+}
+
+impl AdminState {
+    pub fn new(app: AppState) -> AdminState {
+        AdminState {
+            app,
+            failures: Arc::default(),
+            signed_out: Arc::default(),
+        }
+    }
+}
+
+impl FromRef<AdminState> for AppState {
+    fn from_ref(s: &AdminState) -> AppState {
+        s.app.clone()
+    }
+}
+
+/// The operator's routes (the admin API and the console) with their state, to be merged
+/// into a listener's router: the public one's, or `[admin] listen`'s own.
+pub fn router(state: AdminState) -> Router<AppState> {
+    routes().with_state(state)
+}
 
 /// Every admin route: its method, path and handler. The OpenAPI document is checked against
 /// this table, so a route added here and not there fails a test.
-fn table() -> Vec<(&'static str, &'static str, MethodRouter<AppState>)> {
+fn table() -> Vec<(&'static str, &'static str, MethodRouter<AdminState>)> {
     vec![
         ("get", "/admin/requests", get(ops::requests)),
         ("post", "/admin/reload", post(ops::reload)),
@@ -86,12 +123,12 @@ pub fn route_list() -> Vec<(&'static str, &'static str)> {
 }
 
 /// The admin API and the console, which is its web face.
-pub fn routes() -> Router<AppState> {
+fn routes() -> Router<AdminState> {
     let mut r = Router::new();
     for (_, path, handler) in table() {
         r = r.route(path, handler);
     }
-    r.merge(super::console::routes())
+    r.merge(console::routes())
 }
 
 /// An authenticated admin request: the caller, the snapshot it was checked against, the state.
@@ -137,17 +174,18 @@ impl Admin {
     }
 }
 
-impl FromRequestParts<AppState> for Admin {
+impl FromRequestParts<AdminState> for Admin {
     type Rejection = Response;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
+    async fn from_request_parts(parts: &mut Parts, ops: &AdminState) -> Result<Self, Response> {
+        let state = &ops.app;
         let snap = state.live.load();
         // No token but a console session: the session names the caller.
         if crate::server::ctx::bearer(&parts.headers).is_none()
             && let Some(value) = session::cookie(&parts.headers)
         {
             let now = crate::clock::unix_ms().max(0) as u64 / 1000;
-            let Some(s) = session::open(&snap, value, now, &state.signed_out) else {
+            let Some(s) = session::open(&snap, value, now, &ops.signed_out) else {
                 return Err(ApiError::Unauthorized.into_response());
             };
             let path = parts.uri.path();
@@ -165,7 +203,7 @@ impl FromRequestParts<AppState> for Admin {
             .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |c| c.0.ip());
         let caller = auth::guard(
             &snap,
-            &state.admin_failures,
+            &ops.failures,
             &parts.headers,
             &parts.method,
             parts.uri.path(),

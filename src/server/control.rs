@@ -1,5 +1,6 @@
 //! What the admin API refuses, each with one status and one stable code, in the OpenAI
-//! envelope like every other error.
+//! envelope like every other error (`ApiError::Control`). Here, beside `ApiError`, so the
+//! operator side (the `admin` module) builds on the edge and the edge never reaches back into it.
 
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
@@ -92,12 +93,4 @@ impl ControlError {
             _ => None,
         }
     }
-}
-
-/// A query string a handler's `Query` could not read: 400 `invalid_request`, `param: query`,
-/// the message naming the parameter at fault (one answer for every admin route).
-pub fn unreadable_query(r: axum::extract::rejection::QueryRejection) -> axum::response::Response {
-    use axum::response::IntoResponse;
-    let e = crate::protocol::InvalidRequest::new("query", r.body_text());
-    crate::server::ApiError::Invalid(e).into_response()
 }
