@@ -10,7 +10,6 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::apply::store;
-use super::docs::everything;
 use super::{Admin, ControlError};
 use crate::server::ApiError;
 use crate::store::Store;
@@ -67,7 +66,7 @@ pub async fn list(
         Ok(Query(q)) => q,
         Err(r) => return super::error::unreadable_query(r),
     };
-    if let Err(e) = everything(&admin) {
+    if let Err(e) = admin.sees_everything() {
         return e.into_response();
     }
     let Some(since) = since_ms(q.since.as_deref()) else {
@@ -107,7 +106,7 @@ pub async fn list(
 
 /// The store, once the caller may read everything and the webhook `name` exists (else 404).
 fn webhook_store<'a>(admin: &'a Admin, name: &str) -> Result<&'a Store, ApiError> {
-    everything(admin)?;
+    admin.sees_everything()?;
     if !admin.snap.webhooks.iter().any(|w| *w.name == *name) {
         return Err(ControlError::Missing {
             section: "webhooks".into(),

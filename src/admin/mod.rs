@@ -139,6 +139,19 @@ pub struct Admin {
 }
 
 impl Admin {
+    /// The whole config and the audit cover every group: an admin limited to some may not
+    /// read them.
+    pub fn sees_everything(&self) -> Result<(), ApiError> {
+        if self.caller.groups.is_empty() {
+            return Ok(());
+        }
+        Err(ControlError::OutOfScope(format!(
+            "admin {:?} is limited to groups: the whole config and the audit are not its to read",
+            &*self.caller.name
+        ))
+        .into())
+    }
+
     /// Whether the caller sees what the key named `key` did: every admin not limited to
     /// groups does; one limited to groups, only for keys of its groups that still exist.
     pub fn sees_key_named(&self, key: Option<&str>) -> bool {

@@ -6,11 +6,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use axum::http::{HeaderMap, header};
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::Response;
 
+use super::envelope::Envelope;
 use super::headers::{hdr, set_header};
-use super::ingress::Envelope;
 use super::{ApiError, AppState};
 use crate::config::{GatewayKey, Snapshot};
 use crate::exec::{self, AttemptRecord, Report};
@@ -443,4 +443,67 @@ pub(super) fn hops(headers: &HeaderMap, max: u32) -> Result<u32, ApiError> {
         return Err(ApiError::LoopDetected { hops: n, max });
     }
     Ok(n)
+}
+
+/// A served response with the failover report headers and the request id.
+pub fn served(mut resp: Response, ctx: &Ctx) -> Response {
+    if let Some(s) = &ctx.report.served {
+        set_header(&mut resp, hdr::CHANNEL, &s.channel);
+        set_header(&mut resp, hdr::MODEL, &s.model);
+        set_header(&mut resp, hdr::UPSTREAM_MODEL, &s.upstream_model);
+    }
+    if !ctx.report.requested_model.is_empty() {
+        set_header(&mut resp, hdr::REQUESTED_MODEL, &ctx.report.requested_model);
+    }
+    if let Some(a) = ctx.affinity {
+        set_header(&mut resp, hdr::AFFINITY, a);
+    }
+    // Counted only when trimming or a context fallback needed it.
+    if let Some(n) = &ctx.report.context {
+        let h = resp.headers_mut();
+        h.insert(hdr::PROMPT_TOKENS, HeaderValue::from(n.prompt_tokens));
+        h.insert(hdr::TRIMMED_TURNS, HeaderValue::from(n.trimmed_turns));
+    }
+    // Debugging headers, when the router exposes them and the embedding worked.
+    if let Some(d) = &ctx.semantic
+        && (!d.scores.is_empty() || d.kept)
+        && ctx
+            .snap
+            .router(&d.router)
+            .is_some_and(|(_, r)| r.expose_scores)
+    {
+        set_header(
+            &mut resp,
+            hdr::SEMANTIC_ROUTE,
+            d.winner.as_deref().unwrap_or("fallback"),
+        );
+        if !d.scores.is_empty() {
+            set_header(&mut resp, hdr::SEMANTIC_SCORES, &d.scores_text());
+        }
+    }
+    if ctx.gateway_key(&ctx.snap).is_some_and(|k| k.expose_route)
+        && let Some(reason) = ctx.report.route_reason()
+    {
+        resp.headers_mut()
+            .insert(hdr::ROUTE, HeaderValue::from_static(reason));
+    }
+    if let Some(c) = ctx.cache {
+        let h = resp.headers_mut();
+        h.insert(hdr::CACHE, HeaderValue::from_static(c));
+        if let Some(age) = ctx.cache_age {
+            h.insert(header::AGE, HeaderValue::from(age));
+        }
+        if let Some(why) = ctx.cache_bypass {
+            h.insert(hdr::CACHE_BYPASS, HeaderValue::from_static(why));
+        }
+        if let Some(sim) = ctx.cache_similarity
+            && let Ok(v) = HeaderValue::from_str(&format!("{sim:.4}"))
+        {
+            h.insert(hdr::CACHE_SIMILARITY, v);
+        }
+    }
+    let attempts = ctx.report.tried().to_string();
+    set_header(&mut resp, hdr::ATTEMPTS, &attempts);
+    set_header(&mut resp, hdr::REQUEST_ID, &ctx.id);
+    resp
 }

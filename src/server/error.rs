@@ -5,8 +5,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::ingress::openai::OpenAiEnvelope;
-use super::ingress::{Envelope, ErrorView};
+use super::envelope::{Envelope, ErrorView, OpenAiEnvelope};
 use crate::exec::{ExecError, Passthrough};
 use crate::protocol::InvalidRequest;
 

@@ -4,8 +4,6 @@
 use axum::http::{HeaderName, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 
-use super::ctx::Ctx;
-
 /// Header names, made at compile time (`from_static` at run time parses the name on
 /// every call, several times per request).
 pub mod hdr {
@@ -42,69 +40,6 @@ pub fn set_header(resp: &mut Response, name: HeaderName, value: &str) {
     if let Ok(v) = HeaderValue::from_str(value) {
         resp.headers_mut().insert(name, v);
     }
-}
-
-/// A served response with the failover report headers and the request id.
-pub fn served(mut resp: Response, ctx: &Ctx) -> Response {
-    if let Some(s) = &ctx.report.served {
-        set_header(&mut resp, hdr::CHANNEL, &s.channel);
-        set_header(&mut resp, hdr::MODEL, &s.model);
-        set_header(&mut resp, hdr::UPSTREAM_MODEL, &s.upstream_model);
-    }
-    if !ctx.report.requested_model.is_empty() {
-        set_header(&mut resp, hdr::REQUESTED_MODEL, &ctx.report.requested_model);
-    }
-    if let Some(a) = ctx.affinity {
-        set_header(&mut resp, hdr::AFFINITY, a);
-    }
-    // Counted only when trimming or a context fallback needed it.
-    if let Some(n) = &ctx.report.context {
-        let h = resp.headers_mut();
-        h.insert(hdr::PROMPT_TOKENS, HeaderValue::from(n.prompt_tokens));
-        h.insert(hdr::TRIMMED_TURNS, HeaderValue::from(n.trimmed_turns));
-    }
-    // Debugging headers, when the router exposes them and the embedding worked.
-    if let Some(d) = &ctx.semantic
-        && (!d.scores.is_empty() || d.kept)
-        && ctx
-            .snap
-            .router(&d.router)
-            .is_some_and(|(_, r)| r.expose_scores)
-    {
-        set_header(
-            &mut resp,
-            hdr::SEMANTIC_ROUTE,
-            d.winner.as_deref().unwrap_or("fallback"),
-        );
-        if !d.scores.is_empty() {
-            set_header(&mut resp, hdr::SEMANTIC_SCORES, &d.scores_text());
-        }
-    }
-    if ctx.gateway_key(&ctx.snap).is_some_and(|k| k.expose_route)
-        && let Some(reason) = ctx.report.route_reason()
-    {
-        resp.headers_mut()
-            .insert(hdr::ROUTE, HeaderValue::from_static(reason));
-    }
-    if let Some(c) = ctx.cache {
-        let h = resp.headers_mut();
-        h.insert(hdr::CACHE, HeaderValue::from_static(c));
-        if let Some(age) = ctx.cache_age {
-            h.insert(header::AGE, HeaderValue::from(age));
-        }
-        if let Some(why) = ctx.cache_bypass {
-            h.insert(hdr::CACHE_BYPASS, HeaderValue::from_static(why));
-        }
-        if let Some(sim) = ctx.cache_similarity
-            && let Ok(v) = HeaderValue::from_str(&format!("{sim:.4}"))
-        {
-            h.insert(hdr::CACHE_SIMILARITY, v);
-        }
-    }
-    let attempts = ctx.report.tried().to_string();
-    set_header(&mut resp, hdr::ATTEMPTS, &attempts);
-    set_header(&mut resp, hdr::REQUEST_ID, &ctx.id);
-    resp
 }
 
 pub fn json_response(body: impl Into<axum::body::Bytes>) -> Response {

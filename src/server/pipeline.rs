@@ -10,7 +10,8 @@ use axum::response::Response;
 
 use super::affinity::{self, Session};
 use super::ctx::Ctx;
-use super::headers::{hdr, json_response, served, set_header};
+use super::ctx::served;
+use super::headers::{hdr, json_response, set_header};
 use super::ingress::{Answer, Codec, Envelope, Parsed, StreamStart};
 use super::{ApiError, AppState, admission, body, cache, continuation, semantic, sse};
 use crate::config::{GatewayKey, Snapshot};

@@ -10,7 +10,8 @@ use axum::routing::{get, post};
 use serde_json::{Value, json};
 
 use super::ctx::Ctx;
-use super::headers::{json_response, served};
+use super::ctx::served;
+use super::headers::json_response;
 use super::ingress::openai::OpenAiEnvelope;
 use super::pipeline::resolve;
 use super::{ApiError, AppState, body, explain, ingress, side};
@@ -21,7 +22,7 @@ use crate::protocol::openai;
 /// The public routes, with the operator's (the admin API and console, state applied) unless they have a
 /// listener of their own.
 pub fn router(state: AppState, operator: Option<Router<AppState>>, with_metrics: bool) -> Router {
-    let r = ingress::routes()
+    let r = super::handlers::routes()
         .route("/v1/embeddings", post(embeddings))
         .route("/v1/models", get(side::models::list))
         .route(
@@ -165,7 +166,7 @@ async fn gemini_post(
         }
         None => {
             let (path, query) = (Path(model_action), Query(q));
-            ingress::gemini::handle(State(state), path, query, headers, body).await
+            super::handlers::gemini(State(state), path, query, headers, body).await
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use maud::{Markup, html};
 
-use super::pages::{field, table};
+use super::parts::{field, table};
 
 pub fn channels(admin: bool) -> Markup {
     html! {

@@ -7,6 +7,7 @@
 mod assets;
 mod forms;
 mod pages;
+mod parts;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 

@@ -5,6 +5,8 @@
 
 use maud::{DOCTYPE, Markup, html};
 
+use super::parts::{field, table};
+
 /// Every page: its path segment, its title (the `<h1>`), and a one-line purpose.
 pub const PAGES: [(&str, &str, &str); 8] = [
     (
@@ -159,30 +161,6 @@ pub fn page(slug: &str, who: &Viewer) -> Option<Markup> {
             }
         }
     })
-}
-
-/// A labelled input: `id` is `<prefix>-<name>`, the name its form sends.
-pub fn field(id: &str, label: &str, kind: &str, hint: &str) -> Markup {
-    html! {
-        div.field {
-            label for=(id) { (label) }
-            input id=(id) name=(id.split_once('-').map_or(id, |(_, n)| n)) type=(kind) autocomplete="off";
-            @if !hint.is_empty() { small { (hint) } }
-        }
-    }
-}
-
-/// A table with its header row and an empty body the page's script fills.
-pub fn table(id: &str, caption: &str, columns: &[&str]) -> Markup {
-    html! {
-        div.scroll {
-            table id=(id) {
-                caption { (caption) }
-                thead { tr { @for c in columns { th scope="col" { (c) } } } }
-                tbody {}
-            }
-        }
-    }
 }
 
 fn logs() -> Markup {

@@ -2,10 +2,6 @@
 //! are accepted and not needed): read into the canonical request, served by any channel,
 //! answered as Anthropic (an Anthropic upstream's own body and events as they came).
 
-use axum::body::Body;
-use axum::extract::State;
-use axum::http::HeaderMap;
-use axum::response::Response;
 use serde_json::Value;
 
 use super::openai::chat_parse;
@@ -15,14 +11,8 @@ use crate::protocol::anthropic::{
     StreamEncoder, error_body, request_from_value, response_to_value,
 };
 use crate::protocol::{ChatResponse, Protocol, StreamChunk};
-use crate::server::AppState;
 use crate::server::continuation::{Keep, Keeping};
 use crate::server::error::ApiError;
-use crate::server::pipeline;
-
-pub async fn handle(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
-    pipeline::serve(state, headers, body, Anthropic).await
-}
 
 pub struct Anthropic;
 

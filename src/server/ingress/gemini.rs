@@ -1,10 +1,7 @@
 //! Gemini (`POST /v1beta/models/{model}:generateContent` and `:streamGenerateContent?alt=sse`,
 //! with `x-goog-api-key` or `?key=`): the model and whether to stream come from the path.
 
-use axum::body::Body;
-use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue};
-use axum::response::Response;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -13,10 +10,8 @@ use crate::exec::OutcomeClass;
 use crate::protocol::chain::ChainSpec;
 use crate::protocol::gemini::{StreamEncoder, error_body, request_from_value, response_to_value};
 use crate::protocol::{ChatResponse, Protocol, StreamChunk};
-use crate::server::AppState;
 use crate::server::continuation::{Keep, Keeping};
 use crate::server::error::ApiError;
-use crate::server::pipeline;
 
 #[derive(Deserialize)]
 pub struct KeyQuery {
@@ -36,36 +31,27 @@ impl KeyQuery {
     }
 }
 
-/// `models/{model}:generateContent` and `:streamGenerateContent` (any other action is a 404;
-/// `:countTokens` is routed beside it, by `server::routes`).
-pub async fn handle(
-    State(state): State<AppState>,
-    Path(model_action): Path<String>,
-    Query(q): Query<KeyQuery>,
-    mut headers: HeaderMap,
-    body: Body,
-) -> Response {
-    q.into_header(&mut headers);
-    let stream = match model_action.rsplit_once(':') {
-        Some((_, "generateContent")) => Some(false),
-        Some((_, "streamGenerateContent")) => Some(true),
-        _ => None,
-    };
-    let (Some(stream), Some((model, _))) = (stream, model_action.rsplit_once(':')) else {
-        let e = ApiError::NotFound(format!("/v1beta/models/{model_action}"));
-        return pipeline::refuse(&state, Gemini::ENDPOINT, &GeminiEnvelope, e);
-    };
-    let codec = Gemini {
-        model: model.to_string(),
-        stream,
-    };
-    pipeline::serve(state, headers, body, codec).await
-}
-
 /// A Gemini request: its model and action are the path's.
 pub struct Gemini {
     model: String,
     stream: bool,
+}
+
+impl Gemini {
+    /// The codec of `models/{model}:generateContent` or `:streamGenerateContent`; `None` for
+    /// any other action.
+    pub fn for_path(model_action: &str) -> Option<Gemini> {
+        let (model, action) = model_action.rsplit_once(':')?;
+        let stream = match action {
+            "generateContent" => false,
+            "streamGenerateContent" => true,
+            _ => return None,
+        };
+        Some(Gemini {
+            model: model.to_string(),
+            stream,
+        })
+    }
 }
 
 impl Codec for Gemini {

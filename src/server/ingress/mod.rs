@@ -1,38 +1,27 @@
 //! The client protocols: each is one [`Codec`] value that reads its requests into the
 //! canonical form and writes answers, streams and errors in its own wire format, so the
-//! pipeline is one generic function over it. This module is also the registry: a protocol's
-//! routes are listed in [`routes`].
+//! pipeline is one generic function over it. The registry of routes is `server::handlers`.
 //!
 //! Adding a client protocol: a module here implementing `Codec`, `Encode` and `Envelope`
-//! (its translation functions in `protocol::<name>`), and its route(s) in [`routes`].
+//! (its translation functions in `protocol::<name>`), and its route(s) in `server::handlers`.
 
 pub mod anthropic;
 pub mod gemini;
 pub mod openai;
 pub mod responses;
 
-use axum::Router;
 use axum::body::Bytes;
-use axum::routing::post;
 use serde_json::Value;
 
 use super::AppState;
 use super::continuation::{Keep, Keeping};
 use super::ctx::Ctx;
+pub use super::envelope::{Envelope, ErrorView};
 use super::error::ApiError;
 use crate::config::Channel;
 use crate::exec::{Committed, OutcomeClass};
 use crate::protocol::chain::ChainSpec;
 use crate::protocol::{ChatRequest, ChatResponse, StreamChunk};
-
-/// Every client protocol's routes but Gemini's, whose paths it shares with its token counting
-/// (`server::routes` sends `:countTokens` beside, the rest to [`gemini::handle`]).
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/v1/chat/completions", post(openai::handle))
-        .route("/v1/messages", post(anthropic::handle))
-        .route("/v1/responses", post(responses::handle))
-}
 
 /// A request as a protocol read it.
 pub struct Parsed<X> {
@@ -120,32 +109,6 @@ pub trait Encode: Send + Unpin + 'static {
     fn fault(&mut self, class: OutcomeClass, out: &mut Vec<u8>);
     /// The stream completed; anything to await before its last frames go out.
     fn done(&mut self, out: &mut Vec<u8>) -> Option<Keeping>;
-}
-
-/// An error as every protocol's envelope reads it.
-pub struct ErrorView<'a> {
-    pub status: u16,
-    /// OpenAI's `type` (`invalid_request_error`, `rate_limit_error`, `server_error`...).
-    pub kind: &'static str,
-    pub code: &'a str,
-    pub message: &'a str,
-    pub param: Option<&'a str>,
-    /// The attempts an exhausted request made, by channel, model, status and reason.
-    pub attempts: Option<&'a Value>,
-    /// The counts of a request too long for any model's window.
-    pub context: Option<&'a Value>,
-}
-
-/// How a client protocol writes an error body.
-pub trait Envelope: Sync {
-    fn body(&self, e: &ErrorView) -> Value;
-    /// An upstream error body already in this envelope's shape, returned to the client as is.
-    fn speaks(&self, body: &Value) -> bool;
-    /// Whether an upstream's rejection goes back as it came (`context_window`: it says the
-    /// prompt is too long for the model).
-    fn passes(&self, body: &Value, _context_window: bool) -> bool {
-        self.speaks(body)
-    }
 }
 
 /// The code and message of a post-commit fault, the same for every protocol.

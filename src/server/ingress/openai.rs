@@ -1,25 +1,16 @@
 //! OpenAI Chat Completions (`POST /v1/chat/completions`): the canonical form's own shape,
 //! so reading and writing are direct; its error envelope is shared by the Responses API.
 
-use axum::body::Body;
-use axum::extract::State;
-use axum::http::HeaderMap;
-use axum::response::Response;
 use serde_json::{Map, Value};
 
-use super::{Answer, Codec, Encode, Envelope, ErrorView, Parsed, Rendered, StreamStart};
+pub use super::super::envelope::OpenAiEnvelope;
+use super::{Answer, Codec, Encode, Envelope, Parsed, Rendered, StreamStart};
 use crate::exec::OutcomeClass;
 use crate::protocol::chain::{self, ChainSpec};
 use crate::protocol::openai::{ChunkBody, ResponseBody, error_body, request_from_value};
 use crate::protocol::{ChatRequest, ChatResponse, InvalidRequest, Protocol, RawEvent, StreamChunk};
-use crate::server::AppState;
 use crate::server::continuation::{Keep, Keeping};
 use crate::server::error::ApiError;
-use crate::server::pipeline;
-
-pub async fn handle(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
-    pipeline::serve(state, headers, body, OpenAiChat).await
-}
 
 pub struct OpenAiChat;
 
@@ -241,25 +232,5 @@ impl OpenAiEncoder {
             }
             None => raw.write(out),
         }
-    }
-}
-
-/// `{"error": {"message", "type", "param", "code", "attempts" | "context"}}`.
-pub struct OpenAiEnvelope;
-
-impl Envelope for OpenAiEnvelope {
-    fn body(&self, e: &ErrorView) -> Value {
-        let extra = match (e.context, e.attempts) {
-            (Some(c), _) => Some(("context", c.clone())),
-            (None, Some(a)) => Some(("attempts", a.clone())),
-            (None, None) => None,
-        };
-        error_body(e.message, e.kind, e.code, e.param, extra)
-    }
-
-    /// Anthropic's (`"type": "error"`) and Gemini's (`error.status`) are not this one; the
-    /// rest (OpenAI's, vLLM's top-level error) is.
-    fn speaks(&self, body: &Value) -> bool {
-        !(body["type"] == "error" || body["error"]["status"].is_string())
     }
 }

@@ -2,10 +2,6 @@
 //! channel (a channel that speaks the API gets it as sent), answered as a Response object or
 //! its event stream; answers are kept for `previous_response_id`.
 
-use axum::body::Body;
-use axum::extract::State;
-use axum::http::HeaderMap;
-use axum::response::Response;
 use serde_json::Value;
 
 use super::openai::{OpenAiEnvelope, take_chain};
@@ -16,14 +12,8 @@ use crate::protocol::responses::{
     Echo, Kept, StreamEncoder, request_from_value, response_to_value,
 };
 use crate::protocol::{ChatResponse, Protocol, StreamChunk};
-use crate::server::AppState;
 use crate::server::continuation::{self, Keep, Keeper, Keeping};
 use crate::server::error::ApiError;
-use crate::server::pipeline;
-
-pub async fn handle(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
-    pipeline::serve(state, headers, body, Responses).await
-}
 
 pub struct Responses;
 

@@ -13,7 +13,8 @@ use axum::response::Response;
 use serde_json::Value;
 
 use super::ctx::Ctx;
-use super::headers::{json_response, served};
+use super::ctx::served;
+use super::headers::json_response;
 use super::{ApiError, AppState, admission};
 use crate::config::{GatewayKey, Snapshot};
 use crate::exec;
