@@ -15,6 +15,7 @@ pub mod exec;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod health;
+pub mod mcp;
 pub mod pricing;
 pub mod protocol;
 pub mod provider;

@@ -4,6 +4,7 @@
 
 mod channels;
 mod compile;
+pub(crate) use compile::glob_regex;
 pub use compile::keys::short_key;
 pub mod cache;
 mod file;

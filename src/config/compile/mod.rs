@@ -24,6 +24,7 @@ use crate::secret::Pepper;
 /// A field's path and what is wrong with it.
 type FieldError = (String, String);
 
+pub(crate) use redirects::glob_regex;
 pub(crate) use routers::embedder_spec;
 
 /// `[cache]` with the keys' and models' policies over it; a policy without `[cache]` enabled

@@ -1,0 +1,4 @@
+//! The MCP gateway (issue 37), being built: so far the access rules a gateway key's `mcp`
+//! table will compile into (`access.rs`). Nothing here is reachable from a request yet.
+
+pub mod access;
