@@ -95,25 +95,22 @@ impl Cache {
     /// A cache as `s` says, its entries in `state`'s Redis when `backend = "redis"` (and
     /// `[state]` is Redis: the config refuses it otherwise).
     pub fn new(s: &CacheSettings, state: &crate::state::State) -> Cache {
-        let backend = match (s.backend, state) {
+        match (s.backend, state) {
             (CacheBackend::Redis, crate::state::State::Redis(r)) => {
-                Backend::Redis(redis::Shared::new(r.clone()))
+                Cache::with(Backend::Redis(redis::Shared::new(r.clone())), s.max_bytes)
             }
-            _ => Backend::Memory(Memory::new(s.max_bytes)),
-        };
-        Cache {
-            backend,
-            index: semantic::Index::new(s.max_bytes),
-            hits: AtomicU64::new(0),
-            semantic_hits: AtomicU64::new(0),
-            misses: AtomicU64::new(0),
+            _ => Cache::in_memory(s.max_bytes),
         }
     }
 
-    /// A cache in this process bounded by `max_bytes` (tests, benchmarks).
+    /// A cache in this process bounded by `max_bytes` (also tests, benchmarks).
     pub fn in_memory(max_bytes: u64) -> Cache {
+        Cache::with(Backend::Memory(Memory::new(max_bytes)), max_bytes)
+    }
+
+    fn with(backend: Backend, max_bytes: u64) -> Cache {
         Cache {
-            backend: Backend::Memory(Memory::new(max_bytes)),
+            backend,
             index: semantic::Index::new(max_bytes),
             hits: AtomicU64::new(0),
             semantic_hits: AtomicU64::new(0),

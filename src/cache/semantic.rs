@@ -57,9 +57,16 @@ pub fn best<'a>(
         .map(|(k, c, _)| (*k, c))
 }
 
+/// The questions of this process's entries, by bucket, and how many there are in all.
+#[derive(Default)]
+struct Buckets {
+    by: HashMap<Key, Vec<Kept>>,
+    total: usize,
+}
+
 /// The questions of this process's entries, by bucket, bounded in count.
 pub struct Index {
-    buckets: Mutex<HashMap<Key, Vec<Kept>>>,
+    buckets: Mutex<Buckets>,
     max: usize,
 }
 
@@ -67,20 +74,20 @@ impl Index {
     /// Sized like the entries: one question per 2 KiB of `max_bytes`.
     pub fn new(max_bytes: u64) -> Index {
         Index {
-            buckets: Mutex::new(HashMap::new()),
+            buckets: Mutex::new(Buckets::default()),
             max: usize::try_from(max_bytes / 2048)
                 .unwrap_or(usize::MAX)
                 .max(16),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Vec<Kept>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Buckets> {
         self.buckets.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn best(&self, q: &Question, threshold: f32, now: Instant) -> Option<(Key, f32)> {
         let b = self.lock();
-        let kept = b.get(&q.bucket)?;
+        let kept = b.by.get(&q.bucket)?;
         best(
             q,
             kept.iter()
@@ -94,18 +101,20 @@ impl Index {
     /// if none has, the new one is not kept.
     pub fn add(&self, key: Key, q: Question, expires: Instant) {
         let now = Instant::now();
-        let mut b = self.lock();
-        let total: usize = b.values().map(Vec::len).sum();
-        if total >= self.max {
-            b.retain(|_, v| {
+        let mut guard = self.lock();
+        let b = &mut *guard;
+        if b.total >= self.max {
+            b.by.retain(|_, v| {
                 v.retain(|k| k.expires > now);
                 !v.is_empty()
             });
-            if b.values().map(Vec::len).sum::<usize>() >= self.max {
+            b.total = b.by.values().map(Vec::len).sum();
+            if b.total >= self.max {
                 return;
             }
         }
-        let v = b.entry(q.bucket).or_default();
+        let v = b.by.entry(q.bucket).or_default();
+        let before = v.len();
         v.retain(|k| k.key != key && k.expires > now);
         if v.len() < MAX_PER_BUCKET {
             v.push(Kept {
@@ -115,9 +124,10 @@ impl Index {
                 expires,
             });
         }
+        b.total = b.total + v.len() - before;
     }
 
     pub fn clear(&self) {
-        self.lock().clear();
+        *self.lock() = Buckets::default();
     }
 }

@@ -24,7 +24,7 @@ pub enum Decision {
     Off,
     /// Neither looked up nor kept, and why (`x-switchyard-cache: bypass`).
     Bypass(&'static str),
-    Use(Plan),
+    Use(Box<Plan>),
 }
 
 /// A cached request's key, and whether it is looked up (not with `no-cache`) and for how long
@@ -37,6 +37,8 @@ pub struct Plan {
     pub origin: cache::Origin,
     pub semantic: Option<(Key, String)>,
     pub question: Option<Question>,
+    /// `[cache] max_entry_bytes`, read when the plan was made.
+    pub max_entry_bytes: u64,
 }
 
 /// An answer of a plan, ready to be kept: its key, how, and its question.
@@ -44,13 +46,13 @@ pub struct Keep(pub Key, pub cache::Keeping, pub Option<Question>);
 
 impl Plan {
     /// How an answer of this plan that cost `cost_micros` is kept.
-    pub fn keeping(self, s: &crate::config::cache::CacheSettings, cost_micros: u64) -> Keep {
+    pub fn keeping(self, cost_micros: u64) -> Keep {
         Keep(
             self.key,
             cache::Keeping {
                 cost_micros,
                 ttl: self.ttl,
-                max_entry_bytes: s.max_entry_bytes,
+                max_entry_bytes: self.max_entry_bytes,
                 origin: self.origin,
             },
             self.question,
@@ -124,7 +126,7 @@ pub fn decide(
     let semantic = (mode == CacheMode::Semantic)
         .then(|| cache::bucket(&scope, models(), req, s.semantic_multi_turn))
         .flatten();
-    Decision::Use(Plan {
+    Decision::Use(Box::new(Plan {
         key: cache::key(&scope, models(), req),
         lookup: !says("no-cache"),
         ttl,
@@ -134,7 +136,8 @@ pub fn decide(
         },
         semantic,
         question: None,
-    })
+        max_entry_bytes: s.max_entry_bytes,
+    }))
 }
 
 /// What the cache did before admission: a hit to answer, or the plan to keep the answer by.
@@ -177,7 +180,7 @@ pub async fn consult(
             ctx.cache_similarity = Some(similarity);
             e
         }
-        Looked::Miss => return Ok(Consulted::Go(Some(Box::new(plan)))),
+        Looked::Miss => return Ok(Consulted::Go(Some(plan))),
     };
     if snap.cache.as_ref().is_some_and(|s| s.charge_hits) {
         let ask = crate::spend::Ask {
@@ -285,7 +288,6 @@ pub struct KeepStream {
     pub collect: cache::Collect,
     pub cache: std::sync::Arc<std::sync::OnceLock<cache::Cache>>,
     pub plan: Plan,
-    pub settings: crate::config::cache::CacheSettings,
 }
 
 impl KeepStream {
@@ -293,7 +295,7 @@ impl KeepStream {
     pub fn keep(self, cost_micros: u64) {
         let r = self.collect.finish();
         if let Some(c) = self.cache.get().filter(|_| keepable(&r)) {
-            let Keep(key, keeping, question) = self.plan.keeping(&self.settings, cost_micros);
+            let Keep(key, keeping, question) = self.plan.keeping(cost_micros);
             c.store(key, r, keeping, question);
         }
     }

@@ -269,7 +269,7 @@ async fn answer<C: Codec>(
     }
     let cost = ctx.pending().finish(Some(used), None, &mut row);
     if let (Some((plan, r)), Some(s)) = (kept, &ctx.snap.cache) {
-        let cache::Keep(key, keeping, question) = plan.keeping(s, cost);
+        let cache::Keep(key, keeping, question) = plan.keeping(cost);
         state.cache(s).store(key, r, keeping, question);
     }
     let mut out = served(json_response(rendered.body), ctx);
@@ -288,7 +288,6 @@ fn keep_stream(state: &AppState, snap: &Snapshot, plan: cache::Plan) -> Option<c
         collect: Default::default(),
         cache: state.cache.clone(),
         plan,
-        settings: s.clone(),
     })
 }
 
