@@ -54,14 +54,9 @@ pub async fn run(snap: &Snapshot, labelled: &str) -> Result<Value, EvalError> {
     let health = crate::health::Health::new(std::sync::Arc::new(crate::clock::SystemClock));
     let semantic = Semantic::default();
     let mut pairs = Vec::new();
-    for (n, text) in labelled
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-    {
-        let line = n + 1;
+    for (line, v) in crate::semantic::eval::json_lines(labelled) {
         let bad = |message: String| EvalError::Line { line, message };
-        let v: Value = serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
+        let v = v.map_err(bad)?;
         let (Some(a), Some(b), Some(same)) =
             (v["a"].as_str(), v["b"].as_str(), v["same"].as_bool())
         else {

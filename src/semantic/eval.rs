@@ -40,14 +40,9 @@ pub async fn run(snap: &Snapshot, name: &str, labelled: &str) -> Result<Value, E
     let semantic = Semantic::default();
     let mut cases = Vec::new();
     let mut rule = None;
-    for (n, text) in labelled
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-    {
-        let line = n + 1;
+    for (line, v) in json_lines(labelled) {
         let bad = |message: String| EvalError::Line { line, message };
-        let v: Value = serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
+        let v = v.map_err(bad)?;
         let (Some(prompt), Some(label)) = (v["text"].as_str(), v["instance"].as_str()) else {
             return Err(bad("expected {\"text\": ..., \"instance\": ...}".into()));
         };
@@ -79,6 +74,15 @@ pub async fn run(snap: &Snapshot, name: &str, labelled: &str) -> Result<Value, E
     }
     let rule = rule.ok_or(EvalError::Empty)?;
     Ok(report(router, &rule, &cases))
+}
+
+/// A labelled set's lines, numbered from 1, each read as JSON (blank lines skipped): what
+/// every `eval` reads.
+pub fn json_lines(text: &str) -> impl Iterator<Item = (usize, Result<Value, String>)> + '_ {
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(n, l)| (n + 1, serde_json::from_str(l).map_err(|e| e.to_string())))
 }
 
 /// One labelled prompt: the instance it should go to, and its scores (instance, similarity;
