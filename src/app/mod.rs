@@ -185,7 +185,9 @@ pub async fn start_with_clock(
         metrics: bind_side(state.live.load().metrics.listen).await?,
     };
     let operator = crate::admin::router(crate::admin::AdminState::new(state.clone()));
-    let mut running = server::spawn(listener, side, state, operator)
+    let (mcp, prober) = crate::mcp::router(state.clone());
+    background.push(prober);
+    let mut running = server::spawn(listener, side, state, operator, mcp)
         .map_err(|source| StartError::Bind { addr, source })?;
     running.background.extend(background);
     Ok(running)

@@ -63,6 +63,12 @@ pub struct FileConfig {
     /// The response cache.
     #[serde(default)]
     pub cache: crate::config::cache::CacheSection,
+    /// The MCP gateway: how `/mcp` names, pages and keeps its sessions.
+    #[serde(default)]
+    pub mcp: crate::config::mcp::McpSection,
+    /// The MCP servers behind `/mcp`.
+    #[serde(default)]
+    pub mcp_servers: Vec<crate::config::mcp::McpServerConfig>,
 }
 
 /// `[[admins]]`: who may use the admin API, and how far.
@@ -405,6 +411,12 @@ pub struct KeyConfig {
     pub limits_fail: Option<super::quota::Fail>,
     /// The response cache for this key's requests (over the model's and `[cache]`'s).
     pub cache: Option<super::cache::CachePolicyConfig>,
+    /// The MCP servers and tools this key may reach (none: no MCP server).
+    pub mcp: Option<super::mcp::KeyMcpConfig>,
+    /// Tool calls in any 60 s window, across every replica.
+    pub mcp_rpm: Option<NonZeroU32>,
+    /// Tool calls in flight at once, across every replica.
+    pub mcp_max_concurrency: Option<NonZeroU32>,
 }
 
 /// `{ from = "gpt-4*", to = "gpt-4o" }`: `from` is an exact name, or a glob when it holds `*`

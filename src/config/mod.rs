@@ -8,6 +8,8 @@ pub(crate) use compile::glob_regex;
 pub use compile::keys::short_key;
 pub mod cache;
 mod file;
+pub mod mcp;
+mod mcp_access;
 pub mod overlay;
 pub mod quota;
 mod read;

@@ -35,6 +35,11 @@ pub struct GatewayKey {
     pub scope: Arc<str>,
     /// Its `cache = { mode, ttl_seconds }`.
     pub cache: Option<super::cache::Policy>,
+    /// The MCP servers and tools it may reach.
+    pub mcp: super::mcp::Access,
+    /// Its `mcp_rpm` and `mcp_max_concurrency`, counted under `mcp_scope` (`mcp:<name>`).
+    pub mcp_quota: super::quota::Quota,
+    pub mcp_scope: Arc<str>,
 }
 
 impl GatewayKey {
@@ -170,6 +175,8 @@ pub struct Snapshot {
     pub telemetry: super::telemetry::TelemetrySettings,
     /// `[cache]`, when it is on.
     pub cache: Option<super::cache::CacheSettings>,
+    /// `[mcp]` and `[[mcp_servers]]`.
+    pub mcp: Arc<super::mcp::McpSettings>,
 }
 
 /// A `[[routers]]` entry, validated.

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde_json::{Value, json};
 
 /// Every event type, with its stable name (the payload's `type`).
-pub const TYPES: [&str; 13] = [
+pub const TYPES: [&str; 14] = [
     "model.failover",
     "circuit.opened",
     "circuit.closed",
@@ -26,6 +26,7 @@ pub const TYPES: [&str; 13] = [
     "webhook.disabled",
     "webhook.test",
     "cache.cleared",
+    "mcp.refused",
 ];
 
 /// One event: its id (a Standard Webhooks `webhook-id`, kept across redeliveries), its type,

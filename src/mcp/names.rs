@@ -29,14 +29,12 @@ pub fn split<'a, 's>(
         .max_by_key(|(s, _)| s.len())
 }
 
-/// Where a merged list's next page starts: the `server`-th of the key's servers (in the
-/// gateway's order), at that server's own `cursor` (none: its first page).
+/// Where a merged list's next page starts: the offset into the key's merged list (the
+/// servers' lists, kept by the gateway, in the gateway's order).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Cursor {
-    #[serde(rename = "s")]
-    pub server: usize,
-    #[serde(rename = "c", default, skip_serializing_if = "Option::is_none")]
-    pub cursor: Option<String>,
+    #[serde(rename = "o")]
+    pub offset: usize,
 }
 
 impl Cursor {
@@ -79,19 +77,10 @@ mod tests {
 
     #[test]
     fn a_cursor_round_trips_and_anything_else_is_refused() {
-        for c in [
-            Cursor {
-                server: 0,
-                cursor: None,
-            },
-            Cursor {
-                server: 3,
-                cursor: Some("page-2/of?many".into()),
-            },
-        ] {
+        for c in [Cursor { offset: 0 }, Cursor { offset: 300 }] {
             assert_eq!(Cursor::decode(&c.encode()), Some(c));
         }
-        for bad in ["", "not base64!", "e30", "eyJzIjoiYSJ9"] {
+        for bad in ["", "not base64!", "e30", "eyJvIjoiYSJ9"] {
             assert_eq!(Cursor::decode(bad), None, "{bad:?}");
         }
     }

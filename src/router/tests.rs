@@ -38,6 +38,9 @@ fn open_key() -> GatewayKey {
         cache: None,
         quota: Default::default(),
         scope: "key:k".into(),
+        mcp: Default::default(),
+        mcp_quota: Default::default(),
+        mcp_scope: "mcp:k".into(),
     }
 }
 

@@ -30,6 +30,7 @@ mod side;
 mod sse;
 
 pub use control::ControlError;
+pub use ctx::bearer;
 pub use error::ApiError;
 pub use routes::{admin_router, metrics_router, router};
 
@@ -166,6 +167,7 @@ pub fn spawn(
     side: Side,
     state: AppState,
     operator: axum::Router<AppState>,
+    beside: axum::Router<AppState>,
 ) -> std::io::Result<Running> {
     let addr = listener.local_addr()?;
     let limits = state.live.load().server.connections;
@@ -191,7 +193,7 @@ pub fn spawn(
         )?),
         None => None,
     };
-    let app = router(state.clone(), operator, metrics_addr.is_none());
+    let app = router(state.clone(), operator, beside, metrics_addr.is_none());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(listen::serve(listener, app, limits, async {
         let _ = stopped.await;

@@ -20,8 +20,13 @@ use crate::protocol::chain::ChainSpec;
 use crate::protocol::openai;
 
 /// The public routes, with the operator's (the admin API and console, state applied) unless they have a
-/// listener of their own.
-pub fn router(state: AppState, operator: Option<Router<AppState>>, with_metrics: bool) -> Router {
+/// listener of their own, and `beside`: other rooms' public routes (the MCP gateway's `/mcp`).
+pub fn router(
+    state: AppState,
+    operator: Option<Router<AppState>>,
+    beside: Router<AppState>,
+    with_metrics: bool,
+) -> Router {
     let r = super::handlers::routes()
         .route("/v1/embeddings", post(embeddings))
         .route("/v1/models", get(side::models::list))
@@ -47,7 +52,8 @@ pub fn router(state: AppState, operator: Option<Router<AppState>>, with_metrics:
     let r = match operator {
         Some(o) => r.merge(o),
         None => r,
-    };
+    }
+    .merge(beside);
     let r = if with_metrics {
         r.route("/metrics", get(super::metrics::metrics))
     } else {

@@ -101,6 +101,10 @@ pub struct Metrics {
     pub cache_lookup: Histogram,
     /// Non-stream requests, then streams.
     pub overhead: [Histogram; 2],
+    /// MCP tool calls: `server, tool, outcome`.
+    pub mcp_calls: Family<3, Counter>,
+    /// MCP tool calls' durations: `server`.
+    pub mcp_duration: Family<1, Histogram>,
 }
 
 impl Default for Metrics {
@@ -124,6 +128,8 @@ impl Default for Metrics {
             cache: Default::default(),
             cache_lookup: Histogram::new(&OVERHEAD),
             overhead: [Histogram::new(&OVERHEAD), Histogram::new(&OVERHEAD)],
+            mcp_calls: Family::new(["server", "tool", "outcome"], Counter::default),
+            mcp_duration: Family::new(["server"], || Histogram::new(&OPERATION)),
         }
     }
 }

@@ -97,7 +97,45 @@ pub fn write(e: &mut Enc, m: &Metrics) -> Res {
         .map(|(l, c)| (l.0.map(|v| v.to_string()), c))
         .collect();
     gen_ai(e, &calls)?;
-    gateway(e, m, &calls)
+    gateway(e, m, &calls)?;
+    mcp(e, m)
+}
+
+/// The MCP gateway's tool calls: counted by server, tool and outcome; timed by server.
+fn mcp(e: &mut Enc, m: &Metrics) -> Res {
+    let calls: Vec<([String; 3], u64)> = m
+        .mcp_calls
+        .series()
+        .into_iter()
+        .map(|(l, c)| (l.0.map(|v| v.to_string()), c.get()))
+        .collect();
+    counters(
+        e,
+        "switchyard_mcp_calls",
+        "MCP tool calls by server, tool and outcome.",
+        &table(["server", "tool", "outcome"], &calls),
+    )?;
+    let servers: Vec<(String, std::sync::Arc<Histogram>)> = m
+        .mcp_duration
+        .series()
+        .into_iter()
+        .map(|(l, h)| (l.0[0].to_string(), h))
+        .collect();
+    let mut rows = BTreeMap::new();
+    for (server, h) in &servers {
+        let mut merged = Merged::default();
+        merged.add(h);
+        rows.insert(vec![("server", server.as_str())], merged);
+    }
+    histograms(
+        e,
+        (
+            "switchyard_mcp_call_duration",
+            "How long MCP tool calls took, by server (the gateway's time included).",
+            Some(&Unit::Seconds),
+        ),
+        &rows,
+    )
 }
 
 /// The GenAI client metrics, keyed by operation, provider, request and response model.

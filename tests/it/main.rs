@@ -28,6 +28,7 @@ mod hostile;
 mod journal;
 mod latency;
 mod local_embedder;
+mod mcp;
 mod metrics;
 mod presets;
 mod replicas;

@@ -513,7 +513,7 @@ fn bounded(c: &ChannelConfig) -> Result<(), (&'static str, String)> {
     }
 }
 
-fn breaker(cb: &CircuitBreakerConfig) -> BreakerSettings {
+pub(crate) fn breaker(cb: &CircuitBreakerConfig) -> BreakerSettings {
     BreakerSettings {
         enabled: cb.enabled,
         per_model: cb.per_model,

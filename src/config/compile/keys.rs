@@ -14,7 +14,11 @@ use crate::secret::Secret;
 
 /// The keys themselves: names and values unique, values long enough, the demo key only in
 /// demo mode.
-pub fn compile(list: &[KeyConfig], source: &Source) -> Result<Vec<GatewayKey>, FieldError> {
+pub fn compile(
+    list: &[KeyConfig],
+    source: &Source,
+    mcp: &crate::config::mcp::McpSettings,
+) -> Result<Vec<GatewayKey>, FieldError> {
     let mut names = HashSet::new();
     let mut values = HashSet::new();
     let mut keys = Vec::with_capacity(list.len());
@@ -59,6 +63,15 @@ pub fn compile(list: &[KeyConfig], source: &Source) -> Result<Vec<GatewayKey>, F
             channel: false,
         })
         .map_err(|(f, m)| (format!("keys[{i}].{f}"), m))?;
+        let mcp_quota = crate::config::quota::compile(crate::config::quota::QuotaFields {
+            budget: None,
+            rpm: k.mcp_rpm,
+            tpm: None,
+            max_concurrency: k.mcp_max_concurrency,
+            limits_fail: k.limits_fail,
+            channel: false,
+        })
+        .map_err(|(f, m)| (format!("keys[{i}].mcp_{f}"), m))?;
         keys.push(GatewayKey {
             name: k.name.as_str().into(),
             key,
@@ -71,6 +84,9 @@ pub fn compile(list: &[KeyConfig], source: &Source) -> Result<Vec<GatewayKey>, F
             quota,
             scope: format!("key:{}", k.name).into(),
             cache: k.cache.as_ref().map(crate::config::cache::Policy::of),
+            mcp: crate::config::mcp::access(k.mcp.as_ref(), mcp, &at("mcp"))?,
+            mcp_quota,
+            mcp_scope: format!("mcp:{}", k.name).into(),
         });
     }
     Ok(keys)

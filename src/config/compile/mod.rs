@@ -24,6 +24,7 @@ use crate::secret::Pepper;
 /// A field's path and what is wrong with it.
 type FieldError = (String, String);
 
+pub(crate) use channels::breaker;
 pub(crate) use redirects::glob_regex;
 pub(crate) use routers::embedder_spec;
 
@@ -79,7 +80,8 @@ pub(crate) fn compile(
             "must have at least one entry (or configure [store] and add channels through the admin API)".into(),
         )));
     }
-    let mut keys = keys::compile(&cfg.keys, &source).map_err(err)?;
+    let mcp = crate::config::mcp::compile(&cfg.mcp, &cfg.mcp_servers).map_err(err)?;
+    let mut keys = keys::compile(&cfg.keys, &source, &mcp).map_err(err)?;
     let hashed = keys::hashed(&cfg.keys);
     let request_timeout_ms = cfg.server.request_timeout_ms.get();
     let (channels, mut models) =
@@ -134,5 +136,6 @@ pub(crate) fn compile(
         metrics,
         telemetry,
         cache,
+        mcp: std::sync::Arc::new(mcp),
     })
 }

@@ -89,6 +89,9 @@ pub struct LogRow {
     pub route_reason: Option<Cow<'static, str>>,
     /// What the response cache did: `hit`, `miss`, `bypass`.
     pub cache: Option<Cow<'static, str>>,
+    /// Bytes of what the client sent and was answered (an MCP tool call's arguments and result).
+    pub request_bytes: Option<u64>,
+    pub response_bytes: Option<u64>,
     /// The ledger's rows for this request, one per upstream attempt.
     pub charges: Vec<Charge>,
 }

@@ -77,7 +77,7 @@ impl Dialect {
 pub const COLUMNS: &str = "id, ts_ms, key_name, endpoint, requested_model, served_model, channel,
     status, outcome, attempts, stream, total_ms, ttfb_ms, input_tokens, output_tokens,
     tokens_per_s, translation, session, affinity, prompt_tokens, trimmed_turns, cost_micros,
-    attempt_count, test, route_reason, cache";
+    attempt_count, test, route_reason, cache, request_bytes, response_bytes";
 
 impl LogQuery {
     /// The SELECT for this page and its parameters: [`COLUMNS`] and the row's sequence last.
@@ -194,6 +194,8 @@ pub struct Row {
     pub test: bool,
     pub route_reason: Option<String>,
     pub cache: Option<String>,
+    pub request_bytes: Option<i64>,
+    pub response_bytes: Option<i64>,
 }
 
 impl Row {
@@ -212,6 +214,8 @@ impl Row {
             "attempt_count": self.attempt_count,
             "route_reason": self.route_reason,
             "cache": self.cache,
+            "request_bytes": self.request_bytes,
+            "response_bytes": self.response_bytes,
             "stream": self.stream,
             "total_ms": self.total_ms,
             "ttfb_ms": self.ttfb_ms,

@@ -77,7 +77,7 @@ CREATE TABLE IF NOT EXISTS prices (
 
 /// Columns added after the first schema, for databases created before them: (table, column,
 /// the statement that adds it).
-const MIGRATIONS: [(&str, &str, &str); 11] = [
+const MIGRATIONS: [(&str, &str, &str); 13] = [
     (
         "requests",
         "translation",
@@ -127,6 +127,16 @@ const MIGRATIONS: [(&str, &str, &str); 11] = [
         "requests",
         "cache",
         "ALTER TABLE requests ADD COLUMN cache TEXT",
+    ),
+    (
+        "requests",
+        "request_bytes",
+        "ALTER TABLE requests ADD COLUMN request_bytes INTEGER",
+    ),
+    (
+        "requests",
+        "response_bytes",
+        "ALTER TABLE requests ADD COLUMN response_bytes INTEGER",
     ),
     (
         "ledger",
@@ -214,9 +224,9 @@ fn write_batch(
             "INSERT OR REPLACE INTO requests (id, ts_ms, key_name, endpoint, requested_model, served_model,
                 channel, status, outcome, attempts, stream, total_ms, ttfb_ms, input_tokens, output_tokens, tokens_per_s,
                 translation, session, affinity, prompt_tokens, trimmed_turns, cost_micros, attempt_count, test,
-                route_reason, cache)
+                route_reason, cache, request_bytes, response_bytes)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19,
-                ?20, ?21, ?22, ?23, ?24, ?25, ?26)",
+                ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)",
         )?;
         for r in rows {
             stmt.execute(params![
@@ -246,6 +256,8 @@ fn write_batch(
                 r.test,
                 r.route_reason,
                 r.cache,
+                r.request_bytes.map(|v| v as i64),
+                r.response_bytes.map(|v| v as i64),
             ])?;
         }
         write_charges(&tx, rows, prices)?;
@@ -353,8 +365,10 @@ pub(super) fn page(path: &Path, q: &LogQuery) -> Result<(Vec<Value>, Option<Curs
                 test: r.get(23)?,
                 route_reason: r.get(24)?,
                 cache: r.get(25)?,
+                request_bytes: r.get(26)?,
+                response_bytes: r.get(27)?,
             };
-            Ok((row, r.get::<_, i64>(26)?))
+            Ok((row, r.get::<_, i64>(28)?))
         })
         .map_err(&sqlite)?;
     let rows = rows.collect::<Result<Vec<_>, _>>().map_err(&sqlite)?;

@@ -29,7 +29,7 @@ impl Globs {
                     "an empty name matches nothing".into(),
                 ));
             }
-            let re = Regex::new(&format!("^(?:{})$", crate::config::glob_regex(glob)))
+            let re = Regex::new(&format!("^(?:{})$", super::glob_regex(glob)))
                 .map_err(|err| (format!("{field}[{i}]"), err.to_string()))?;
             if deny {
                 g.deny.push(re);

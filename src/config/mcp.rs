@@ -1,0 +1,240 @@
+//! The MCP gateway's config: `[mcp]` (how the merged lists are named and paged, how long a
+//! session lives), `[[mcp_servers]]` (the servers behind `/mcp`) and a key's `mcp = { servers,
+//! tools }`, as written and compiled. Each server's replicas are health keys of their own
+//! (`mcp:<server>#<i>`), with a circuit like a channel's, closed again by `ping` probes.
+
+use std::collections::{BTreeMap, HashSet};
+use std::num::{NonZeroU64, NonZeroUsize};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::channels::{CircuitBreakerConfig, nz64, nzusize};
+use super::settings::{BreakerSettings, ProbeKind, ProbeSettings};
+pub use crate::config::mcp_access::Access;
+use crate::secret::Secret;
+
+type FieldError = (String, String);
+
+/// `[mcp]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct McpSection {
+    /// Between a server's name and its item's in the merged lists: `github__create_issue`.
+    pub separator: String,
+    /// A session unused this long is forgotten (the client starts a new one on 404).
+    pub session_ttl_seconds: NonZeroU64,
+    /// Items per page of a merged list.
+    pub page_size: NonZeroUsize,
+    /// A client's message larger than this is refused.
+    pub max_message_bytes: NonZeroUsize,
+}
+
+impl Default for McpSection {
+    fn default() -> Self {
+        McpSection {
+            separator: "__".into(),
+            session_ttl_seconds: nz64(3600),
+            page_size: nzusize(100),
+            max_message_bytes: nzusize(4 << 20),
+        }
+    }
+}
+
+/// How the gateway speaks to a server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Transport {
+    /// MCP's Streamable HTTP (2025-03-26 and later).
+    #[default]
+    StreamableHttp,
+}
+
+/// `[[mcp_servers]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerConfig {
+    pub name: String,
+    /// The server's endpoint; or `urls`, replicas of the same server.
+    pub url: Option<String>,
+    #[serde(default)]
+    pub urls: Vec<String>,
+    #[serde(default)]
+    pub transport: Transport,
+    /// Sent with every call (secrets: never echoed or logged).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Sent as `Authorization: Bearer`.
+    pub bearer: Option<String>,
+    /// The longest one call may take (default 60 s).
+    pub timeout_ms: Option<NonZeroU64>,
+    /// Admins scoped to groups see only their servers.
+    #[serde(default)]
+    pub groups: Vec<String>,
+    /// A server's lists are kept this long (and refreshed when it says they changed).
+    pub list_ttl_seconds: Option<NonZeroU64>,
+    #[serde(default)]
+    pub circuit_breaker: CircuitBreakerConfig,
+}
+
+/// A key's `mcp = { servers = [...], tools = [...] }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyMcpConfig {
+    #[serde(default)]
+    pub servers: Vec<String>,
+    #[serde(default)]
+    pub tools: Vec<String>,
+}
+
+/// One server, ready to call.
+#[derive(Debug)]
+pub struct McpServer {
+    pub name: Arc<str>,
+    pub replicas: Vec<Replica>,
+    /// `headers` and `bearer` as sent (header name, value).
+    pub headers: Vec<(http::HeaderName, Secret)>,
+    pub timeout: Duration,
+    pub groups: Vec<Arc<str>>,
+    pub list_ttl: Duration,
+    pub breaker: BreakerSettings,
+}
+
+/// One replica of a server: its endpoint and its health key's name.
+#[derive(Debug)]
+pub struct Replica {
+    pub url: reqwest::Url,
+    /// `mcp:<server>#<i>`: the name health keeps its circuit under.
+    pub health: Arc<str>,
+}
+
+/// `[mcp]` and `[[mcp_servers]]`, compiled.
+#[derive(Debug)]
+pub struct McpSettings {
+    pub separator: Arc<str>,
+    pub session_ttl: Duration,
+    pub page_size: usize,
+    pub max_message_bytes: usize,
+    pub servers: Vec<McpServer>,
+}
+
+impl McpSettings {
+    pub fn server(&self, name: &str) -> Option<&McpServer> {
+        self.servers.iter().find(|s| &*s.name == name)
+    }
+}
+
+pub fn compile(section: &McpSection, list: &[McpServerConfig]) -> Result<McpSettings, FieldError> {
+    if section.separator.is_empty() {
+        return Err(("mcp.separator".into(), "must not be empty".into()));
+    }
+    let mut names = HashSet::new();
+    let mut servers = Vec::with_capacity(list.len());
+    for (i, s) in list.iter().enumerate() {
+        let at = |f: &str| format!("mcp_servers[{i}].{f}");
+        if s.name.is_empty() || s.name.chars().any(|c| c.is_whitespace() || c == '#') {
+            return Err((at("name"), "a name without spaces or '#'".into()));
+        }
+        if !names.insert(s.name.as_str()) {
+            return Err((at("name"), format!("duplicate server name {:?}", s.name)));
+        }
+        servers.push(server(s, &at)?);
+    }
+    Ok(McpSettings {
+        separator: section.separator.as_str().into(),
+        session_ttl: Duration::from_secs(section.session_ttl_seconds.get()),
+        page_size: section.page_size.get(),
+        max_message_bytes: section.max_message_bytes.get(),
+        servers,
+    })
+}
+
+fn server(s: &McpServerConfig, at: &dyn Fn(&str) -> String) -> Result<McpServer, FieldError> {
+    let urls: Vec<(String, &String)> = match (&s.url, s.urls.is_empty()) {
+        (Some(u), true) => vec![(at("url"), u)],
+        (None, false) => s
+            .urls
+            .iter()
+            .enumerate()
+            .map(|(j, u)| (at(&format!("urls[{j}]")), u))
+            .collect(),
+        _ => {
+            return Err((
+                at("url"),
+                "give url, or urls for replicas (not both)".into(),
+            ));
+        }
+    };
+    let mut replicas = Vec::with_capacity(urls.len());
+    for (j, (field, u)) in urls.into_iter().enumerate() {
+        let url = reqwest::Url::parse(u).map_err(|e| (field.clone(), e.to_string()))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err((field, "expected an http:// or https:// URL".into()));
+        }
+        replicas.push(Replica {
+            url,
+            health: format!("mcp:{}#{j}", s.name).into(),
+        });
+    }
+    let mut headers = Vec::new();
+    for (name, value) in &s.headers {
+        let h = http::HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| (at("headers"), format!("{name:?} is not a header name")))?;
+        if http::HeaderValue::from_str(value).is_err() {
+            return Err((
+                at("headers"),
+                format!("the value of {name} is not a header value"),
+            ));
+        }
+        headers.push((h, Secret::new(value.as_str())));
+    }
+    if let Some(b) = &s.bearer {
+        if http::HeaderValue::from_str(&format!("Bearer {b}")).is_err() {
+            return Err((at("bearer"), "not a header value".into()));
+        }
+        headers.push((
+            http::header::AUTHORIZATION,
+            Secret::new(format!("Bearer {b}")),
+        ));
+    }
+    let mut breaker = crate::config::compile::breaker(&s.circuit_breaker);
+    // A server's open circuit is closed by pings, never by a client's call.
+    let p = breaker.probe.get_or_insert(ProbeSettings {
+        kind: ProbeKind::Models,
+        interval: Duration::from_secs(5),
+        success_threshold: 1,
+        unhealthy_below: 50.0,
+    });
+    p.kind = ProbeKind::Models;
+    Ok(McpServer {
+        name: s.name.as_str().into(),
+        replicas,
+        headers,
+        timeout: Duration::from_millis(s.timeout_ms.map_or(60_000, NonZeroU64::get)),
+        groups: s.groups.iter().map(|g| g.as_str().into()).collect(),
+        list_ttl: Duration::from_secs(s.list_ttl_seconds.map_or(300, NonZeroU64::get)),
+        breaker,
+    })
+}
+
+/// A key's `mcp`, compiled; a server named without a glob must exist.
+pub fn access(
+    written: Option<&KeyMcpConfig>,
+    settings: &McpSettings,
+    field: &str,
+) -> Result<Access, FieldError> {
+    let Some(m) = written else {
+        return Ok(Access::default());
+    };
+    for (j, s) in m.servers.iter().enumerate() {
+        let name = s.strip_prefix('!').unwrap_or(s);
+        if !name.contains(['*', '?']) && settings.server(name).is_none() {
+            return Err((
+                format!("{field}.servers[{j}]"),
+                format!("no [[mcp_servers]] entry is named {name:?}"),
+            ));
+        }
+    }
+    Access::compile(&m.servers, &m.tools, field)
+}

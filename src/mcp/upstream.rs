@@ -1,0 +1,326 @@
+//! The gateway as an MCP client of one server replica, over Streamable HTTP: a message POSTed
+//! (answered with one JSON message, an event stream of messages, or 202 for a notification or
+//! a response), the standalone GET stream of server-initiated messages, a session opened
+//! (`initialize`, then `notifications/initialized`) and closed (DELETE). The server's headers
+//! and bearer token are added here and nowhere else; errors never carry them.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use futures_util::stream::BoxStream;
+use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderValue};
+use serde_json::{Value, json};
+
+use crate::config::mcp::McpServer;
+use crate::provider::Frames;
+
+pub const SESSION_HEADER: &str = "mcp-session-id";
+pub const VERSION_HEADER: &str = "mcp-protocol-version";
+/// The revision the gateway asks its servers for (they may answer an older one).
+pub const LATEST: &str = "2025-11-25";
+
+/// Why a call to a server failed. `Display` never includes a header or a token.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Failure {
+    #[error("could not connect: {0}")]
+    Connect(String),
+    #[error("timed out")]
+    Timeout,
+    #[error("answered HTTP {0}")]
+    Status(u16),
+    /// 404 to a request carrying a session id: the server forgot the session.
+    #[error("the server's session ended")]
+    SessionGone,
+    #[error("answered something that is not MCP: {0}")]
+    Malformed(String),
+}
+
+impl Failure {
+    /// Whether the call may not have reached the server's logic: a connection error, a
+    /// timeout or a 5xx. Only these fail a safe call over to another replica.
+    pub fn replica_fault(&self) -> bool {
+        match self {
+            Failure::Connect(_) | Failure::Timeout => true,
+            Failure::Status(s) => *s >= 500,
+            Failure::SessionGone | Failure::Malformed(_) => false,
+        }
+    }
+
+    /// A short word for the log and metrics.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            Failure::Connect(_) => "connect_error",
+            Failure::Timeout => "timeout",
+            Failure::Status(s) if *s >= 500 => "upstream_5xx",
+            Failure::Status(_) => "upstream_4xx",
+            Failure::SessionGone => "session_gone",
+            Failure::Malformed(_) => "malformed",
+        }
+    }
+}
+
+/// Where a message goes: one replica of a server, in a session of it (if it keeps sessions),
+/// at the revision the session was opened with.
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'a> {
+    pub server: &'a McpServer,
+    pub replica: usize,
+    pub session: Option<&'a str>,
+    pub version: &'a str,
+}
+
+/// A server's answer to a POST.
+pub enum Reply {
+    Message(Value),
+    Stream(Messages),
+    Accepted,
+}
+
+/// Messages of an event stream, as they arrive.
+pub struct Messages {
+    body: BoxStream<'static, reqwest::Result<Bytes>>,
+    frames: Frames,
+    ended: bool,
+}
+
+impl Messages {
+    fn of(resp: reqwest::Response) -> Messages {
+        Messages {
+            body: resp.bytes_stream().boxed(),
+            frames: Frames::default(),
+            ended: false,
+        }
+    }
+
+    /// The next message; `None` when the stream ended. Events that are not JSON are skipped
+    /// (a server's keep-alive or priming events carry no message).
+    pub async fn next(&mut self) -> Result<Option<Value>, Failure> {
+        loop {
+            match self.frames.next(self.ended) {
+                Ok(Some(f)) => match serde_json::from_str::<Value>(&f.data) {
+                    Ok(v) if v.is_object() => return Ok(Some(v)),
+                    _ => continue,
+                },
+                Ok(None) if self.ended => return Ok(None),
+                Ok(None) => {}
+                Err(e) => return Err(Failure::Malformed(e.to_string())),
+            }
+            match self.body.next().await {
+                Some(Ok(b)) => self.frames.push(&b),
+                Some(Err(e)) => {
+                    return Err(Failure::Connect(crate::provider::redact_url(
+                        &e.to_string(),
+                    )));
+                }
+                None => self.ended = true,
+            }
+        }
+    }
+}
+
+/// A session opened on a replica: its id (none for a server without sessions), the revision
+/// it speaks and its `initialize` result.
+#[derive(Debug, Clone)]
+pub struct Opened {
+    pub session: Option<String>,
+    pub version: String,
+    pub result: Value,
+}
+
+/// The HTTP client every server is called with.
+#[derive(Clone)]
+pub struct Client {
+    http: reqwest::Client,
+}
+
+impl Default for Client {
+    fn default() -> Self {
+        Client::new()
+    }
+}
+
+impl Client {
+    pub fn new() -> Client {
+        crate::provider::install_crypto_provider();
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .pool_idle_timeout(Duration::from_secs(60))
+            .build()
+            .unwrap_or_default();
+        Client { http }
+    }
+
+    fn request(&self, method: reqwest::Method, t: &Target) -> reqwest::RequestBuilder {
+        let replica = &t.server.replicas[t.replica.min(t.server.replicas.len() - 1)];
+        let mut req = self
+            .http
+            .request(method, replica.url.clone())
+            .header(VERSION_HEADER, t.version);
+        if let Some(s) = t.session {
+            req = req.header(SESSION_HEADER, s);
+        }
+        for (name, value) in &t.server.headers {
+            if let Ok(v) = HeaderValue::from_str(value.expose()) {
+                req = req.header(name.clone(), v);
+            }
+        }
+        req
+    }
+
+    /// POSTs one message; the reply's headers within the server's timeout (a stream's
+    /// messages are read by the caller, under the same deadline).
+    pub async fn post(
+        &self,
+        t: &Target<'_>,
+        msg: &Value,
+    ) -> Result<(Reply, Option<String>), Failure> {
+        let body = serde_json::to_vec(msg).unwrap_or_default();
+        let req = self
+            .request(reqwest::Method::POST, t)
+            .header(ACCEPT, "application/json, text/event-stream")
+            .header(CONTENT_TYPE, "application/json")
+            .body(body);
+        let resp = tokio::time::timeout(t.server.timeout, req.send())
+            .await
+            .map_err(|_| Failure::Timeout)?
+            .map_err(|e| {
+                Failure::Connect(crate::provider::redact_url(&e.without_url().to_string()))
+            })?;
+        let session = resp
+            .headers()
+            .get(SESSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let status = resp.status().as_u16();
+        if status == 404 && t.session.is_some() {
+            return Err(Failure::SessionGone);
+        }
+        if status == 202 {
+            return Ok((Reply::Accepted, session));
+        }
+        if !(200..300).contains(&status) {
+            return Err(Failure::Status(status));
+        }
+        let streamed = resp
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|c| c.starts_with("text/event-stream"));
+        if streamed {
+            return Ok((Reply::Stream(Messages::of(resp)), session));
+        }
+        let bytes = tokio::time::timeout(t.server.timeout, resp.bytes())
+            .await
+            .map_err(|_| Failure::Timeout)?
+            .map_err(|e| Failure::Connect(e.without_url().to_string()))?;
+        if bytes.is_empty() {
+            return Ok((Reply::Accepted, session));
+        }
+        let v: Value =
+            serde_json::from_slice(&bytes).map_err(|e| Failure::Malformed(e.to_string()))?;
+        Ok((Reply::Message(v), session))
+    }
+
+    /// The response to request `id`, reading past what comes before it in a stream.
+    pub async fn answer(
+        &self,
+        t: &Target<'_>,
+        msg: &Value,
+    ) -> Result<(Value, Option<String>), Failure> {
+        let id = msg.get("id").cloned().unwrap_or(Value::Null);
+        let (reply, session) = self.post(t, msg).await?;
+        let v = match reply {
+            Reply::Message(v) => v,
+            Reply::Accepted => return Err(Failure::Malformed("no answer to a request".into())),
+            Reply::Stream(mut s) => {
+                let read = async {
+                    while let Some(m) = s.next().await? {
+                        if m.get("id") == Some(&id) && m.get("method").is_none() {
+                            return Ok(m);
+                        }
+                    }
+                    Err(Failure::Malformed(
+                        "the stream ended without the answer".into(),
+                    ))
+                };
+                tokio::time::timeout(t.server.timeout, read)
+                    .await
+                    .map_err(|_| Failure::Timeout)??
+            }
+        };
+        Ok((v, session))
+    }
+
+    /// Opens a session: `initialize` (asking for `version`, offering `capabilities`), then
+    /// `notifications/initialized`.
+    pub async fn open(
+        &self,
+        server: &McpServer,
+        replica: usize,
+        capabilities: &Value,
+    ) -> Result<Opened, Failure> {
+        let t = Target {
+            server,
+            replica,
+            session: None,
+            version: LATEST,
+        };
+        let init = json!({
+            "jsonrpc": "2.0", "id": super::relay::fresh_id(), "method": "initialize",
+            "params": {
+                "protocolVersion": LATEST,
+                "capabilities": capabilities,
+                "clientInfo": {"name": "switchyard", "version": env!("CARGO_PKG_VERSION")},
+            },
+        });
+        let (answer, session) = self.answer(&t, &init).await?;
+        let result = answer
+            .get("result")
+            .cloned()
+            .ok_or_else(|| Failure::Malformed("initialize was refused".into()))?;
+        let version = result
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .unwrap_or(LATEST)
+            .to_string();
+        let t = Target {
+            session: session.as_deref(),
+            version: &version,
+            ..t
+        };
+        let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        self.post(&t, &note).await?;
+        Ok(Opened {
+            session,
+            version,
+            result,
+        })
+    }
+
+    /// The server's stream of messages it sends on its own (`None`: it offers none, 405).
+    pub async fn listen(&self, t: &Target<'_>) -> Result<Option<Messages>, Failure> {
+        let req = self
+            .request(reqwest::Method::GET, t)
+            .header(ACCEPT, "text/event-stream");
+        let resp = tokio::time::timeout(t.server.timeout, req.send())
+            .await
+            .map_err(|_| Failure::Timeout)?
+            .map_err(|e| Failure::Connect(e.without_url().to_string()))?;
+        match resp.status().as_u16() {
+            200 => Ok(Some(Messages::of(resp))),
+            404 if t.session.is_some() => Err(Failure::SessionGone),
+            405 => Ok(None),
+            s => Err(Failure::Status(s)),
+        }
+    }
+
+    /// Ends a session (best effort: the server forgets it on its own anyway).
+    pub async fn close(&self, t: &Target<'_>) {
+        if t.session.is_none() {
+            return;
+        }
+        let req = self.request(reqwest::Method::DELETE, t);
+        let _ = tokio::time::timeout(Duration::from_secs(2), req.send()).await;
+    }
+}

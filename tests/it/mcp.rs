@@ -1,0 +1,336 @@
+//! The MCP gateway end to end: the official MCP Python SDK as the client, FastMCP servers
+//! behind `/mcp`, the gateway in between with its keys, access rules, health and log.
+
+use serde_json::{Value, json};
+
+use crate::support::*;
+
+const MOCK_CHANNEL: &str = "[[channels]]\nname = \"m\"\nprovider = \"mock\"\nmodels = [\"m\"]\n";
+
+/// The test key's `mcp` table and the `[[mcp_servers]]` entries after it.
+async fn gateway_for(key_mcp: &str, servers: &[(&str, &str)]) -> Gateway {
+    let mut tables = String::from(MOCK_CHANNEL);
+    for (name, urls) in servers {
+        tables.push_str(&format!(
+            "\n[[mcp_servers]]\nname = \"{name}\"\n{urls}\ntimeout_ms = 8000\n\
+             circuit_breaker = {{ failure_threshold = 1, cooldown_seconds = 1, probe = {{ enabled = true, interval_seconds = 1 }} }}\n"
+        ));
+    }
+    gateway_full("", key_mcp, &tables).await
+}
+
+fn mcp_url(gw: &Gateway) -> String {
+    format!("{}/mcp", gw.url)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_lists_calls_prompts_reads_and_samples_through_the_gateway() {
+    let Some(py) = mcp_python() else { return };
+    let a = McpServer::start(&py, "a", &["--token", "upstream-mcp-secret"]).await;
+    let b = McpServer::start(&py, "b", &[]).await;
+    let gw = gateway_for(
+        "mcp = { servers = [\"a\", \"b\"], tools = [\"a__*\", \"!a__delete_*\", \"b__whoami\"] }",
+        &[
+            (
+                "a",
+                &format!("url = \"{}\"\nbearer = \"upstream-mcp-secret\"", a.url),
+            ),
+            ("b", &format!("url = \"{}\"", b.url)),
+        ],
+    )
+    .await;
+    let seen = mcp_client(&py, &mcp_url(&gw), KEY, "basic").await;
+
+    assert_eq!(seen["protocol"], "2025-11-25");
+    for cap in ["tools", "prompts", "resources"] {
+        assert_eq!(
+            seen["capabilities"][cap]["listChanged"], true,
+            "{cap}: {seen}"
+        );
+    }
+    let tools: Vec<&str> = seen["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    // a's tools but the denied one, b's one allowed tool; prefixed, in the servers' order.
+    assert!(
+        tools.contains(&"a__echo") && tools.contains(&"b__whoami"),
+        "{tools:?}"
+    );
+    assert!(
+        !tools.iter().any(|t| t.starts_with("a__delete_")),
+        "{tools:?}"
+    );
+    assert!(!tools.contains(&"b__echo"), "{tools:?}");
+    assert_eq!(seen["echo"], "hi");
+    assert_eq!(seen["slow"], "done in 3");
+    assert_eq!(
+        seen["progress"],
+        json!([
+            [1.0, 3.0, "step 1"],
+            [2.0, 3.0, "step 2"],
+            [3.0, 3.0, "step 3"]
+        ])
+    );
+    assert_eq!(seen["sampled"], "the model said: an answer to why?");
+    assert!(
+        seen["prompts"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("a__greet")),
+        "{seen}"
+    );
+    assert_eq!(seen["prompt"], "Hello, Ada, from a");
+    assert!(
+        seen["resources"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("a__today")),
+        "{seen}"
+    );
+    assert_eq!(seen["read"], "notes of a");
+    assert_eq!(seen["read_template"], "profile 42");
+    assert_eq!(seen["denied"]["code"], -32602, "{seen}");
+    assert_eq!(seen["b"], "b");
+
+    // The log: one row per tool call, the denied one refused; the upstream's token nowhere.
+    gw.flush_log().await;
+    let rows = gw.admin_requests().await;
+    let calls: Vec<&Value> = rows
+        .iter()
+        .filter(|r| r["endpoint"] == "mcp.tools/call")
+        .collect();
+    let denied = calls
+        .iter()
+        .find(|r| r["requested_model"] == "a__delete_item")
+        .expect("the denied call's row");
+    assert_eq!(
+        (denied["status"].as_u64(), denied["outcome"].as_str()),
+        (Some(403), Some("denied"))
+    );
+    let echo = calls
+        .iter()
+        .find(|r| r["requested_model"] == "a__echo")
+        .expect("echo's row");
+    assert_eq!(
+        (
+            echo["channel"].as_str(),
+            echo["served_model"].as_str(),
+            echo["outcome"].as_str()
+        ),
+        (Some("a"), Some("echo"), Some("ok"))
+    );
+    let all = serde_json::to_string(&rows).unwrap();
+    assert!(!all.contains("upstream-mcp-secret"));
+    let metrics = metrics_text(&gw.url).await;
+    assert!(
+        metrics.contains("switchyard_mcp_calls_total{server=\"a\",tool=\"echo\",outcome=\"ok\"} 1"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_without_mcp_reaches_nothing_and_bad_input_is_the_specs_error() {
+    let Some(py) = mcp_python() else { return };
+    let a = McpServer::start(&py, "a", &[]).await;
+    let gw = gateway_for("", &[("a", &format!("url = \"{}\"", a.url))]).await;
+    let http = client();
+    let post = |body: String, session: Option<String>| {
+        let mut r = http
+            .post(mcp_url(&gw))
+            .bearer_auth(KEY)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .body(body);
+        if let Some(s) = session {
+            r = r.header("mcp-session-id", s);
+        }
+        r.send()
+    };
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}});
+    let r = post(init.to_string(), None).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let sid = r.headers()["mcp-session-id"].to_str().unwrap().to_string();
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["result"]["protocolVersion"], "2025-06-18");
+    // No servers for this key: no capabilities, empty lists, calls refused.
+    assert_eq!(body["result"]["capabilities"], json!({}));
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    let r: Value = post(list.to_string(), Some(sid.clone()))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(r["result"]["tools"], json!([]));
+    let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "a__echo", "arguments": {"text": "x"}}});
+    let r: Value = post(call.to_string(), Some(sid.clone()))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (r["id"].as_i64(), r["error"]["code"].as_i64()),
+        (Some(3), Some(-32602))
+    );
+
+    // (body, session, status, JSON-RPC code)
+    let big = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"ping\",\"params\":{{\"x\":\"{}\"}}}}",
+        "a".repeat(5 << 20)
+    );
+    let cases: Vec<(String, Option<String>, u16, i64)> = vec![
+        ("{not json".into(), Some(sid.clone()), 400, -32700),
+        (
+            "[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}]".into(),
+            Some(sid.clone()),
+            400,
+            -32600,
+        ),
+        (
+            json!({"jsonrpc": "2.0", "id": 4, "method": "no/such"}).to_string(),
+            Some(sid.clone()),
+            200,
+            -32601,
+        ),
+        (
+            json!({"jsonrpc": "2.0", "id": 5, "method": "ping"}).to_string(),
+            None,
+            400,
+            -32600,
+        ),
+        (
+            json!({"jsonrpc": "2.0", "id": 6, "method": "ping"}).to_string(),
+            Some("forged".into()),
+            404,
+            -32001,
+        ),
+        (big, Some(sid.clone()), 413, -32600),
+    ];
+    for (body, session, status, code) in cases {
+        let r = post(body.clone(), session).await.unwrap();
+        assert_eq!(
+            r.status().as_u16(),
+            status,
+            "{}",
+            &body[..body.len().min(80)]
+        );
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["code"].as_i64(), Some(code), "{v}");
+    }
+    // Without the gateway key: 401, and a session is the key's own.
+    let r = http
+        .post(mcp_url(&gw))
+        .body(init.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    // DELETE ends the session.
+    let r = http
+        .delete(mcp_url(&gw))
+        .bearer_auth(KEY)
+        .header("mcp-session-id", &sid)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    let ping = json!({"jsonrpc": "2.0", "id": 7, "method": "ping"});
+    assert_eq!(
+        post(ping.to_string(), Some(sid)).await.unwrap().status(),
+        404
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_changed_reaches_the_session_and_cancellation_reaches_the_server() {
+    let Some(py) = mcp_python() else { return };
+    let a = McpServer::start(&py, "a", &[]).await;
+    let gw = gateway_for(
+        "mcp = { servers = [\"*\"], tools = [\"*\"] }",
+        &[("a", &format!("url = \"{}\"", a.url))],
+    )
+    .await;
+    let seen = mcp_client(&py, &mcp_url(&gw), KEY, "list_changed").await;
+    let added = seen["added"].as_str().unwrap();
+    assert!(
+        !seen["before"].as_array().unwrap().contains(&json!(added)),
+        "{seen}"
+    );
+    assert!(
+        seen["after"].as_array().unwrap().contains(&json!(added)),
+        "{seen}"
+    );
+
+    let seen = mcp_client(&py, &mcp_url(&gw), KEY, "cancel").await;
+    assert_eq!(seen["call"]["code"], -32800, "{seen}");
+    assert_eq!(seen["server_saw"], "cancelled", "{seen}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_replica_fails_over_for_safe_tools_only_and_probes_close_its_circuit() {
+    let Some(py) = mcp_python() else { return };
+    let mut r0 = McpServer::start(&py, "r0", &[]).await;
+    let r1 = McpServer::start(&py, "r1", &[]).await;
+    let gw = gateway_for(
+        "mcp = { servers = [\"r\"], tools = [\"*\"] }",
+        &[("r", &format!("urls = [\"{}\", \"{}\"]", r0.url, r1.url))],
+    )
+    .await;
+    let mut s = RawSession::open(&mcp_url(&gw), KEY).await;
+    assert_eq!(s.tool("r__whoami", json!({})).await, Ok("r0".into()));
+    assert_eq!(
+        s.tool("r__delete_item", json!({"item": "a"})).await,
+        Ok("deleted a".into())
+    );
+
+    let port = r0.port;
+    r0.kill();
+    // It may have acted: not repeated on r1, the reason given.
+    let err = s
+        .tool("r__delete_item", json!({"item": "b"}))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (err["code"].as_i64(), err["data"]["repeatable"].as_bool()),
+        (Some(-32000), Some(false)),
+        "{err}"
+    );
+    assert_eq!(err["data"]["reason"], "connect_error", "{err}");
+    // Read-only and idempotent calls move to r1, in the same session.
+    assert_eq!(s.tool("r__whoami", json!({})).await, Ok("r1".into()));
+    assert_eq!(
+        s.tool("r__add", json!({"a": 2, "b": 3})).await,
+        Ok("5".into())
+    );
+    assert_eq!(
+        s.tool("r__deletes", json!({})).await,
+        Ok("0".into()),
+        "the failed delete never reached r1"
+    );
+
+    // r0 back on its port: the probes close its circuit, and new sessions open there again.
+    let _r0 = McpServer::start(&py, "r0", &["--port", &port.to_string()]).await;
+    until(
+        "r0's circuit closes",
+        std::time::Duration::from_secs(20),
+        async || {
+            // Health's clock is the test's: the cooldown ends when the test says.
+            gw.clock.advance(std::time::Duration::from_secs(2));
+            let mut fresh = RawSession::open(&mcp_url(&gw), KEY).await;
+            fresh.tool("r__whoami", json!({})).await == Ok("r0".into())
+        },
+    )
+    .await;
+    gw.flush_log().await;
+    let rows = gw.admin_requests().await;
+    let failed = rows
+        .iter()
+        .find(|r| r["requested_model"] == "r__delete_item" && r["status"] == 502)
+        .expect("the failed delete's row");
+    assert_eq!(failed["attempt_count"], 1, "{failed}");
+}

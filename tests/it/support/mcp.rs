@@ -1,0 +1,183 @@
+//! The MCP side's parts: FastMCP servers (`tests/mcp/servers.py`) and the official MCP Python
+//! SDK's client (`tests/mcp/client.py`), run by the Python of `SWITCHYARD_MCP_PY` (with
+//! `tests/mcp/requirements.txt`). Without that Python a test says so and passes, except
+//! under `CI`.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+use super::binary::Proc;
+
+/// The Python with the MCP SDK, if there is one.
+pub fn mcp_python() -> Option<String> {
+    let py = std::env::var("SWITCHYARD_MCP_PY").unwrap_or_else(|_| "python3".into());
+    let ok = Command::new(&py)
+        .args(["-c", "import mcp.server.fastmcp, uvicorn"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        assert!(
+            std::env::var("CI").is_err() && std::env::var("SWITCHYARD_MCP_PY").is_err(),
+            "{py} must have the MCP SDK (tests/mcp/requirements.txt)"
+        );
+        eprintln!("SKIPPED: {py} lacks the MCP SDK (pip install -r tests/mcp/requirements.txt)");
+        return None;
+    }
+    Some(py)
+}
+
+fn script(name: &str) -> String {
+    format!("{}/tests/mcp/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A FastMCP server on 127.0.0.1, killed when dropped.
+pub struct McpServer {
+    pub url: String,
+    pub port: u16,
+    proc: Option<Proc>,
+}
+
+impl McpServer {
+    /// `servers.py --name <name>` with `args`.
+    pub async fn start(py: &str, name: &str, args: &[&str]) -> McpServer {
+        let mut child = Command::new(py)
+            .arg(script("servers.py"))
+            .args(["--name", name])
+            .args(args)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("the MCP server runs");
+        let stdout = child.stdout.take().expect("stdout");
+        let proc = Proc(child);
+        let read = tokio::task::spawn_blocking(move || {
+            let line = BufReader::new(stdout).lines().next()?.ok()?;
+            line.strip_prefix("PORT ")?.trim().parse::<u16>().ok()
+        });
+        let port = tokio::time::timeout(std::time::Duration::from_secs(30), read)
+            .await
+            .expect("the MCP server starts within 30 s")
+            .expect("its output")
+            .expect("it prints its port");
+        let url = format!("http://127.0.0.1:{port}/mcp");
+        // It answers once uvicorn has started: wait for its socket to serve.
+        super::wait::until(
+            "the MCP server serves",
+            std::time::Duration::from_secs(20),
+            async || super::gateway::client().get(&url).send().await.is_ok(),
+        )
+        .await;
+        McpServer {
+            url,
+            port,
+            proc: Some(proc),
+        }
+    }
+
+    /// Kills it (a replica dying).
+    pub fn kill(&mut self) {
+        self.proc.take();
+    }
+}
+
+/// Runs `client.py <url> <key> <scenario>` and reads what it saw.
+pub async fn mcp_client(py: &str, url: &str, key: &str, scenario: &str) -> Value {
+    let (py, url, key, sc) = (
+        py.to_string(),
+        url.to_string(),
+        key.to_string(),
+        scenario.to_string(),
+    );
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(py)
+            .arg(script("client.py"))
+            .args([&url, &key, &sc])
+            .output()
+            .expect("the MCP client runs")
+    })
+    .await
+    .expect("joined");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "client.py {scenario} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+}
+
+/// A session on `/mcp` driven by hand: one JSON-RPC request per POST, answers read as JSON.
+pub struct RawSession {
+    http: reqwest::Client,
+    pub url: String,
+    pub key: String,
+    pub id: String,
+    next: i64,
+}
+
+impl RawSession {
+    pub async fn open(url: &str, key: &str) -> RawSession {
+        let http = super::gateway::client();
+        let init = serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"}}});
+        let r = http
+            .post(url)
+            .bearer_auth(key)
+            .header("accept", "application/json")
+            .json(&init)
+            .send()
+            .await
+            .expect("initialize");
+        assert_eq!(r.status(), 200);
+        let id = r.headers()["mcp-session-id"]
+            .to_str()
+            .expect("ascii")
+            .to_string();
+        RawSession {
+            http,
+            url: url.into(),
+            key: key.into(),
+            id,
+            next: 1,
+        }
+    }
+
+    /// The whole answer to one request.
+    pub async fn call(&mut self, method: &str, params: Value) -> Value {
+        self.next += 1;
+        let body = serde_json::json!({"jsonrpc": "2.0", "id": self.next, "method": method, "params": params});
+        let r = self
+            .http
+            .post(&self.url)
+            .bearer_auth(&self.key)
+            .header("accept", "application/json")
+            .header("mcp-session-id", &self.id)
+            .json(&body)
+            .send()
+            .await
+            .expect("the gateway answers");
+        assert!(r.status().as_u16() < 500, "{}", r.status());
+        r.json().await.expect("JSON")
+    }
+
+    /// A tool's text, or its error object.
+    pub async fn tool(&mut self, name: &str, arguments: Value) -> Result<String, Value> {
+        let v = self
+            .call(
+                "tools/call",
+                serde_json::json!({"name": name, "arguments": arguments}),
+            )
+            .await;
+        match v.get("error") {
+            Some(e) => Err(e.clone()),
+            None => Ok(v["result"]["content"][0]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()),
+        }
+    }
+}
