@@ -9,7 +9,12 @@ const MOCK_CHANNEL: &str = "[[channels]]\nname = \"m\"\nprovider = \"mock\"\nmod
 
 /// The test key's `mcp` table and the `[[mcp_servers]]` entries after it.
 async fn gateway_for(key_mcp: &str, servers: &[(&str, &str)]) -> Gateway {
-    let mut tables = String::from(MOCK_CHANNEL);
+    gateway_beside("", key_mcp, servers).await
+}
+
+/// As [`gateway_for`], with more top-level tables (`[state]`).
+async fn gateway_beside(extra: &str, key_mcp: &str, servers: &[(&str, &str)]) -> Gateway {
+    let mut tables = format!("{MOCK_CHANNEL}\n{extra}\n");
     for (name, urls) in servers {
         tables.push_str(&format!(
             "\n[[mcp_servers]]\nname = \"{name}\"\n{urls}\ntimeout_ms = 8000\n\
@@ -333,4 +338,117 @@ async fn a_dead_replica_fails_over_for_safe_tools_only_and_probes_close_its_circ
         .find(|r| r["requested_model"] == "r__delete_item" && r["status"] == 502)
         .expect("the failed delete's row");
     assert_eq!(failed["attempt_count"], 1, "{failed}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_opened_on_one_replica_is_continued_on_another_through_redis() {
+    let Some(py) = mcp_python() else { return };
+    let a = McpServer::start(&py, "a", &[]).await;
+    let state = redis_state("mcp-session");
+    let servers = [("a", format!("url = \"{}\"", a.url))];
+    let servers: Vec<(&str, &str)> = servers.iter().map(|(n, u)| (*n, u.as_str())).collect();
+    let key_mcp = "mcp = { servers = [\"a\"], tools = [\"a__echo\", \"a__whoami\"] }\n\n\
+        [[keys]]\nname = \"other\"\nkey = \"sk-another-team-key\"\nmcp = { servers = [\"*\"], tools = [\"*\"] }";
+    let one = gateway_beside(&state, key_mcp, &servers).await;
+    let two = gateway_beside(&state, key_mcp, &servers).await;
+    wait_connected(&one, true).await;
+    wait_connected(&two, true).await;
+
+    let mut s = RawSession::open(&mcp_url(&one), KEY).await;
+    assert_eq!(
+        s.tool("a__echo", json!({"text": "on one"})).await,
+        Ok("on one".into())
+    );
+    s.url = mcp_url(&two);
+    assert_eq!(
+        s.tool("a__echo", json!({"text": "on two"})).await,
+        Ok("on two".into())
+    );
+    let tools = s.call("tools/list", json!({})).await;
+    let names: Vec<&str> = tools["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["a__echo", "a__whoami"]);
+    // A client that reads no streams gets the answer whole, though the server streamed it.
+    s.accept = "application/json";
+    let r = s
+        .post(&json!({"jsonrpc": "2.0", "id": 50, "method": "tools/call",
+        "params": {"name": "a__echo", "arguments": {"text": "whole"}}}))
+        .await;
+    assert_eq!(r.headers()["content-type"], "application/json");
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(
+        (v["id"].as_i64(), v["result"]["content"][0]["text"].as_str()),
+        (Some(50), Some("whole"))
+    );
+    // Another key cannot use the session: it is not theirs.
+    s.key = "sk-another-team-key".into();
+    let r = s
+        .post(&json!({"jsonrpc": "2.0", "id": 51, "method": "ping"}))
+        .await;
+    assert_eq!(r.status(), 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_rpm_refuses_past_the_limit_before_the_server_and_says_so_in_an_event() {
+    let Some(py) = mcp_python() else { return };
+    let a = McpServer::start(&py, "a", &[]).await;
+    let gw = gateway_for(
+        "mcp = { servers = [\"a\"], tools = [\"*\", \"!a__secret_*\"] }\nmcp_rpm = 2",
+        &[("a", &format!("url = \"{}\"", a.url))],
+    )
+    .await;
+    let mut s = RawSession::open(&mcp_url(&gw), KEY).await;
+    assert_eq!(
+        s.tool("a__delete_item", json!({"item": "1"})).await,
+        Ok("deleted 1".into())
+    );
+    assert_eq!(
+        s.tool("a__delete_item", json!({"item": "2"})).await,
+        Ok("deleted 2".into())
+    );
+    let err = s
+        .tool("a__delete_item", json!({"item": "3"}))
+        .await
+        .unwrap_err();
+    assert_eq!(err["data"]["limit"], "mcp_rpm", "{err}");
+    assert!(
+        err["data"]["retry_after_seconds"].as_u64().unwrap() >= 1,
+        "{err}"
+    );
+    // A denied tool is refused too, and both refusals are events.
+    let err = s.tool("a__secret_thing", json!({})).await.unwrap_err();
+    assert_eq!(err["code"], -32602);
+    let url = format!("{}/admin/events?type=mcp.refused", gw.url);
+    until(
+        "both refusals are events",
+        std::time::Duration::from_secs(10),
+        async || {
+            let events = get_json(&url, Some(ADMIN)).await;
+            let reasons: Vec<String> = events["data"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e["data"]["reason"].as_str().unwrap_or_default().to_string())
+                .collect();
+            reasons.contains(&"rate_limited".to_string()) && reasons.contains(&"denied".to_string())
+        },
+    )
+    .await;
+    // The server ran the tool twice: the refused call never reached it.
+    let direct = RawDirect(a.url.clone());
+    assert_eq!(direct.deletes().await, 2);
+}
+
+/// The server called without the gateway, to see what it did.
+struct RawDirect(String);
+
+impl RawDirect {
+    async fn deletes(&self) -> u64 {
+        let mut s = RawSession::open_direct(&self.0).await;
+        s.tool("deletes", json!({})).await.unwrap().parse().unwrap()
+    }
 }

@@ -115,10 +115,17 @@ pub struct RawSession {
     pub url: String,
     pub key: String,
     pub id: String,
+    /// What the client says it reads (`application/json` alone: answers come whole).
+    pub accept: &'static str,
     next: i64,
 }
 
 impl RawSession {
+    /// A session with an MCP server itself (no key), as a client of it would open one.
+    pub async fn open_direct(url: &str) -> RawSession {
+        RawSession::open(url, "").await
+    }
+
     pub async fn open(url: &str, key: &str) -> RawSession {
         let http = super::gateway::client();
         let init = serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
@@ -126,42 +133,67 @@ impl RawSession {
             "clientInfo": {"name": "raw", "version": "0"}}});
         let r = http
             .post(url)
-            .bearer_auth(key)
-            .header("accept", "application/json")
-            .json(&init)
-            .send()
-            .await
-            .expect("initialize");
+            .header("accept", "application/json, text/event-stream")
+            .json(&init);
+        let r = if key.is_empty() {
+            r
+        } else {
+            r.bearer_auth(key)
+        };
+        let r = r.send().await.expect("initialize");
         assert_eq!(r.status(), 200);
         let id = r.headers()["mcp-session-id"]
             .to_str()
             .expect("ascii")
             .to_string();
-        RawSession {
+        let s = RawSession {
             http,
             url: url.into(),
             key: key.into(),
             id,
+            accept: "application/json, text/event-stream",
             next: 1,
-        }
+        };
+        let note = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        s.post(&note).await;
+        s
     }
 
-    /// The whole answer to one request.
-    pub async fn call(&mut self, method: &str, params: Value) -> Value {
-        self.next += 1;
-        let body = serde_json::json!({"jsonrpc": "2.0", "id": self.next, "method": method, "params": params});
+    pub async fn post(&self, body: &Value) -> reqwest::Response {
         let r = self
             .http
             .post(&self.url)
-            .bearer_auth(&self.key)
-            .header("accept", "application/json")
+            .header("accept", self.accept)
             .header("mcp-session-id", &self.id)
-            .json(&body)
-            .send()
-            .await
-            .expect("the gateway answers");
+            .json(body);
+        let r = if self.key.is_empty() {
+            r
+        } else {
+            r.bearer_auth(&self.key)
+        };
+        r.send().await.expect("the endpoint answers")
+    }
+
+    /// The answer to one request (read out of an event stream when one comes).
+    pub async fn call(&mut self, method: &str, params: Value) -> Value {
+        self.next += 1;
+        let body = serde_json::json!({"jsonrpc": "2.0", "id": self.next, "method": method, "params": params});
+        let r = self.post(&body).await;
         assert!(r.status().as_u16() < 500, "{}", r.status());
-        r.json().await.expect("JSON")
+        let text = r.text().await.expect("a body");
+        // An event stream's messages are its `data:` lines; the answer is the one with our id.
+        let messages: Vec<Value> = if text.trim_start().starts_with('{') {
+            vec![serde_json::from_str(&text).expect("JSON")]
+        } else {
+            text.lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .filter_map(|d| serde_json::from_str(d.trim()).ok())
+                .collect()
+        };
+        messages
+            .into_iter()
+            .find(|m| m["id"] == self.next)
+            .unwrap_or_else(|| panic!("no answer to {method} in {text}"))
     }
 
     /// A tool's text, or its error object.
