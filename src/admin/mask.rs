@@ -39,6 +39,19 @@ pub fn entry(section: &str, v: &Value) -> Value {
             obj.remove("key");
             obj.remove("key_hash");
         }
+        // An MCP server's token and headers (which carry keys) not at all: names only.
+        "mcp_servers" => {
+            if obj.contains_key("bearer") {
+                obj.insert("bearer".into(), Value::String("***".into()));
+            }
+            for field in ["headers", "env"] {
+                if let Some(Value::Object(h)) = obj.get_mut(field) {
+                    for v in h.values_mut() {
+                        *v = Value::String("***".into());
+                    }
+                }
+            }
+        }
         // A signing secret is shown once, when made; never again, not even in part.
         "webhooks" => {
             for field in ["secret", "previous_secret"] {
@@ -88,7 +101,8 @@ pub fn document(raw: &Value) -> Value {
     let Some(obj) = doc.as_object_mut() else {
         return doc;
     };
-    for (section, _) in crate::config::overlay::SECTIONS {
+    let sections = crate::config::overlay::SECTIONS.iter().map(|(s, _)| *s);
+    for section in sections.chain(["mcp_servers"]) {
         if let Some(Value::Array(items)) = obj.get_mut(section) {
             for i in items.iter_mut() {
                 *i = entry(section, i);
@@ -137,6 +151,8 @@ mod tests {
             "server": {"admin_token": "admin-token-0123456789"},
             "admins": [{"name": "v", "token": "viewer-token-0123456789", "role": "viewer"}],
             "store": {"url": "postgres://u:pw@h/d", "master_key": "AAAA"},
+            "mcp_servers": [{"name": "gh", "url": "http://h/mcp", "bearer": "ghp_secret_token_1",
+                "headers": {"X-Api-Key": "hdr-secret-2"}}],
             "channels": [{"name": "a", "api_keys": ["sk-upstream-secret-key"],
                           "credentials": [{"key": "sk-other-upstream-key", "label": "k"}]}],
             "keys": [{"name": "k", "key": "sk-gateway-key-plain"}, {"name": "h", "key_hash": "ab"}],
@@ -151,6 +167,8 @@ mod tests {
             "sk-other-upstream-key",
             "sk-gateway-key-plain",
             "\"ab\"",
+            "ghp_secret_token_1",
+            "hdr-secret-2",
         ] {
             assert!(!text.contains(secret), "{secret} in {text}");
         }

@@ -41,6 +41,7 @@ pub struct Call<'a> {
     pub session: Session,
     /// The client reads event streams.
     pub streams: bool,
+    pub headers: &'a axum::http::HeaderMap,
 }
 
 fn error(id: Value, code: i64, message: &str) -> Response {
@@ -278,7 +279,7 @@ impl Call<'_> {
         else {
             return error(id, INVALID_PARAMS, "params.name is required");
         };
-        let mut rec = ToolCall::start(self.st, self.key, &name, &params);
+        let mut rec = ToolCall::start(self.st, self.headers, self.key, &name, &params);
         let sep = self.snap.mcp.separator.clone();
         let Some((server, tool)) = self.owner(&name) else {
             rec.refused(self.st, "unknown_tool");

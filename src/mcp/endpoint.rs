@@ -149,6 +149,7 @@ pub async fn post(State(st): State<McpState>, headers: HeaderMap, body: Body) ->
         sid: &sid,
         session,
         streams,
+        headers: &headers,
     };
     match msg {
         Message::Request { id, method, params } => {

@@ -17,6 +17,8 @@ use crate::config::mcp::McpServer;
 use crate::server::AppState;
 use crate::spend::{Ask, Holds, Verdict};
 use crate::store::LogRow;
+use crate::telemetry::{Answered, Finished, RequestTrace};
+use axum::http::HeaderMap;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -82,10 +84,18 @@ pub struct ToolCall {
     args_bytes: usize,
     attempts: Vec<Value>,
     holds: Option<Holds>,
+    /// The call's trace (the client's `traceparent` continued), when spans go anywhere.
+    trace: Option<RequestTrace>,
 }
 
 impl ToolCall {
-    pub fn start(_st: &McpState, key: &GatewayKey, name: &str, params: &Value) -> ToolCall {
+    pub fn start(
+        st: &McpState,
+        headers: &HeaderMap,
+        key: &GatewayKey,
+        name: &str,
+        params: &Value,
+    ) -> ToolCall {
         let args_bytes = params
             .get("arguments")
             .map_or(0, |a| serde_json::to_vec(a).map_or(0, |v| v.len()));
@@ -101,6 +111,7 @@ impl ToolCall {
             args_bytes,
             attempts: Vec::new(),
             holds: None,
+            trace: st.app.telemetry.start(headers, "mcp.tools/call"),
         }
     }
 
@@ -172,6 +183,7 @@ impl ToolCall {
             args_bytes: 0,
             attempts: Vec::new(),
             holds: None,
+            trace: None,
         }
     }
 
@@ -242,6 +254,19 @@ impl ToolCall {
             response_bytes: Some(result_bytes as u64),
             ..LogRow::default()
         };
+        if let (Some(tracer), Some(t)) = (&app.telemetry.tracer, &self.trace) {
+            let f = Finished {
+                snap: &snap,
+                row: &row,
+                attempts: &[],
+                key_idx: None,
+                semantic: None,
+                started: self.started,
+                ended: Instant::now(),
+                overhead: None,
+            };
+            tracer.finish(&f, t, Answered::default());
+        }
         app.log.record(row);
     }
 }

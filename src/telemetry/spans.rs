@@ -143,8 +143,12 @@ impl Builder {
         self.processor.on_end(span);
     }
 
-    /// The request's SERVER span and a CLIENT span per call.
+    /// The request's SERVER span and a CLIENT span per call (an MCP tool call: its
+    /// `execute_tool` span).
     fn spans(&self, job: &Job) {
+        if job.row.endpoint == "mcp.tools/call" {
+            self.send(self.tool_span(job));
+        }
         let mut n = 0;
         for (i, a) in job.attempts.iter().enumerate() {
             if a.timing.is_none() {
@@ -207,6 +211,42 @@ impl Builder {
             end: job.at(job.ended),
             attrs,
             events: server_events(job),
+            status,
+        })
+    }
+
+    /// An MCP tool call as the GenAI conventions name it: `execute_tool {gen_ai.tool.name}`,
+    /// under the request's span, for the time the call took.
+    fn tool_span(&self, job: &Job) -> SpanData {
+        let row = &job.row;
+        let tool = row.requested_model.clone().unwrap_or_default();
+        let mut attrs = vec![
+            KeyValue::new("gen_ai.operation.name", "execute_tool"),
+            KeyValue::new("gen_ai.tool.name", tool.clone()),
+            KeyValue::new("gen_ai.tool.type", "extension"),
+            KeyValue::new("switchyard.outcome", row.outcome.clone()),
+        ];
+        if let Some(server) = &row.channel {
+            attrs.push(KeyValue::new("switchyard.mcp.server", server.clone()));
+        }
+        let ok = matches!(row.outcome.as_str(), "ok");
+        let status = if ok {
+            Status::Unset
+        } else {
+            attrs.push(KeyValue::new("error.type", row.outcome.clone()));
+            Status::error(row.outcome.clone())
+        };
+        let t = &job.trace;
+        self.span(SpanParts {
+            context: self.context(t, t.span_id ^ 0x5f5f_7431),
+            parent: t.span_id,
+            remote_parent: false,
+            kind: SpanKind::Internal,
+            name: format!("execute_tool {tool}").into(),
+            start: t.started_at,
+            end: job.at(job.ended),
+            attrs,
+            events: Vec::new(),
             status,
         })
     }

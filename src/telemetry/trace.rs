@@ -79,6 +79,7 @@ pub fn span_name(endpoint: &str) -> &'static str {
         "responses.retrieve" => "GET /v1/responses/{id}",
         "responses.delete" => "DELETE /v1/responses/{id}",
         "responses.input_items" => "GET /v1/responses/{id}/input_items",
+        "mcp.tools/call" => "POST /mcp",
         _ => "POST",
     }
 }

@@ -129,6 +129,19 @@ async fn the_sdk_lists_calls_prompts_reads_and_samples_through_the_gateway() {
     );
     let all = serde_json::to_string(&rows).unwrap();
     assert!(!all.contains("upstream-mcp-secret"));
+    let config = client()
+        .get(format!("{}/admin/config", gw.url))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        config.contains("[[mcp_servers]]") && !config.contains("upstream-mcp-secret"),
+        "{config}"
+    );
     let metrics = metrics_text(&gw.url).await;
     assert!(
         metrics.contains("switchyard_mcp_calls_total{server=\"a\",tool=\"echo\",outcome=\"ok\"} 1"),
@@ -451,4 +464,41 @@ impl RawDirect {
         let mut s = RawSession::open_direct(&self.0).await;
         s.tool("deletes", json!({})).await.unwrap().parse().unwrap()
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_call_is_an_execute_tool_span_under_the_request_in_a_real_receiver() {
+    let Some(py) = mcp_python() else { return };
+    let Some(phoenix) = Phoenix::start().await else {
+        return;
+    };
+    let a = McpServer::start(&py, "a", &[]).await;
+    let telemetry = format!("[telemetry]\notlp_endpoint = \"{}\"\n", phoenix.url);
+    let gw = gateway_beside(
+        &telemetry,
+        "mcp = { servers = [\"a\"], tools = [\"*\"] }",
+        &[("a", &format!("url = \"{}\"", a.url))],
+    )
+    .await;
+    let trace = "7bf92f3577b34da6a3ce929d0e0e4739";
+    let mut s = RawSession::open(&mcp_url(&gw), KEY).await;
+    s.traceparent = Some(format!("00-{trace}-00f067aa0ba902b7-01"));
+    assert_eq!(
+        s.tool("a__echo", json!({"text": "traced"})).await,
+        Ok("traced".into())
+    );
+    gw.running.state.telemetry.flush();
+    let spans = phoenix.trace("default", trace, 2).await;
+    let tool = spans
+        .iter()
+        .find(|s| s["name"] == "execute_tool a__echo")
+        .unwrap_or_else(|| panic!("{spans:?}"));
+    assert_eq!(attr(tool, "gen_ai.operation.name"), "execute_tool");
+    assert_eq!(attr(tool, "gen_ai.tool.name"), "a__echo");
+    assert_eq!(attr(tool, "switchyard.mcp.server"), "a");
+    let server = spans
+        .iter()
+        .find(|s| s["name"] == "POST /mcp")
+        .unwrap_or_else(|| panic!("{spans:?}"));
+    assert_eq!(tool["parent_span_id"], server["span_id"], "{spans:?}");
 }

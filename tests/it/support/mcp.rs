@@ -117,6 +117,8 @@ pub struct RawSession {
     pub id: String,
     /// What the client says it reads (`application/json` alone: answers come whole).
     pub accept: &'static str,
+    /// Sent with each call when set: the client's trace.
+    pub traceparent: Option<String>,
     next: i64,
 }
 
@@ -152,6 +154,7 @@ impl RawSession {
             key: key.into(),
             id,
             accept: "application/json, text/event-stream",
+            traceparent: None,
             next: 1,
         };
         let note = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
@@ -166,6 +169,10 @@ impl RawSession {
             .header("accept", self.accept)
             .header("mcp-session-id", &self.id)
             .json(body);
+        let r = match &self.traceparent {
+            Some(t) => r.header("traceparent", t),
+            None => r,
+        };
         let r = if self.key.is_empty() {
             r
         } else {
