@@ -272,3 +272,38 @@ pub fn headers(data: &[u8]) {
     }
     crate::server::read_headers(&map);
 }
+
+/// One message of an MCP client as `/mcp` reads it: refused with the spec's codes (parse
+/// error or invalid request, the id echoed when there is one), or read; what it names (a
+/// gateway name, a cursor, a relayed answer's id) is then taken apart as the gateway would,
+/// none of it panicking.
+pub fn mcp_message(data: &[u8]) {
+    use crate::mcp::jsonrpc::{self, Message};
+    match jsonrpc::read(data) {
+        Err(r) => {
+            assert!(matches!(
+                r.code,
+                jsonrpc::PARSE_ERROR | jsonrpc::INVALID_REQUEST
+            ));
+            let v = r.to_value();
+            assert_eq!(v["jsonrpc"], "2.0");
+            assert!(v["error"]["message"].is_string());
+        }
+        Ok(Message::Request { method, params, .. }) => {
+            let _ = crate::mcp::lists::Kind::of_method(&method);
+            let p = params.unwrap_or_default();
+            if let Some(name) = p.get("name").and_then(Value::as_str) {
+                let _ = crate::mcp::names::split(["a", "a__b", "github"], "__", name);
+            }
+            let cursor = p.get("cursor").and_then(Value::as_str);
+            let items = vec![serde_json::json!({"name": "x"}); 3];
+            let _ = crate::mcp::lists::page(items, cursor, 2);
+        }
+        Ok(Message::Notification { method, .. }) => {
+            let _ = crate::mcp::lists::Kind::changed_by(&method);
+        }
+        Ok(Message::Response { id, .. }) => {
+            let _ = crate::mcp::relay::inward_id(&id);
+        }
+    }
+}

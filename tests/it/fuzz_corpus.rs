@@ -10,7 +10,7 @@ use switchyard::protocol::Protocol;
 
 type Target = fn(&[u8]);
 
-const TARGETS: [(&str, Target); 11] = [
+const TARGETS: [(&str, Target); 12] = [
     ("ingress_openai", |d| fuzz::ingress(Protocol::OpenAiChat, d)),
     ("ingress_anthropic", |d| {
         fuzz::ingress(Protocol::AnthropicMessages, d)
@@ -30,6 +30,7 @@ const TARGETS: [(&str, Target); 11] = [
     ("headers", fuzz::headers),
     ("config", fuzz::config),
     ("tokens", fuzz::tokens),
+    ("mcp_message", fuzz::mcp_message),
 ];
 
 fn inputs(dir: &Path) -> Vec<std::path::PathBuf> {
