@@ -248,6 +248,27 @@ async fn a_key_without_mcp_reaches_nothing_and_bad_input_is_the_specs_error() {
         .await
         .unwrap();
     assert_eq!(r.status(), 401);
+    assert_eq!(r.headers()["www-authenticate"], "Bearer");
+    // A revision the gateway does not speak, named in the header: 400.
+    let r = http
+        .post(mcp_url(&gw))
+        .bearer_auth(KEY)
+        .header("mcp-session-id", &sid)
+        .header("mcp-protocol-version", "2024-01-01")
+        .json(&json!({"jsonrpc": "2.0", "id": 8, "method": "ping"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    // A notification is taken with 202.
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    assert_eq!(
+        post(note.to_string(), Some(sid.clone()))
+            .await
+            .unwrap()
+            .status(),
+        202
+    );
     // DELETE ends the session.
     let r = http
         .delete(mcp_url(&gw))
@@ -344,6 +365,32 @@ async fn a_dead_replica_fails_over_for_safe_tools_only_and_probes_close_its_circ
         },
     )
     .await;
+    // Both moves of r0's circuit are events naming the replica.
+    let url = format!("{}/admin/events?type=circuit.*", gw.url);
+    until(
+        "r0's circuit events",
+        std::time::Duration::from_secs(10),
+        async || {
+            let v = get_json(&url, Some(ADMIN)).await;
+            let seen: Vec<(String, String)> = v["data"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| {
+                    (
+                        e["type"].as_str().unwrap_or_default().to_string(),
+                        e["data"]["channel"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_string(),
+                    )
+                })
+                .collect();
+            let has = |t: &str| seen.contains(&(t.to_string(), "mcp:r#0".to_string()));
+            has("circuit.opened") && has("circuit.closed")
+        },
+    )
+    .await;
     gw.flush_log().await;
     let rows = gw.admin_requests().await;
     let failed = rows
@@ -385,6 +432,21 @@ async fn a_session_opened_on_one_replica_is_continued_on_another_through_redis()
         .map(|t| t["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["a__echo", "a__whoami"]);
+    // Completions go to the prompt's server under its own name; the log level to every server.
+    let done = s
+        .call(
+            "completion/complete",
+            json!({"ref": {"type": "ref/prompt", "name": "a__greet"},
+            "argument": {"name": "name", "value": "A"}}),
+        )
+        .await;
+    assert_eq!(
+        done["result"]["completion"]["values"],
+        json!(["Ada", "Alan"]),
+        "{done}"
+    );
+    let level = s.call("logging/setLevel", json!({"level": "debug"})).await;
+    assert_eq!(level["result"], json!({}), "{level}");
     // A client that reads no streams gets the answer whole, though the server streamed it.
     s.accept = "application/json";
     let r = s

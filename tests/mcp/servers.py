@@ -16,7 +16,7 @@ import sys
 import anyio
 import uvicorn
 from mcp.server.fastmcp import Context, FastMCP
-from mcp.types import SamplingMessage, TextContent, ToolAnnotations
+from mcp.types import Completion, SamplingMessage, TextContent, ToolAnnotations
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--name", required=True)
@@ -115,6 +115,12 @@ async def grow(ctx: Context) -> str:
 @mcp.prompt()
 def greet(name: str) -> str:
     return f"Hello, {name}, from {args.name}"
+
+
+@mcp.completion()
+async def complete(ref, argument, context):
+    """Names for greet's `name`, from this replica."""
+    return Completion(values=[f"{argument.value}da", f"{argument.value}lan"], hasMore=False)
 
 
 @mcp.resource("notes://today")
