@@ -49,6 +49,10 @@ pub enum Transport {
     /// MCP's Streamable HTTP (2025-03-26 and later).
     #[default]
     StreamableHttp,
+    /// The older HTTP+SSE transport (2024-11-05): a GET stream, messages POSTed beside it.
+    Sse,
+    /// A process the gateway runs, speaking on its standard input and output.
+    Stdio,
 }
 
 /// `[[mcp_servers]]`.
@@ -60,8 +64,17 @@ pub struct McpServerConfig {
     pub url: Option<String>,
     #[serde(default)]
     pub urls: Vec<String>,
+    /// `streamable_http` (the default) or `sse` for a URL; a `command` is always stdio.
+    pub transport: Option<Transport>,
+    /// A stdio server: the program the gateway runs (and runs again when it exits).
+    pub command: Option<String>,
     #[serde(default)]
-    pub transport: Transport,
+    pub args: Vec<String>,
+    /// The stdio server's environment (secrets: never echoed or logged).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// A stdio server's processes, each a replica (default 1).
+    pub pool: Option<std::num::NonZeroU32>,
     /// Sent with every call (secrets: never echoed or logged).
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
@@ -92,6 +105,9 @@ pub struct KeyMcpConfig {
 #[derive(Debug)]
 pub struct McpServer {
     pub name: Arc<str>,
+    pub transport: Transport,
+    /// For `stdio`: what to run.
+    pub stdio: Option<StdioCommand>,
     pub replicas: Vec<Replica>,
     /// `headers` and `bearer` as sent (header name, value).
     pub headers: Vec<(http::HeaderName, Secret)>,
@@ -101,7 +117,16 @@ pub struct McpServer {
     pub breaker: BreakerSettings,
 }
 
-/// One replica of a server: its endpoint and its health key's name.
+/// A stdio server's program, arguments and environment.
+#[derive(Debug)]
+pub struct StdioCommand {
+    pub command: String,
+    pub args: Vec<String>,
+    pub env: Vec<(String, Secret)>,
+}
+
+/// One replica of a server: its endpoint (`stdio://<server>/<i>` for a stdio server's process)
+/// and its health key's name.
 #[derive(Debug)]
 pub struct Replica {
     pub url: reqwest::Url,
@@ -151,6 +176,18 @@ pub fn compile(section: &McpSection, list: &[McpServerConfig]) -> Result<McpSett
 }
 
 fn server(s: &McpServerConfig, at: &dyn Fn(&str) -> String) -> Result<McpServer, FieldError> {
+    if let Some(command) = &s.command {
+        return stdio(s, command, at);
+    }
+    if s.transport == Some(Transport::Stdio) {
+        return Err((at("command"), "a stdio server needs command".into()));
+    }
+    if s.pool.is_some() {
+        return Err((
+            at("pool"),
+            "only a stdio server (command) has a pool".into(),
+        ));
+    }
     let urls: Vec<(String, &String)> = match (&s.url, s.urls.is_empty()) {
         (Some(u), true) => vec![(at("url"), u)],
         (None, false) => s
@@ -177,6 +214,52 @@ fn server(s: &McpServerConfig, at: &dyn Fn(&str) -> String) -> Result<McpServer,
             health: format!("mcp:{}#{j}", s.name).into(),
         });
     }
+    let mut server = common(s, at)?;
+    server.transport = s.transport.unwrap_or_default();
+    server.replicas = replicas;
+    Ok(server)
+}
+
+/// A stdio server: `pool` processes of `command`, each a replica.
+fn stdio(
+    s: &McpServerConfig,
+    command: &str,
+    at: &dyn Fn(&str) -> String,
+) -> Result<McpServer, FieldError> {
+    if s.url.is_some() || !s.urls.is_empty() {
+        return Err((at("command"), "give command or url, not both".into()));
+    }
+    if !matches!(s.transport, None | Some(Transport::Stdio)) {
+        return Err((at("transport"), "a command is a stdio server".into()));
+    }
+    if command.is_empty() {
+        return Err((at("command"), "must not be empty".into()));
+    }
+    let mut server = common(s, at)?;
+    server.transport = Transport::Stdio;
+    server.stdio = Some(StdioCommand {
+        command: command.to_string(),
+        args: s.args.clone(),
+        env: s
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), Secret::new(v.as_str())))
+            .collect(),
+    });
+    let pool = s.pool.map_or(1, |p| p.get());
+    for i in 0..pool {
+        let url = reqwest::Url::parse(&format!("stdio://{}/{i}", s.name))
+            .map_err(|e| (at("name"), e.to_string()))?;
+        server.replicas.push(Replica {
+            url,
+            health: format!("mcp:{}#{i}", s.name).into(),
+        });
+    }
+    Ok(server)
+}
+
+/// What every kind of server has: its headers, timeout, groups, list TTL and breaker.
+fn common(s: &McpServerConfig, at: &dyn Fn(&str) -> String) -> Result<McpServer, FieldError> {
     let mut headers = Vec::new();
     for (name, value) in &s.headers {
         let h = http::HeaderName::from_bytes(name.as_bytes())
@@ -209,7 +292,9 @@ fn server(s: &McpServerConfig, at: &dyn Fn(&str) -> String) -> Result<McpServer,
     p.kind = ProbeKind::Models;
     Ok(McpServer {
         name: s.name.as_str().into(),
-        replicas,
+        transport: Transport::StreamableHttp,
+        stdio: None,
+        replicas: Vec::new(),
         headers,
         timeout: Duration::from_millis(s.timeout_ms.map_or(60_000, NonZeroU64::get)),
         groups: s.groups.iter().map(|g| g.as_str().into()).collect(),

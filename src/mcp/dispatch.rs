@@ -435,6 +435,7 @@ impl Call<'_> {
             cancel,
             deadline: tokio::time::Instant::from_std(started) + server.timeout,
             rec,
+            repeatable: failover,
         };
         match sent {
             None => pump.end(Outcome::Cancelled, error(client_id, CANCELLED, "cancelled")),

@@ -10,12 +10,14 @@
 //! tool call leaves (log row, series, event); `probe.rs` the pings that close a circuit;
 //! `jsonrpc.rs` and `names.rs` are pure.
 
+mod conn;
 mod dispatch;
 pub mod endpoint;
 mod forward;
 pub mod jsonrpc;
 pub mod lists;
 pub mod names;
+mod pipes;
 mod probe;
 mod pump;
 mod record;
@@ -38,7 +40,7 @@ use crate::server::AppState;
 pub struct Mcp {
     pub client: upstream::Client,
     pub sessions: session::Sessions,
-    pub lists: lists::Lists,
+    pub lists: Arc<lists::Lists>,
     /// `(server, method)` of every `list_changed` a server sent: each session's GET stream
     /// passes on those of the servers its key reaches.
     pub changed: broadcast::Sender<(Arc<str>, String)>,
@@ -56,11 +58,13 @@ pub struct Flight {
 
 impl Mcp {
     pub fn new(state: Arc<crate::state::State>) -> Mcp {
+        let lists = Arc::new(lists::Lists::default());
+        let changed = broadcast::channel(256).0;
         Mcp {
-            client: upstream::Client::new(),
+            client: upstream::Client::new(lists.clone(), changed.clone()),
             sessions: session::Sessions::new(state),
-            lists: lists::Lists::default(),
-            changed: broadcast::channel(256).0,
+            lists,
+            changed,
             flights: Mutex::new(HashMap::new()),
         }
     }

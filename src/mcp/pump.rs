@@ -27,6 +27,8 @@ pub struct Pump {
     pub cancel: Arc<Notify>,
     pub deadline: tokio::time::Instant,
     pub rec: Option<ToolCall>,
+    /// The call is safe to repeat (the client may, when it fails).
+    pub repeatable: bool,
 }
 
 impl Pump {
@@ -65,7 +67,8 @@ impl Pump {
 
     fn failed(&self, code: i64, message: String, reason: &str) -> Value {
         json!({"jsonrpc": "2.0", "id": self.client_id, "error": {"code": code,
-            "message": message, "data": {"server": &*self.server, "reason": reason}}})
+            "message": message, "data": {"server": &*self.server, "reason": reason,
+            "repeatable": self.repeatable}}})
     }
 
     /// Relays until the answer; returns the last message the client was given.

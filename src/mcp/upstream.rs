@@ -78,42 +78,79 @@ pub enum Reply {
 }
 
 /// Messages of an event stream, as they arrive.
-pub struct Messages {
-    body: BoxStream<'static, reqwest::Result<Bytes>>,
-    frames: Frames,
-    ended: bool,
+pub struct Messages(Inner);
+
+enum Inner {
+    Http {
+        body: BoxStream<'static, reqwest::Result<Bytes>>,
+        frames: Frames,
+        ended: bool,
+    },
+    /// A request's messages on a connection (the older transports).
+    Waiting(super::conn::Waiting),
+    /// What a connection's server sends on its own.
+    Heard(tokio::sync::broadcast::Receiver<Value>),
 }
 
 impl Messages {
     fn of(resp: reqwest::Response) -> Messages {
-        Messages {
+        Messages(Inner::Http {
             body: resp.bytes_stream().boxed(),
             frames: Frames::default(),
             ended: false,
-        }
+        })
+    }
+
+    pub fn waiting(w: super::conn::Waiting) -> Messages {
+        Messages(Inner::Waiting(w))
+    }
+
+    pub fn heard(rx: tokio::sync::broadcast::Receiver<Value>) -> Messages {
+        Messages(Inner::Heard(rx))
     }
 
     /// The next message; `None` when the stream ended. Events that are not JSON are skipped
     /// (a server's keep-alive or priming events carry no message).
     pub async fn next(&mut self) -> Result<Option<Value>, Failure> {
+        use tokio::sync::broadcast::error::RecvError;
+        let (body, frames, ended) = match &mut self.0 {
+            Inner::Http {
+                body,
+                frames,
+                ended,
+            } => (body, frames, ended),
+            Inner::Waiting(w) => {
+                return match w.rx.recv().await {
+                    Some(v) => Ok(Some(v)),
+                    None => Err(Failure::Connect("the server's connection ended".into())),
+                };
+            }
+            Inner::Heard(rx) => loop {
+                match rx.recv().await {
+                    Ok(v) => return Ok(Some(v)),
+                    Err(RecvError::Lagged(_)) => continue,
+                    Err(RecvError::Closed) => return Ok(None),
+                }
+            },
+        };
         loop {
-            match self.frames.next(self.ended) {
+            match frames.next(*ended) {
                 Ok(Some(f)) => match serde_json::from_str::<Value>(&f.data) {
                     Ok(v) if v.is_object() => return Ok(Some(v)),
                     _ => continue,
                 },
-                Ok(None) if self.ended => return Ok(None),
+                Ok(None) if *ended => return Ok(None),
                 Ok(None) => {}
                 Err(e) => return Err(Failure::Malformed(e.to_string())),
             }
-            match self.body.next().await {
-                Some(Ok(b)) => self.frames.push(&b),
+            match body.next().await {
+                Some(Ok(b)) => frames.push(&b),
                 Some(Err(e)) => {
                     return Err(Failure::Connect(crate::provider::redact_url(
                         &e.to_string(),
                     )));
                 }
-                None => self.ended = true,
+                None => *ended = true,
             }
         }
     }
@@ -128,27 +165,34 @@ pub struct Opened {
     pub result: Value,
 }
 
-/// The HTTP client every server is called with.
+/// The client every server is called with: HTTP for Streamable HTTP, the kept connections
+/// of the older transports beside it.
 #[derive(Clone)]
 pub struct Client {
     http: reqwest::Client,
-}
-
-impl Default for Client {
-    fn default() -> Self {
-        Client::new()
-    }
+    pipes: std::sync::Arc<super::pipes::Pipes>,
 }
 
 impl Client {
-    pub fn new() -> Client {
+    pub fn new(
+        lists: std::sync::Arc<super::lists::Lists>,
+        changed: tokio::sync::broadcast::Sender<(std::sync::Arc<str>, String)>,
+    ) -> Client {
         crate::provider::install_crypto_provider();
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
             .pool_idle_timeout(Duration::from_secs(60))
             .build()
             .unwrap_or_default();
-        Client { http }
+        let pipes = super::pipes::Pipes::new(http.clone(), lists, changed);
+        Client {
+            http,
+            pipes: std::sync::Arc::new(pipes),
+        }
+    }
+
+    fn piped(server: &McpServer) -> bool {
+        server.transport != crate::config::mcp::Transport::StreamableHttp
     }
 
     fn request(&self, method: reqwest::Method, t: &Target) -> reqwest::RequestBuilder {
@@ -175,6 +219,9 @@ impl Client {
         t: &Target<'_>,
         msg: &Value,
     ) -> Result<(Reply, Option<String>), Failure> {
+        if Client::piped(t.server) {
+            return Ok((self.pipes.post(t, msg).await?, None));
+        }
         let body = serde_json::to_vec(msg).unwrap_or_default();
         let req = self
             .request(reqwest::Method::POST, t)
@@ -260,6 +307,9 @@ impl Client {
         replica: usize,
         capabilities: &Value,
     ) -> Result<Opened, Failure> {
+        if Client::piped(server) {
+            return self.pipes.open(server, replica, capabilities).await;
+        }
         let t = Target {
             server,
             replica,
@@ -300,6 +350,9 @@ impl Client {
 
     /// The server's stream of messages it sends on its own (`None`: it offers none, 405).
     pub async fn listen(&self, t: &Target<'_>) -> Result<Option<Messages>, Failure> {
+        if Client::piped(t.server) {
+            return Ok(self.pipes.listen(t));
+        }
         let req = self
             .request(reqwest::Method::GET, t)
             .header(ACCEPT, "text/event-stream");
@@ -317,6 +370,9 @@ impl Client {
 
     /// Ends a session (best effort: the server forgets it on its own anyway).
     pub async fn close(&self, t: &Target<'_>) {
+        if Client::piped(t.server) {
+            return self.pipes.close(t);
+        }
         if t.session.is_none() {
             return;
         }

@@ -564,3 +564,83 @@ async fn a_tool_call_is_an_execute_tool_span_under_the_request_in_a_real_receive
         .unwrap_or_else(|| panic!("{spans:?}"));
     assert_eq!(tool["parent_span_id"], server["span_id"], "{spans:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_older_sse_transport_and_a_stdio_server_serve_beside_streamable_http() {
+    let Some(py) = mcp_python() else { return };
+    let old = McpServer::start(&py, "old", &["--transport", "sse"]).await;
+    let script = format!("{}/tests/mcp/servers.py", env!("CARGO_MANIFEST_DIR"));
+    let gw = gateway_for(
+        "mcp = { servers = [\"*\"], tools = [\"*\"] }",
+        &[
+            ("old", &format!("url = \"{}\"\ntransport = \"sse\"", old.url)),
+            ("local", &format!(
+                "command = \"{py}\"\nargs = [\"{script}\", \"--name\", \"local\", \"--transport\", \"stdio\"]\n\
+                 env = {{ LOCAL_TOKEN = \"stdio-env-secret\" }}"
+            )),
+        ],
+    )
+    .await;
+    let mut s = RawSession::open(&mcp_url(&gw), KEY).await;
+    let tools = s.call("tools/list", json!({})).await;
+    let names: Vec<&str> = tools["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"old__echo") && names.contains(&"local__echo"),
+        "{names:?}"
+    );
+    for server in ["old", "local"] {
+        let name = format!("{server}__echo");
+        assert_eq!(
+            s.tool(&name, json!({"text": server})).await,
+            Ok(server.to_string())
+        );
+        // Progress comes back on the call's stream, under the client's token.
+        let all = s
+            .call_all(
+                "tools/call",
+                json!({"name": format!("{server}__slow"), "arguments": {"steps": 2},
+                "_meta": {"progressToken": format!("p-{server}")}}),
+            )
+            .await;
+        let progress: Vec<&Value> = all
+            .iter()
+            .filter(|m| m["method"] == "notifications/progress")
+            .collect();
+        assert_eq!(progress.len(), 2, "{server}: {all:?}");
+        assert_eq!(
+            progress[0]["params"]["progressToken"],
+            format!("p-{server}")
+        );
+        let last = all.last().unwrap();
+        assert_eq!(
+            last["result"]["content"][0]["text"], "done in 2",
+            "{server}: {all:?}"
+        );
+    }
+    let prompt = s
+        .call(
+            "prompts/get",
+            json!({"name": "old__greet", "arguments": {"name": "Ada"}}),
+        )
+        .await;
+    assert_eq!(
+        prompt["result"]["messages"][0]["content"]["text"], "Hello, Ada, from old",
+        "{prompt}"
+    );
+
+    // The stdio server's process exits mid-call: the call (not safe to repeat) answers the
+    // error; the next call starts the process again.
+    let before = s.tool("local__pid", json!({})).await.unwrap();
+    let err = s.tool("local__exit_now", json!({})).await.unwrap_err();
+    assert_eq!(err["data"]["repeatable"], false, "{err}");
+    let after = s.tool("local__pid", json!({})).await.unwrap();
+    assert_ne!(before, after, "a new process");
+    gw.flush_log().await;
+    let rows = serde_json::to_string(&gw.admin_requests().await).unwrap();
+    assert!(!rows.contains("stdio-env-secret"));
+}

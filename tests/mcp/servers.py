@@ -1,8 +1,10 @@
 """FastMCP servers (the official MCP Python SDK) that stand behind the gateway in the tests.
 
-    python servers.py --name NAME [--token T] [--port P]
+    python servers.py --name NAME [--token T] [--port P] [--transport streamable-http|sse|stdio]
 
-Binds 127.0.0.1 on P (by default a port the OS picks), prints `PORT <n>` and serves until killed. Every
+Binds 127.0.0.1 on P (by default a port the OS picks), prints `PORT <n>` and serves until killed
+(Streamable HTTP at /mcp, or the older HTTP+SSE transport at /sse); with stdio, speaks on its
+standard input and output instead. Every
 replica of a server is the same server with another NAME: `whoami` tells which answered.
 With --token, a call without `Authorization: Bearer T` is refused 401.
 """
@@ -22,6 +24,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--name", required=True)
 parser.add_argument("--token")
 parser.add_argument("--port", type=int, default=0)
+parser.add_argument("--transport", default="streamable-http", choices=["streamable-http", "sse", "stdio"])
 args = parser.parse_args()
 
 mcp = FastMCP(args.name, stateless_http=False, log_level="ERROR")
@@ -133,7 +136,26 @@ def profile(uid: str) -> str:
     return f"profile {uid}"
 
 
-app = mcp.streamable_http_app()
+@mcp.tool()
+def exit_now() -> str:
+    """Ends this server's process (a stdio server dying)."""
+    import os
+
+    os._exit(3)
+
+
+@mcp.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def pid() -> int:
+    import os
+
+    return os.getpid()
+
+
+if args.transport == "stdio":
+    mcp.run("stdio")
+    sys.exit(0)
+
+app = mcp.sse_app() if args.transport == "sse" else mcp.streamable_http_app()
 
 if args.token:
     inner = app

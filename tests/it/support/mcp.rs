@@ -62,7 +62,8 @@ impl McpServer {
             .expect("the MCP server starts within 30 s")
             .expect("its output")
             .expect("it prints its port");
-        let url = format!("http://127.0.0.1:{port}/mcp");
+        let path = if args.contains(&"sse") { "sse" } else { "mcp" };
+        let url = format!("http://127.0.0.1:{port}/{path}");
         // It answers once uvicorn has started: wait for its socket to serve.
         super::wait::until(
             "the MCP server serves",
@@ -179,6 +180,20 @@ impl RawSession {
             r.bearer_auth(&self.key)
         };
         r.send().await.expect("the endpoint answers")
+    }
+
+    /// Every message that answered one request (an event stream's, or the one JSON answer).
+    pub async fn call_all(&mut self, method: &str, params: Value) -> Vec<Value> {
+        self.next += 1;
+        let body = serde_json::json!({"jsonrpc": "2.0", "id": self.next, "method": method, "params": params});
+        let text = self.post(&body).await.text().await.expect("a body");
+        if text.trim_start().starts_with('{') {
+            return vec![serde_json::from_str(&text).expect("JSON")];
+        }
+        text.lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .filter_map(|d| serde_json::from_str(d.trim()).ok())
+            .collect()
     }
 
     /// The answer to one request (read out of an event stream when one comes).
