@@ -101,8 +101,7 @@ pub fn document(raw: &Value) -> Value {
     let Some(obj) = doc.as_object_mut() else {
         return doc;
     };
-    let sections = crate::config::overlay::SECTIONS.iter().map(|(s, _)| *s);
-    for section in sections.chain(["mcp_servers"]) {
+    for (section, _) in crate::config::overlay::SECTIONS {
         if let Some(Value::Array(items)) = obj.get_mut(section) {
             for i in items.iter_mut() {
                 *i = entry(section, i);

@@ -1,5 +1,5 @@
-//! `/admin/{channels,keys,redirects,routers,models}[/{id}]`: list, read, create, change (a JSON
-//! merge patch) and delete the entries of a config section. Entries from the file are listed
+//! `/admin/{channels,keys,redirects,routers,models,webhooks,mcp_servers}[/{id}]`: list, read,
+//! create, change (a JSON merge patch) and delete the entries of a config section. Entries from the file are listed
 //! with `"source": "file"` and cannot be changed here; the store's are `"source": "api"`.
 
 use axum::extract::Path;
@@ -36,7 +36,7 @@ fn groups(v: &Value) -> Vec<&str> {
 fn visible(admin: &Admin, section: &str, v: &Value) -> bool {
     match section {
         "keys" => admin.caller.sees_key(&groups(v)),
-        "channels" => admin.caller.sees(&groups(v)),
+        "channels" | "mcp_servers" => admin.caller.sees(&groups(v)),
         _ => true,
     }
 }
@@ -52,12 +52,33 @@ fn shown(admin: &Admin, section: &str, index: usize, origin: Origin, v: &Value) 
             obj.insert(field.into(), json!(id));
         }
         obj.insert("source".into(), json!(origin.as_str()));
+        let name = v.get("name").and_then(Value::as_str).unwrap_or("");
         if section == "channels" {
-            let name = v.get("name").and_then(Value::as_str).unwrap_or("");
             obj.insert("health".into(), health(admin, name));
+        }
+        if section == "mcp_servers" {
+            obj.insert("health".into(), replicas_health(admin, name));
         }
     }
     out
+}
+
+/// An MCP server's replicas as health keeps them (`mcp:<server>#<i>`; unknown: healthy).
+fn replicas_health(admin: &Admin, server: &str) -> Value {
+    let report = admin.state.health.report(&admin.snap.health);
+    let Some(s) = admin.snap.mcp.server(server) else {
+        return json!([]);
+    };
+    let rows = report.as_array();
+    let each = s.replicas.iter().map(|r| {
+        let row = rows.and_then(|rows| rows.iter().find(|x| x["channel"] == *r.health));
+        let url = crate::provider::redact_url(r.url.as_str());
+        match row {
+            Some(x) => json!({"replica": url, "score": x["score"], "circuit": x["circuit"]}),
+            None => json!({"replica": url, "score": 100.0, "circuit": "closed"}),
+        }
+    });
+    Value::Array(each.collect())
 }
 
 fn health(admin: &Admin, channel: &str) -> Value {
@@ -117,16 +138,35 @@ pub async fn read(admin: Admin, Path((name, id)): Path<(String, String)>) -> Res
     }
 }
 
+/// An MCP server made through the API is a URL: an admin token must not be a way to run a
+/// program on the gateway's host, so stdio servers come from the file only.
+fn runs_nothing(section: &str, body: &Map<String, Value>) -> Result<(), ApiError> {
+    if section != "mcp_servers" {
+        return Ok(());
+    }
+    for field in ["command", "args", "env", "pool"] {
+        if body.contains_key(field) {
+            return Err(ControlError::invalid(
+                field,
+                "stdio servers are configured in the file only: the admin API runs no programs",
+            )
+            .into());
+        }
+    }
+    Ok(())
+}
+
 /// A write's refusal when the caller is limited to groups and the entry is outside them (or
 /// the section is global).
 fn in_scope(admin: &Admin, section: &str, body: &Value) -> Result<(), ApiError> {
     if admin.caller.groups.is_empty() {
         return Ok(());
     }
-    let ok = matches!(section, "channels" | "keys") && visible(admin, section, body);
+    let ok =
+        matches!(section, "channels" | "keys" | "mcp_servers") && visible(admin, section, body);
     if !ok {
         return Err(ControlError::OutOfScope(format!(
-            "admin {:?} may only change channels and keys of its groups",
+            "admin {:?} may only change channels, keys and MCP servers of its groups",
             &*admin.caller.name
         ))
         .into());
@@ -200,6 +240,7 @@ async fn create_entry(
         Some(Value::String(s)) if !s.is_empty() && !s.starts_with("file:") => s.clone(),
         _ => return Err(ControlError::invalid(field, "required: a non-empty string").into()),
     };
+    runs_nothing(section, &entry)?;
     let mut entry = Value::Object(entry);
     in_scope(admin, section, &entry)?;
     if admin
@@ -415,7 +456,9 @@ async fn update_entry(admin: &Admin, name: &str, id: &str, body: &[u8]) -> Resul
     let section = section(name)?;
     store(&admin.state)?;
     not_from_file(admin, section, id)?;
-    let mut patch = Value::Object(object(body)?);
+    let patch = object(body)?;
+    runs_nothing(section, &patch)?;
+    let mut patch = Value::Object(patch);
     let field = id_field(section).unwrap_or("name");
     if patch.get(field).is_some_and(|v| v.as_str() != Some(id)) {
         return Err(ControlError::invalid(field, "cannot be changed; create another entry").into());

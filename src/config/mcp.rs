@@ -4,7 +4,7 @@
 //! (`mcp:<server>#<i>`), with a circuit like a channel's, closed again by `ping` probes.
 
 use std::collections::{BTreeMap, HashSet};
-use std::num::{NonZeroU64, NonZeroUsize};
+use std::num::{NonZeroU32, NonZeroU64, NonZeroUsize};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -81,12 +81,12 @@ pub struct McpServerConfig {
     /// Sent as `Authorization: Bearer`.
     pub bearer: Option<String>,
     /// The longest one call may take (default 60 s).
-    pub timeout_ms: Option<NonZeroU64>,
+    pub timeout_ms: Option<NonZeroU32>,
     /// Admins scoped to groups see only their servers.
     #[serde(default)]
     pub groups: Vec<String>,
     /// A server's lists are kept this long (and refreshed when it says they changed).
-    pub list_ttl_seconds: Option<NonZeroU64>,
+    pub list_ttl_seconds: Option<NonZeroU32>,
     #[serde(default)]
     pub circuit_breaker: CircuitBreakerConfig,
 }
@@ -260,21 +260,30 @@ fn stdio(
 
 /// What every kind of server has: its headers, timeout, groups, list TTL and breaker.
 fn common(s: &McpServerConfig, at: &dyn Fn(&str) -> String) -> Result<McpServer, FieldError> {
+    if let Some(j) = s.groups.iter().position(|g| g.is_empty()) {
+        return Err((at(&format!("groups[{j}]")), "must not be empty".into()));
+    }
     let mut headers = Vec::new();
     for (name, value) in &s.headers {
+        // Letters, digits and '-' in a name, printable ASCII in a value: what every proxy
+        // between here and the server passes unchanged.
+        let plain_name =
+            !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
         let h = http::HeaderName::from_bytes(name.as_bytes())
-            .map_err(|_| (at("headers"), format!("{name:?} is not a header name")))?;
-        if http::HeaderValue::from_str(value).is_err() {
+            .ok()
+            .filter(|_| plain_name)
+            .ok_or_else(|| (at("headers"), format!("{name:?} is not a header name")))?;
+        if !value.bytes().all(|b| (b' '..=b'~').contains(&b)) {
             return Err((
                 at("headers"),
-                format!("the value of {name} is not a header value"),
+                format!("the value of {name} is not printable ASCII"),
             ));
         }
         headers.push((h, Secret::new(value.as_str())));
     }
     if let Some(b) = &s.bearer {
-        if http::HeaderValue::from_str(&format!("Bearer {b}")).is_err() {
-            return Err((at("bearer"), "not a header value".into()));
+        if b.is_empty() || !b.bytes().all(|c| (b'!'..=b'~').contains(&c)) {
+            return Err((at("bearer"), "printable ASCII without spaces".into()));
         }
         headers.push((
             http::header::AUTHORIZATION,
@@ -296,9 +305,9 @@ fn common(s: &McpServerConfig, at: &dyn Fn(&str) -> String) -> Result<McpServer,
         stdio: None,
         replicas: Vec::new(),
         headers,
-        timeout: Duration::from_millis(s.timeout_ms.map_or(60_000, NonZeroU64::get)),
+        timeout: Duration::from_millis(s.timeout_ms.map_or(60_000, |t| u64::from(t.get()))),
         groups: s.groups.iter().map(|g| g.as_str().into()).collect(),
-        list_ttl: Duration::from_secs(s.list_ttl_seconds.map_or(300, NonZeroU64::get)),
+        list_ttl: Duration::from_secs(s.list_ttl_seconds.map_or(300, |t| u64::from(t.get()))),
         breaker,
     })
 }

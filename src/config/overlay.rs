@@ -11,13 +11,14 @@ use super::ConfigError;
 use crate::secret::Pepper;
 
 /// The sections the admin API manages, and the field that names an entry in each.
-pub const SECTIONS: [(&str, &str); 6] = [
+pub const SECTIONS: [(&str, &str); 7] = [
     ("channels", "name"),
     ("keys", "name"),
     ("redirects", "id"),
     ("routers", "model"),
     ("models", "name"),
     ("webhooks", "name"),
+    ("mcp_servers", "name"),
 ];
 
 /// The field that names an entry of `section`.

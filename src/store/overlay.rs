@@ -45,6 +45,21 @@ pub fn each_secret<E>(
         }
         return Ok(());
     }
+    if section == "mcp_servers" {
+        if let Some(Value::String(s)) = body.get_mut("bearer") {
+            f(&format!("mcp_servers/{name}/bearer"), s)?;
+        }
+        for field in ["headers", "env"] {
+            if let Some(Value::Object(h)) = body.get_mut(field) {
+                for (k, v) in h.iter_mut() {
+                    if let Value::String(s) = v {
+                        f(&format!("mcp_servers/{name}/{field}/{k}"), s)?;
+                    }
+                }
+            }
+        }
+        return Ok(());
+    }
     if section != "channels" {
         return Ok(());
     }

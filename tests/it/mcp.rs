@@ -644,3 +644,95 @@ async fn the_older_sse_transport_and_a_stdio_server_serve_beside_streamable_http
     let rows = serde_json::to_string(&gw.admin_requests().await).unwrap();
     assert!(!rows.contains("stdio-env-secret"));
 }
+
+/// Every byte of the files in `dir` whose name starts with `prefix` (a database and its WAL).
+fn file_bytes(dir: &std::path::Path, prefix: &str) -> Vec<u8> {
+    let mut all = Vec::new();
+    for e in std::fs::read_dir(dir).expect("dir").flatten() {
+        if e.file_name().to_string_lossy().starts_with(prefix) {
+            all.extend(std::fs::read(e.path()).unwrap_or_default());
+        }
+    }
+    all
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_servers_made_through_the_admin_api_are_sealed_scoped_and_served() {
+    let Some(py) = mcp_python() else { return };
+    let secret = "api-made-mcp-secret";
+    let a = McpServer::start(&py, "a", &["--token", secret]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("store.db").display());
+    let admins = "[[admins]]\nname = \"ops\"\ntoken = \"ops-token-0123456789\"\nrole = \"admin\"\ngroups = [\"ops\"]\n";
+    let key_extra = format!(
+        "mcp = {{ servers = [\"*\"], tools = [\"*\"] }}\ngroups = [\"ops\"]\n{}",
+        store_section(&url, Some(&master_key(7)))
+    );
+    let channel = format!("{MOCK_CHANNEL}groups = [\"ops\"]\n\n{admins}");
+    let gw = gateway_full("", &key_extra, &channel).await;
+
+    let made = as_admin(&gw, "POST", "/admin/mcp_servers",
+        Some(json!({"name": "a", "url": a.url, "bearer": secret, "headers": {"X-Team": "hdr-value-secret"}, "groups": ["ops"]}))).await;
+    assert_eq!(made.0, 201, "{:?}", made.1);
+    assert_eq!(made.1["bearer"], "***");
+    // The admin API runs no programs: stdio servers come from the file only.
+    let refused = as_admin(
+        &gw,
+        "POST",
+        "/admin/mcp_servers",
+        Some(json!({"name": "sh", "command": "/bin/sh", "args": ["-c", "id"]})),
+    )
+    .await;
+    assert_eq!(code(&refused), (400, "invalid_value"), "{:?}", refused.1);
+    assert_eq!(refused.1["error"]["param"], "command");
+    let other = as_admin(
+        &gw,
+        "POST",
+        "/admin/mcp_servers",
+        Some(json!({"name": "b", "url": "http://127.0.0.1:9/mcp", "groups": ["other"]})),
+    )
+    .await;
+    assert_eq!(other.0, 201, "{:?}", other.1);
+
+    // Scoped to "ops": its server only, with each replica's health; secrets never shown.
+    let (status, list) = admin(
+        &gw,
+        "GET",
+        "/admin/mcp_servers",
+        "ops-token-0123456789",
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let names: Vec<&str> = list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["a"], "{list}");
+    assert_eq!(list["data"][0]["health"][0]["circuit"], "closed", "{list}");
+    let all = list.to_string()
+        + &as_admin(&gw, "GET", "/admin/mcp_servers", None)
+            .await
+            .1
+            .to_string();
+    assert!(
+        !all.contains(secret) && !all.contains("hdr-value-secret"),
+        "{all}"
+    );
+    let stored = file_bytes(dir.path(), "store.db");
+    for s in [secret, "hdr-value-secret"] {
+        assert!(
+            !stored.windows(s.len()).any(|w| w == s.as_bytes()),
+            "{s} sealed at rest"
+        );
+    }
+
+    // The new server is live: its token (opened from the store) is accepted.
+    let mut s = RawSession::open(&mcp_url(&gw), KEY).await;
+    assert_eq!(
+        s.tool("a__echo", json!({"text": "made by the API"})).await,
+        Ok("made by the API".into())
+    );
+}
