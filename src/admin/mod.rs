@@ -48,14 +48,17 @@ pub struct AdminState {
     pub app: AppState,
     pub failures: Arc<Failures>,
     pub signed_out: Arc<SignedOut>,
+    /// The MCP gateway's runtime: what its servers last listed.
+    pub mcp: Arc<crate::mcp::Mcp>,
 }
 
 impl AdminState {
-    pub fn new(app: AppState) -> AdminState {
+    pub fn new(app: AppState, mcp: Arc<crate::mcp::Mcp>) -> AdminState {
         AdminState {
             app,
             failures: Arc::default(),
             signed_out: Arc::default(),
+            mcp,
         }
     }
 }
@@ -136,6 +139,7 @@ pub struct Admin {
     pub caller: auth::Caller,
     pub snap: Arc<Snapshot>,
     pub state: AppState,
+    pub mcp: Arc<crate::mcp::Mcp>,
 }
 
 impl Admin {
@@ -208,6 +212,7 @@ impl FromRequestParts<AdminState> for Admin {
                 caller,
                 snap,
                 state: state.clone(),
+                mcp: ops.mcp.clone(),
             });
         }
         let peer = parts
@@ -227,6 +232,7 @@ impl FromRequestParts<AdminState> for Admin {
             caller,
             snap,
             state: state.clone(),
+            mcp: ops.mcp.clone(),
         })
     }
 }

@@ -58,9 +58,24 @@ fn shown(admin: &Admin, section: &str, index: usize, origin: Origin, v: &Value) 
         }
         if section == "mcp_servers" {
             obj.insert("health".into(), replicas_health(admin, name));
+            obj.insert("tools".into(), kept_tools(admin, name));
         }
     }
     out
+}
+
+/// The tools an MCP server last listed (none before a session first read its list).
+fn kept_tools(admin: &Admin, server: &str) -> Value {
+    let kept = admin.mcp.lists.fresh(
+        &server.into(),
+        crate::mcp::lists::Kind::Tools,
+        std::time::Duration::MAX,
+    );
+    let tools = kept.iter().flat_map(|l| l.iter()).map(|t| {
+        json!({"name": t.get("name"), "description": t.get("description"),
+               "annotations": t.get("annotations")})
+    });
+    Value::Array(tools.collect())
 }
 
 /// An MCP server's replicas as health keeps them (`mcp:<server>#<i>`; unknown: healthy).

@@ -18,6 +18,7 @@ pub struct RequestsQuery {
     key: Option<String>,
     model: Option<String>,
     channel: Option<String>,
+    endpoint: Option<String>,
     status: Option<String>,
     outcome: Option<String>,
     failed_over: Option<String>,
@@ -78,6 +79,7 @@ fn log_query(q: RequestsQuery) -> Result<LogQuery, ApiError> {
         key: text(q.key),
         model: text(q.model),
         channel: text(q.channel),
+        endpoint: text(q.endpoint),
         outcome: text(q.outcome),
     })
 }

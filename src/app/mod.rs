@@ -184,8 +184,9 @@ pub async fn start_with_clock(
         admin: bind_side(state.live.load().server.admin_listen).await?,
         metrics: bind_side(state.live.load().metrics.listen).await?,
     };
-    let operator = crate::admin::router(crate::admin::AdminState::new(state.clone()));
-    let (mcp, prober) = crate::mcp::router(state.clone());
+    let mcp = Arc::new(crate::mcp::Mcp::new(state.state.clone()));
+    let operator = crate::admin::router(crate::admin::AdminState::new(state.clone(), mcp.clone()));
+    let (mcp, prober) = crate::mcp::router(state.clone(), mcp);
     background.push(prober);
     let mut running = server::spawn(listener, side, state, operator, mcp)
         .map_err(|source| StartError::Bind { addr, source })?;

@@ -104,8 +104,7 @@ impl FromRef<McpState> for AppState {
 }
 
 /// `/mcp`, for the public listener, and the prober that closes servers' circuits.
-pub fn router(app: AppState) -> (Router<AppState>, tokio::task::JoinHandle<()>) {
-    let mcp = Arc::new(Mcp::new(app.state.clone()));
+pub fn router(app: AppState, mcp: Arc<Mcp>) -> (Router<AppState>, tokio::task::JoinHandle<()>) {
     let prober = tokio::spawn(probe::run(app.clone(), mcp.clone()));
     let state = McpState { app, mcp };
     let r = Router::new()

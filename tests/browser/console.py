@@ -26,11 +26,12 @@ VIEWER = os.environ["SY_VIEWER"]
 KEY = os.environ["SY_KEY"]
 UPSTREAM = os.environ["SY_UPSTREAM"]
 SHOTS = os.environ["SY_SHOTS"]
-PAGES = ["channels", "keys", "logs", "performance", "health", "usage", "playground", "audit"]
+MCP = os.environ.get("SY_MCP") == "1"
+PAGES = ["channels", "keys", "logs", "performance", "health", "usage", "playground", "mcp", "audit"]
 TITLES = {
     "channels": "Channels", "keys": "Keys", "logs": "Request log", "performance": "Performance",
     "health": "Health", "usage": "Usage", "playground": "Route playground",
-    "audit": "Audit and events",
+    "mcp": "MCP", "audit": "Audit and events",
 }
 expect.set_options(timeout=10_000)
 
@@ -240,6 +241,20 @@ def a_credential_refresh_error_shows(page):
     expect(row).to_contain_text("service account")
 
 
+def an_mcp_call_shows(page):
+    """The MCP page: the server with its replica's circuit and tools, and the tool call."""
+    page.goto(BASE + "/console/mcp")
+    server = page.locator("#mcp-servers tbody tr", has_text="docs")
+    expect(server).to_contain_text("closed")
+    expect(server).to_contain_text("echo (safe to repeat)")
+    call = page.locator("#mcp-calls tbody tr", has_text="docs__echo")
+    expect(call).to_have_count(1)
+    expect(call).to_contain_text("ok")
+    page.get_by_label("Outcome").fill("denied")
+    page.get_by_role("button", name="Apply filters").click()
+    expect(page.locator("#mcp-calls tbody tr", has_text="docs__echo")).to_have_count(0)
+
+
 def viewer_has_no_write_controls(page):
     for slug, absent in [("channels", "New channel"), ("keys", "New key")]:
         page.goto(f"{BASE}/console/{slug}")
@@ -300,6 +315,9 @@ def main():
         steps.append("a webhook's test event sent and its delivery listed")
         a_credential_refresh_error_shows(page)
         steps.append("the health page shows a cloud credential's refresh error")
+        if MCP:
+            an_mcp_call_shows(page)
+            steps.append("the MCP page shows the server, its tools and the tool call, filtered")
 
         forged = api(page, "/admin/keys", "POST", {"name": "forged"}, csrf=False)
         assert forged["status"] == 403 and forged["body"]["error"]["code"] == "csrf_failed", forged

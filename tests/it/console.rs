@@ -97,7 +97,8 @@ async fn with_session(
 /// test key, an admin, a viewer, and `rest`.
 async fn on(url: &str, server_extra: &str, rest: &str) -> Gateway {
     let store = store_section(url, Some(&master_key(7)));
-    gateway_full(server_extra, &store, &format!("{}{rest}", viewer_admin())).await
+    let key = format!("mcp = {{ servers = [\"*\"], tools = [\"*\"] }}\n{store}");
+    gateway_full(server_extra, &key, &format!("{}{rest}", viewer_admin())).await
 }
 
 /// As [`on`], on an SQLite store in a temp dir.
@@ -581,7 +582,24 @@ async fn console_in_a_browser() {
     );
     let rx = receiver(&[]).await;
     let hooks = webhook_config("ops", &rx.url, &whsec(3), "\"webhook.test\"", 10);
-    let (gw, _dir) = console_gateway("", &format!("{channels}{vertex}{hooks}")).await;
+    // An MCP server, when the MCP SDK is here (always under CI): the MCP page shows it, its
+    // tools and a call.
+    let docs = match mcp_python() {
+        Some(py) => Some(McpServer::start(&py, "docs", &[]).await),
+        None => None,
+    };
+    let mcp = docs.as_ref().map_or(String::new(), |d| {
+        format!("[[mcp_servers]]\nname = \"docs\"\nurl = \"{}\"\n\n", d.url)
+    });
+    let (gw, _dir) = console_gateway("", &format!("{channels}{vertex}{hooks}{mcp}")).await;
+    if docs.is_some() {
+        let mut s = RawSession::open(&format!("{}/mcp", gw.url), KEY).await;
+        assert_eq!(
+            s.tool("docs__echo", json!({"text": "for the console"}))
+                .await,
+            Ok("for the console".into())
+        );
+    }
     let r = gw
         .chat(json!({"model": "gemini-2.5-flash", "messages": [{"role": "user", "content": "hi"}]}))
         .await;
@@ -612,6 +630,7 @@ async fn console_in_a_browser() {
             .env("SY_KEY", KEY)
             .env("SY_UPSTREAM", up_url)
             .env("SY_SHOTS", shots)
+            .env("SY_MCP", if docs.is_some() { "1" } else { "" })
             .output()
     })
     .await
@@ -639,6 +658,7 @@ async fn console_in_a_browser() {
         "health",
         "usage",
         "playground",
+        "mcp",
         "audit",
     ] {
         assert!(

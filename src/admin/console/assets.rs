@@ -6,7 +6,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 /// Name, content type, bytes.
-const FILES: [(&str, &str, &[u8]); 14] = [
+const FILES: [(&str, &str, &[u8]); 15] = [
     (
         "console.css",
         "text/css",
@@ -52,6 +52,7 @@ const FILES: [(&str, &str, &[u8]); 14] = [
         "text/javascript",
         include_bytes!("assets/playground.js"),
     ),
+    ("mcp.js", "text/javascript", include_bytes!("assets/mcp.js")),
     (
         "audit.js",
         "text/javascript",

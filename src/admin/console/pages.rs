@@ -8,7 +8,7 @@ use maud::{DOCTYPE, Markup, html};
 use super::parts::{field, table};
 
 /// Every page: its path segment, its title (the `<h1>`), and a one-line purpose.
-pub const PAGES: [(&str, &str, &str); 8] = [
+pub const PAGES: [(&str, &str, &str); 9] = [
     (
         "channels",
         "Channels",
@@ -39,6 +39,11 @@ pub const PAGES: [(&str, &str, &str); 8] = [
         "playground",
         "Route playground",
         "Where a request would go, without sending it",
+    ),
+    (
+        "mcp",
+        "MCP",
+        "MCP servers with their health and tools, and every tool call",
     ),
     (
         "audit",
@@ -143,6 +148,7 @@ pub fn page(slug: &str, who: &Viewer) -> Option<Markup> {
         "health" => health(),
         "usage" => usage(),
         "playground" => super::forms::playground(),
+        "mcp" => mcp(),
         _ => audit(who.admin),
     };
     Some(html! {
@@ -266,6 +272,22 @@ fn usage() -> Markup {
         }
         (table("charge", "The request's charge, attempt by attempt", &["Attempt", "Channel",
             "Credential", "Model", "Tokens in/out", "Rates", "Cost", "Outcome"]))
+    }
+}
+
+fn mcp() -> Markup {
+    html! {
+        (table("mcp-servers", "MCP servers", &["Server", "Source", "Replicas", "Tools"]))
+        form #mcp-filters.filters {
+            @for (id, label) in [("m-key", "Key"), ("m-tool", "Tool"), ("m-server", "Server"),
+                ("m-outcome", "Outcome")] {
+                (field(id, label, "text", ""))
+            }
+            div.checks { label { input #autorefresh type="checkbox"; " Auto-refresh (5 s)" } }
+            div.actions { button type="submit" { "Apply filters" } }
+        }
+        (table("mcp-calls", "Tool calls, newest first", &["Time", "Key", "Tool", "Server",
+            "Status", "Outcome", "Replicas tried", "Total", "Arguments", "Result"]))
     }
 }
 

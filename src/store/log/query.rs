@@ -37,8 +37,10 @@ pub struct LogQuery {
     pub key: Option<String>,
     /// The model the client asked for.
     pub model: Option<String>,
-    /// The channel that served.
+    /// The channel that served (an MCP tool call: its server).
     pub channel: Option<String>,
+    /// What was called: `chat.completions`, `messages`, `mcp.tools/call`...
+    pub endpoint: Option<String>,
     pub status: Option<u16>,
     pub outcome: Option<String>,
     /// Only requests that made more than one attempt.
@@ -97,6 +99,7 @@ impl LogQuery {
             ("key_name", text(&self.key)),
             ("requested_model", text(&self.model)),
             ("channel", text(&self.channel)),
+            ("endpoint", text(&self.endpoint)),
             ("outcome", text(&self.outcome)),
             ("status", self.status.map(|s| Param::Int(i64::from(s)))),
         ] {
