@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Four coding agents, run headless through Switchyard exactly as their users run them:
 # Codex CLI (Responses API), Claude Code (Anthropic Messages), Gemini CLI (Gemini) and Aider
-# (Chat Completions). Each does one plain turn and one shell round trip (the model calls the
+# (Chat Completions). Claude Code also calls an MCP server's tool with the gateway as its MCP
+# server. Each does one plain turn and one shell round trip (the model calls the
 # agent's shell tool, the agent runs it, the model answers the result; Aider, which has no
 # tools, runs the shell block the model suggests). Every request first hits a dead primary
 # channel (connection refused) and fails over to the mock before the first token. Claude Code's
@@ -56,7 +57,8 @@ fi
 work=$(mktemp -d)
 gw=""
 bedrock_pid=""
-trap 'for p in $gw $bedrock_pid; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$work"' EXIT
+mcp_pid=""
+trap 'for p in $gw $bedrock_pid $mcp_pid; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$work"' EXIT
 
 dead_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 # A Bedrock mock that checks every SigV4 signature with botocore (tests/mocks/bedrock.py), for
@@ -70,6 +72,17 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 bedrock_url=$(grep -o 'http://[0-9.:]*' "$work/bedrock.log" | head -1)
+# An MCP server (FastMCP, the official SDK's; tests/mcp/requirements.txt) behind the gateway's
+# /mcp, which Claude Code is given as its MCP server.
+mcp_py="${SWITCHYARD_MCP_PY:-/var/tmp/switchyard-mcp-venv/bin/python}"
+"$mcp_py" tests/mcp/servers.py --name docs >"$work/mcp.log" 2>&1 &
+mcp_pid=$!
+for _ in $(seq 1 100); do
+  grep -q "^PORT " "$work/mcp.log" && break
+  sleep 0.1
+done
+mcp_port=$(sed -n 's/^PORT //p' "$work/mcp.log" | head -1)
+[ -n "$mcp_port" ] || { cat "$work/mcp.log" >&2; exit 1; }
 [ -n "$bedrock_url" ] || { cat "$work/bedrock.log" >&2; exit 1; }
 tool() { # name, arguments JSON, answer after the result
   printf 'mock = { text = "FINAL_OK after the tool", chunks = 3, answer_tool_results = true, tool_call = { name = "%s", arguments = %s } }' "$1" "$2"
@@ -85,6 +98,11 @@ sqlite_path = "$work/log.db"
 [[keys]]
 name = "agents"
 key = "$KEY"
+mcp = { servers = ["docs"], tools = ["docs__echo"] }
+
+[[mcp_servers]]
+name = "docs"
+url = "http://127.0.0.1:$mcp_port/mcp"
 
 # Nothing listens here: every request fails over from it, before the first token.
 [[channels]]
@@ -92,7 +110,7 @@ name = "dead"
 provider = "openai"
 base_url = "http://127.0.0.1:$dead_port/v1"
 api_keys = ["sk-dead"]
-models = ["codex-plain", "codex-tool", "claude-plain", "claude-tool", "gemini-plain", "gemini-tool", "aider-plain", "aider-tool"]
+models = ["codex-plain", "codex-tool", "claude-plain", "claude-tool", "claude-mcp", "gemini-plain", "gemini-tool", "aider-plain", "aider-tool"]
 priority = 1
 circuit_breaker = { enabled = false }
 
@@ -135,6 +153,15 @@ provider = "mock"
 models = ["claude-tool"]
 priority = 2
 $(tool Bash "'{\"command\": \"echo $MARK > marker.txt\", \"description\": \"Write the marker\"}'")
+
+# Claude Code calls the MCP server's tool through the gateway, by the name it gives it:
+# mcp__, its name for the gateway, __, the gateway's name for the tool.
+[[channels]]
+name = "claude-mcp"
+provider = "mock"
+models = ["claude-mcp"]
+priority = 2
+$(tool mcp__switchyard__docs__echo "'{\"text\": \"MCP_ECHO_7\"}'")
 
 [[channels]]
 name = "gemini-tool"
@@ -210,6 +237,25 @@ claude() { # model, prompt
     "$npm_bin/claude" -p "$2" --model "$1" --output-format json --allowedTools Bash \
     </dev/null >"$work/last.out" 2>"$work/last.err")
 }
+# Claude Code with the gateway as its MCP server (`claude mcp add --transport http`), the tool
+# allowed, headless.
+claude_mcp() { # model, prompt
+  fresh claude
+  (cd "$work/claude/cwd" && HOME="$work/claude/home" timeout 60 "$npm_bin/claude" mcp add \
+    --transport http switchyard "$url/mcp" --header "Authorization: Bearer $KEY" \
+    </dev/null >"$work/last.out" 2>"$work/last.err")
+  (cd "$work/claude/cwd" && HOME="$work/claude/home" ANTHROPIC_BASE_URL="$url" ANTHROPIC_API_KEY=$KEY \
+    CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_AUTOUPDATER=1 DISABLE_TELEMETRY=1 \
+    DISABLE_ERROR_REPORTING=1 CLAUDE_CODE_MAX_RETRIES=0 timeout 120 \
+    "$npm_bin/claude" -p "$2" --model "$1" --output-format json \
+    --allowedTools mcp__switchyard__docs__echo </dev/null >"$work/last.out" 2>"$work/last.err")
+}
+# The tool call went through /mcp and reached the server: its log row says so.
+mcp_called() {
+  curl -fsS -H "authorization: Bearer $ADMIN" "$url/admin/requests?endpoint=mcp.tools/call" |
+    python3 -c 'import json,sys; rows=json.load(sys.stdin)["data"]; sys.exit(0 if any(r["requested_model"] == "docs__echo" and r["outcome"] == "ok" and r["key_name"] == "agents" for r in rows) else 1)'
+}
+claude_mcp_trip() { has FINAL_OK && claude_clean && mcp_called; }
 # Claude reports a refused command only here; its reply may read fine regardless.
 claude_clean() { python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); sys.exit(1 if r["is_error"] or r["permission_denials"] else 0)' "$work/last.out"; }
 
@@ -259,6 +305,8 @@ check "claude: the Anthropic API down, Bedrock serves" has "BEDROCK_OK"
 # `/context` counts the system prompt, tools and skills with `POST /v1/messages/count_tokens`.
 claude claude-plain "/context" || true
 check "claude: /context (token counting)" has "Context Usage"
+claude_mcp claude-mcp "Echo the word through the docs server." || true
+check "claude: an MCP tool through the gateway's /mcp" claude_mcp_trip
 
 echo "== Gemini CLI $GEMINI_VERSION (Gemini API)"
 gemini gemini-plain "Say hello." || true
