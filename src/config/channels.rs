@@ -2,9 +2,11 @@
 //! mapping, with documented defaults (the rest of the file is in `file.rs`).
 
 use std::num::{NonZeroU32, NonZeroU64, NonZeroUsize};
+use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::settings::{BreakerSettings, ProbeKind, ProbeSettings};
 use crate::provider::ProviderKind;
 use crate::provider::mock::MockSpec;
 
@@ -281,6 +283,30 @@ impl Default for ProbeConfig {
 pub enum ProbeKindConfig {
     Completion,
     Models,
+}
+
+impl CircuitBreakerConfig {
+    /// The breaker as health reads it.
+    pub fn settings(&self) -> BreakerSettings {
+        BreakerSettings {
+            enabled: self.enabled,
+            per_model: self.per_model,
+            failure_threshold: self.failure_threshold.get(),
+            window: Duration::from_secs(self.window_seconds.get()),
+            cooldown: Duration::from_secs(self.cooldown_seconds.get()),
+            rate_limit_cooldown: Duration::from_secs(self.rate_limit_cooldown_seconds),
+            slow_start: Duration::from_secs(self.slow_start_seconds),
+            probe: self.probe.enabled.then(|| ProbeSettings {
+                kind: match self.probe.kind {
+                    ProbeKindConfig::Completion => ProbeKind::Completion,
+                    ProbeKindConfig::Models => ProbeKind::Models,
+                },
+                interval: Duration::from_secs(self.probe.interval_seconds.get()),
+                success_threshold: self.probe.success_threshold.get(),
+                unhealthy_below: self.probe.unhealthy_below,
+            }),
+        }
+    }
 }
 
 impl Default for CircuitBreakerConfig {

@@ -4,9 +4,7 @@ use std::num::{NonZeroU32, NonZeroU64, NonZeroUsize};
 
 use serde::Deserialize;
 
-pub use super::channels::{
-    ChannelConfig, CircuitBreakerConfig, ModelEntry, NonEmpty, ProbeKindConfig, Timeouts,
-};
+pub use super::channels::{ChannelConfig, ModelEntry, NonEmpty, Timeouts};
 use super::channels::{nz32, nz64, nzusize};
 pub use super::routers::{EmbedderConfig, InstanceConfig, RouterConfig, RouterFailover};
 

@@ -290,7 +290,7 @@ fn common(s: &McpServerConfig, at: &dyn Fn(&str) -> String) -> Result<McpServer,
             Secret::new(format!("Bearer {b}")),
         ));
     }
-    let mut breaker = crate::config::compile::breaker(&s.circuit_breaker);
+    let mut breaker = s.circuit_breaker.settings();
     // A server's open circuit is closed by pings, never by a client's call.
     let p = breaker.probe.get_or_insert(ProbeSettings {
         kind: ProbeKind::Models,

@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc};
 
+use super::link::Failure;
 use super::lists::{Kind, Lists};
-use super::upstream::Failure;
 use crate::secret::Secret;
 
 /// Where the connection's messages to the server go.

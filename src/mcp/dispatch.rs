@@ -12,25 +12,20 @@ use axum::response::Response;
 use serde_json::{Map, Value, json};
 use tokio::sync::Notify;
 
-use super::endpoint::{VERSIONS, answer, rpc_error};
 use super::forward::{Exchange, Tried};
 use super::jsonrpc::Id;
 use super::lists::{self, Kind};
 use super::pump::Pump;
 use super::record::{Outcome, ToolCall};
+use super::reply::{
+    CANCELLED, INVALID_PARAMS, METHOD_NOT_FOUND, RESOURCE_NOT_FOUND, SERVER_FAILED, VERSIONS,
+    answer, rpc_error,
+};
 use super::session::{Session, new_id};
 use super::upstream::{Failure, Reply, SESSION_HEADER};
 use super::{Flight, McpState, names, relay};
 use crate::config::mcp::McpServer;
 use crate::config::{GatewayKey, Snapshot};
-
-/// JSON-RPC codes the gateway answers with besides the reader's.
-pub const METHOD_NOT_FOUND: i64 = -32601;
-pub const INVALID_PARAMS: i64 = -32602;
-/// A server could not answer (unreachable, timed out, failed): the reason in `data`.
-pub const SERVER_FAILED: i64 = -32000;
-pub const RESOURCE_NOT_FOUND: i64 = -32002;
-pub const CANCELLED: i64 = -32800;
 
 /// One call on a session.
 pub struct Call<'a> {

@@ -14,24 +14,11 @@ use http_body_util::BodyExt as _;
 use serde_json::{Value, json};
 
 use super::jsonrpc::{self, INVALID_REQUEST, Message};
+use super::reply::{VERSIONS, event_stream, rpc_error};
 use super::session::Session;
 use super::upstream::{SESSION_HEADER, VERSION_HEADER};
 use super::{McpState, relay};
 use crate::config::{GatewayKey, Snapshot};
-
-/// The revisions `/mcp` speaks, newest first.
-pub const VERSIONS: [&str; 2] = ["2025-11-25", "2025-06-18"];
-
-/// A JSON-RPC error object as the whole answer.
-pub fn rpc_error(status: StatusCode, id: Value, code: i64, message: &str) -> Response {
-    let body = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
-    (status, axum::Json(body)).into_response()
-}
-
-/// A JSON answer to a request.
-pub fn answer(msg: &Value) -> Response {
-    (StatusCode::OK, axum::Json(msg)).into_response()
-}
 
 fn unauthorized() -> Response {
     let mut r = rpc_error(
@@ -164,23 +151,6 @@ pub async fn post(State(st): State<McpState>, headers: HeaderMap, body: Body) ->
             StatusCode::ACCEPTED.into_response()
         }
     }
-}
-
-/// An event stream fed by a task: what the task sends, as it sends it.
-pub fn event_stream(rx: tokio::sync::mpsc::Receiver<Bytes>) -> Response {
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv()
-            .await
-            .map(|b| (Ok::<_, std::convert::Infallible>(b), rx))
-    });
-    let mut r = Response::new(Body::from_stream(stream));
-    let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    r
 }
 
 /// The session's stream of what its servers send on their own: each server's own stream

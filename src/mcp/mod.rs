@@ -5,7 +5,9 @@
 //!
 //! `endpoint.rs` answers the client (POST, GET, DELETE) and `dispatch.rs` decides each method;
 //! `forward.rs` sends to the owning server with its health and failover; `upstream.rs` is the
-//! client of one server replica; `session.rs` the sessions any replica continues; `lists.rs`
+//! client of one server replica (`pipes.rs` and `conn.rs` for the transports that keep a
+//! connection; `messages.rs` what comes back; `link.rs` the leaf they share); `reply.rs` the
+//! answers `/mcp` gives; `session.rs` the sessions any replica continues; `lists.rs`
 //! the merged lists; `relay.rs` ids across the gateway and the SSE events; `record.rs` what a
 //! tool call leaves (log row, series, event); `probe.rs` the pings that close a circuit;
 //! `jsonrpc.rs` and `names.rs` are pure.
@@ -15,13 +17,16 @@ mod dispatch;
 pub mod endpoint;
 mod forward;
 pub mod jsonrpc;
+mod link;
 pub mod lists;
+mod messages;
 pub mod names;
 mod pipes;
 mod probe;
 mod pump;
 mod record;
 pub mod relay;
+mod reply;
 pub mod session;
 pub mod upstream;
 

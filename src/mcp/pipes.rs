@@ -14,8 +14,9 @@ use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
 use tokio::sync::{broadcast, mpsc};
 
 use super::conn::{Conn, Ears, Out};
+use super::link::{Failure, LATEST, Opened, Target};
 use super::lists::Lists;
-use super::upstream::{Failure, LATEST, Messages, Opened, Reply, Target};
+use super::messages::{Messages, Reply};
 use crate::config::mcp::{McpServer, Transport};
 use crate::provider::Frames;
 

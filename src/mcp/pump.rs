@@ -10,10 +10,10 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 use tokio::sync::{Notify, mpsc};
 
-use super::dispatch::{CANCELLED, SERVER_FAILED};
-use super::endpoint::{answer, event_stream};
+use super::link::Failure;
+use super::messages::Messages;
 use super::record::{Outcome, ToolCall};
-use super::upstream::{Failure, Messages};
+use super::reply::{CANCELLED, SERVER_FAILED, answer, event_stream};
 use super::{Mcp, relay};
 use crate::server::AppState;
 

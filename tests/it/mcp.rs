@@ -45,60 +45,7 @@ async fn the_sdk_lists_calls_prompts_reads_and_samples_through_the_gateway() {
     )
     .await;
     let seen = mcp_client(&py, &mcp_url(&gw), KEY, "basic").await;
-
-    assert_eq!(seen["protocol"], "2025-11-25");
-    for cap in ["tools", "prompts", "resources"] {
-        assert_eq!(
-            seen["capabilities"][cap]["listChanged"], true,
-            "{cap}: {seen}"
-        );
-    }
-    let tools: Vec<&str> = seen["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t.as_str().unwrap())
-        .collect();
-    // a's tools but the denied one, b's one allowed tool; prefixed, in the servers' order.
-    assert!(
-        tools.contains(&"a__echo") && tools.contains(&"b__whoami"),
-        "{tools:?}"
-    );
-    assert!(
-        !tools.iter().any(|t| t.starts_with("a__delete_")),
-        "{tools:?}"
-    );
-    assert!(!tools.contains(&"b__echo"), "{tools:?}");
-    assert_eq!(seen["echo"], "hi");
-    assert_eq!(seen["slow"], "done in 3");
-    assert_eq!(
-        seen["progress"],
-        json!([
-            [1.0, 3.0, "step 1"],
-            [2.0, 3.0, "step 2"],
-            [3.0, 3.0, "step 3"]
-        ])
-    );
-    assert_eq!(seen["sampled"], "the model said: an answer to why?");
-    assert!(
-        seen["prompts"]
-            .as_array()
-            .unwrap()
-            .contains(&json!("a__greet")),
-        "{seen}"
-    );
-    assert_eq!(seen["prompt"], "Hello, Ada, from a");
-    assert!(
-        seen["resources"]
-            .as_array()
-            .unwrap()
-            .contains(&json!("a__today")),
-        "{seen}"
-    );
-    assert_eq!(seen["read"], "notes of a");
-    assert_eq!(seen["read_template"], "profile 42");
-    assert_eq!(seen["denied"]["code"], -32602, "{seen}");
-    assert_eq!(seen["b"], "b");
+    the_basic_scenario_held(&seen);
 
     // The log: one row per tool call, the denied one refused; the upstream's token nowhere.
     gw.flush_log().await;
@@ -153,7 +100,8 @@ async fn the_sdk_lists_calls_prompts_reads_and_samples_through_the_gateway() {
 async fn a_key_without_mcp_reaches_nothing_and_bad_input_is_the_specs_error() {
     let Some(py) = mcp_python() else { return };
     let a = McpServer::start(&py, "a", &[]).await;
-    let gw = gateway_for("", &[("a", &format!("url = \"{}\"", a.url))]).await;
+    let small = "[mcp]\nmax_message_bytes = 2048\n";
+    let gw = gateway_beside(small, "", &[("a", &format!("url = \"{}\"", a.url))]).await;
     let http = client();
     let post = |body: String, session: Option<String>| {
         let mut r = http
@@ -199,7 +147,7 @@ async fn a_key_without_mcp_reaches_nothing_and_bad_input_is_the_specs_error() {
     // (body, session, status, JSON-RPC code)
     let big = format!(
         "{{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"ping\",\"params\":{{\"x\":\"{}\"}}}}",
-        "a".repeat(5 << 20)
+        "a".repeat(8 << 10)
     );
     let cases: Vec<(String, Option<String>, u16, i64)> = vec![
         ("{not json".into(), Some(sid.clone()), 400, -32700),
@@ -735,4 +683,83 @@ async fn mcp_servers_made_through_the_admin_api_are_sealed_scoped_and_served() {
         s.tool("a__echo", json!({"text": "made by the API"})).await,
         Ok("made by the API".into())
     );
+}
+
+/// What the SDK's `basic` scenario must have seen, whatever the servers' transports.
+fn the_basic_scenario_held(seen: &Value) {
+    assert_eq!(seen["protocol"], "2025-11-25");
+    for cap in ["tools", "prompts", "resources"] {
+        assert_eq!(
+            seen["capabilities"][cap]["listChanged"], true,
+            "{cap}: {seen}"
+        );
+    }
+    let tools: Vec<&str> = seen["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    // a's tools but the denied one, b's one allowed tool; prefixed, in the servers' order.
+    assert!(
+        tools.contains(&"a__echo") && tools.contains(&"b__whoami"),
+        "{tools:?}"
+    );
+    assert!(
+        !tools.iter().any(|t| t.starts_with("a__delete_")),
+        "{tools:?}"
+    );
+    assert!(!tools.contains(&"b__echo"), "{tools:?}");
+    assert_eq!(seen["echo"], "hi");
+    assert_eq!(seen["slow"], "done in 3");
+    assert_eq!(
+        seen["progress"],
+        json!([
+            [1.0, 3.0, "step 1"],
+            [2.0, 3.0, "step 2"],
+            [3.0, 3.0, "step 3"]
+        ])
+    );
+    assert_eq!(seen["sampled"], "the model said: an answer to why?");
+    assert!(
+        seen["prompts"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("a__greet")),
+        "{seen}"
+    );
+    assert_eq!(seen["prompt"], "Hello, Ada, from a");
+    assert!(
+        seen["resources"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("a__today")),
+        "{seen}"
+    );
+    assert_eq!(seen["read"], "notes of a");
+    assert_eq!(seen["read_template"], "profile 42");
+    assert_eq!(seen["denied"]["code"], -32602, "{seen}");
+    assert_eq!(seen["b"], "b");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_sees_the_same_through_an_sse_server_and_a_stdio_server() {
+    let Some(py) = mcp_python() else { return };
+    let a = McpServer::start(
+        &py,
+        "a",
+        &["--token", "upstream-mcp-secret", "--transport", "sse"],
+    )
+    .await;
+    let script = format!("{}/tests/mcp/servers.py", env!("CARGO_MANIFEST_DIR"));
+    let gw = gateway_for(
+        "mcp = { servers = [\"a\", \"b\"], tools = [\"a__*\", \"!a__delete_*\", \"b__whoami\"] }",
+        &[
+            ("a", &format!("url = \"{}\"\ntransport = \"sse\"\nbearer = \"upstream-mcp-secret\"", a.url)),
+            ("b", &format!("command = \"{py}\"\nargs = [\"{script}\", \"--name\", \"b\", \"--transport\", \"stdio\"]")),
+        ],
+    )
+    .await;
+    let seen = mcp_client(&py, &mcp_url(&gw), KEY, "basic").await;
+    the_basic_scenario_held(&seen);
 }

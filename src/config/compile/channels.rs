@@ -9,8 +9,8 @@ use std::time::Duration;
 use reqwest::Url;
 
 use super::FieldError;
-use crate::config::file::{ChannelConfig, CircuitBreakerConfig, ProbeKindConfig, Timeouts};
-use crate::config::settings::{BreakerSettings, Limits, ProbeKind, ProbeSettings};
+use crate::config::file::{ChannelConfig, Timeouts};
+use crate::config::settings::Limits;
 use crate::config::snapshot::{Channel, DEFAULT_GROUP, ModelRoute};
 use crate::provider::{
     Api, AwsKeys, GoogleAuth, HttpClients, HttpSpec, ProviderKind, Upstream, UpstreamSpec,
@@ -72,7 +72,7 @@ pub fn compile(
             retry_interval: Duration::from_millis(c.retry_interval_ms),
             timeout: Duration::from_millis(t.attempt_ms),
             first_token_timeout: Duration::from_millis(t.first_token_ms),
-            breaker: breaker(&c.circuit_breaker),
+            breaker: c.circuit_breaker.settings(),
             credentials,
             credential_cooldown: Duration::from_secs(c.credential_cooldown_seconds),
             groups: if c.groups.is_empty() {
@@ -510,26 +510,5 @@ fn bounded(c: &ChannelConfig) -> Result<(), (&'static str, String)> {
     match secs.iter().find(|(_, v)| *v > MAX_SECONDS) {
         Some((f, _)) => Err((f, format!("at most {MAX_SECONDS} seconds (30 days)"))),
         None => Ok(()),
-    }
-}
-
-pub(crate) fn breaker(cb: &CircuitBreakerConfig) -> BreakerSettings {
-    BreakerSettings {
-        enabled: cb.enabled,
-        per_model: cb.per_model,
-        failure_threshold: cb.failure_threshold.get(),
-        window: Duration::from_secs(cb.window_seconds.get()),
-        cooldown: Duration::from_secs(cb.cooldown_seconds.get()),
-        rate_limit_cooldown: Duration::from_secs(cb.rate_limit_cooldown_seconds),
-        slow_start: Duration::from_secs(cb.slow_start_seconds),
-        probe: cb.probe.enabled.then(|| ProbeSettings {
-            kind: match cb.probe.kind {
-                ProbeKindConfig::Completion => ProbeKind::Completion,
-                ProbeKindConfig::Models => ProbeKind::Models,
-            },
-            interval: Duration::from_secs(cb.probe.interval_seconds.get()),
-            success_threshold: cb.probe.success_threshold.get(),
-            unhealthy_below: cb.probe.unhealthy_below,
-        }),
     }
 }

@@ -24,7 +24,6 @@ use crate::secret::Pepper;
 /// A field's path and what is wrong with it.
 type FieldError = (String, String);
 
-pub(crate) use channels::breaker;
 pub(crate) use redirects::glob_regex;
 pub(crate) use routers::embedder_spec;
 
