@@ -205,25 +205,7 @@ impl Exchange<'_> {
         let (reply, _) = self
             .send(server, &msg, failover, &mut Tried::default())
             .await?;
-        match reply {
-            Reply::Message(v) => Ok(v),
-            Reply::Accepted => Err(Failure::Malformed("no answer to a request".into())),
-            Reply::Stream(mut s) => {
-                let read = async {
-                    while let Some(m) = s.next().await? {
-                        if m.get("id") == Some(&id) && m.get("method").is_none() {
-                            return Ok(m);
-                        }
-                    }
-                    Err(Failure::Malformed(
-                        "the stream ended without the answer".into(),
-                    ))
-                };
-                tokio::time::timeout(server.timeout, read)
-                    .await
-                    .map_err(|_| Failure::Timeout)?
-            }
-        }
+        reply.answer(&id, server.timeout).await
     }
 
     /// A server's whole list (every page), kept for its `list_ttl_seconds`. A server without

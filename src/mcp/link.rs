@@ -69,3 +69,38 @@ pub struct Opened {
     pub version: String,
     pub result: Value,
 }
+
+/// The `initialize` request the gateway opens a session with, offering `capabilities`.
+pub fn initialize(capabilities: &Value) -> Value {
+    serde_json::json!({
+        "jsonrpc": "2.0", "id": super::relay::fresh_id(), "method": "initialize",
+        "params": {
+            "protocolVersion": LATEST,
+            "capabilities": capabilities,
+            "clientInfo": {"name": "switchyard", "version": env!("CARGO_PKG_VERSION")},
+        },
+    })
+}
+
+/// `notifications/initialized`, sent once the server answered `initialize`.
+pub fn initialized() -> Value {
+    serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
+}
+
+/// The session a server's answer to `initialize` opened (its id, when it keeps sessions).
+pub fn opened(answer: &Value, session: Option<String>) -> Result<Opened, Failure> {
+    let result = answer
+        .get("result")
+        .cloned()
+        .ok_or_else(|| Failure::Malformed("initialize was refused".into()))?;
+    let version = result
+        .get("protocolVersion")
+        .and_then(Value::as_str)
+        .unwrap_or(LATEST)
+        .to_string();
+    Ok(Opened {
+        session,
+        version,
+        result,
+    })
+}

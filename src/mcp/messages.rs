@@ -16,6 +16,32 @@ pub enum Reply {
     Accepted,
 }
 
+impl Reply {
+    /// The answer to request `id`, read past what comes before it in a stream (at most
+    /// `within`).
+    pub async fn answer(self, id: &Value, within: std::time::Duration) -> Result<Value, Failure> {
+        match self {
+            Reply::Message(v) => Ok(v),
+            Reply::Accepted => Err(Failure::Malformed("no answer to a request".into())),
+            Reply::Stream(mut s) => {
+                let read = async {
+                    while let Some(m) = s.next().await? {
+                        if m.get("id") == Some(id) && m.get("method").is_none() {
+                            return Ok(m);
+                        }
+                    }
+                    Err(Failure::Malformed(
+                        "the stream ended without the answer".into(),
+                    ))
+                };
+                tokio::time::timeout(within, read)
+                    .await
+                    .map_err(|_| Failure::Timeout)?
+            }
+        }
+    }
+}
+
 /// Messages of an event stream, as they arrive.
 pub struct Messages(Inner);
 

@@ -14,7 +14,7 @@ use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
 use tokio::sync::{broadcast, mpsc};
 
 use super::conn::{Conn, Ears, Out};
-use super::link::{Failure, LATEST, Opened, Target};
+use super::link::{Failure, Opened, Target};
 use super::lists::Lists;
 use super::messages::{Messages, Reply};
 use crate::config::mcp::{McpServer, Transport};
@@ -297,37 +297,14 @@ async fn handshake(
     caps: &Value,
     timeout: std::time::Duration,
 ) -> Result<Opened, Failure> {
-    let id = super::relay::fresh_id();
-    let init = json!({
-        "jsonrpc": "2.0", "id": id, "method": "initialize",
-        "params": {
-            "protocolVersion": LATEST,
-            "capabilities": caps,
-            "clientInfo": {"name": "switchyard", "version": env!("CARGO_PKG_VERSION")},
-        },
-    });
-    let mut w = conn.request(&init, timeout).await?;
+    let mut w = conn
+        .request(&super::link::initialize(caps), timeout)
+        .await?;
     let answer = tokio::time::timeout(timeout, w.rx.recv())
         .await
         .map_err(|_| Failure::Timeout)?
         .ok_or_else(|| Failure::Connect("the server ended before answering".into()))?;
-    let result = answer
-        .get("result")
-        .cloned()
-        .ok_or_else(|| Failure::Malformed("initialize was refused".into()))?;
-    let version = result
-        .get("protocolVersion")
-        .and_then(Value::as_str)
-        .unwrap_or(LATEST)
-        .to_string();
-    conn.send(
-        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-        timeout,
-    )
-    .await?;
-    Ok(Opened {
-        session: None,
-        version,
-        result,
-    })
+    let opened = super::link::opened(&answer, None)?;
+    conn.send(&super::link::initialized(), timeout).await?;
+    Ok(opened)
 }

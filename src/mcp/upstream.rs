@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderValue};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 pub use super::link::{Failure, LATEST, Opened, SESSION_HEADER, Target, VERSION_HEADER};
 pub use super::messages::{Messages, Reply};
@@ -125,25 +125,7 @@ impl Client {
     ) -> Result<(Value, Option<String>), Failure> {
         let id = msg.get("id").cloned().unwrap_or(Value::Null);
         let (reply, session) = self.post(t, msg).await?;
-        let v = match reply {
-            Reply::Message(v) => v,
-            Reply::Accepted => return Err(Failure::Malformed("no answer to a request".into())),
-            Reply::Stream(mut s) => {
-                let read = async {
-                    while let Some(m) = s.next().await? {
-                        if m.get("id") == Some(&id) && m.get("method").is_none() {
-                            return Ok(m);
-                        }
-                    }
-                    Err(Failure::Malformed(
-                        "the stream ended without the answer".into(),
-                    ))
-                };
-                tokio::time::timeout(t.server.timeout, read)
-                    .await
-                    .map_err(|_| Failure::Timeout)??
-            }
-        };
+        let v = reply.answer(&id, t.server.timeout).await?;
         Ok((v, session))
     }
 
@@ -164,36 +146,17 @@ impl Client {
             session: None,
             version: LATEST,
         };
-        let init = json!({
-            "jsonrpc": "2.0", "id": super::relay::fresh_id(), "method": "initialize",
-            "params": {
-                "protocolVersion": LATEST,
-                "capabilities": capabilities,
-                "clientInfo": {"name": "switchyard", "version": env!("CARGO_PKG_VERSION")},
-            },
-        });
-        let (answer, session) = self.answer(&t, &init).await?;
-        let result = answer
-            .get("result")
-            .cloned()
-            .ok_or_else(|| Failure::Malformed("initialize was refused".into()))?;
-        let version = result
-            .get("protocolVersion")
-            .and_then(Value::as_str)
-            .unwrap_or(LATEST)
-            .to_string();
+        let (answer, session) = self
+            .answer(&t, &super::link::initialize(capabilities))
+            .await?;
+        let opened = super::link::opened(&answer, session)?;
         let t = Target {
-            session: session.as_deref(),
-            version: &version,
+            session: opened.session.as_deref(),
+            version: &opened.version,
             ..t
         };
-        let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-        self.post(&t, &note).await?;
-        Ok(Opened {
-            session,
-            version,
-            result,
-        })
+        self.post(&t, &super::link::initialized()).await?;
+        Ok(opened)
     }
 
     /// The server's stream of messages it sends on its own (`None`: it offers none, 405).

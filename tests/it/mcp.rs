@@ -24,6 +24,13 @@ async fn gateway_beside(extra: &str, key_mcp: &str, servers: &[(&str, &str)]) ->
     gateway_full("", key_mcp, &tables).await
 }
 
+/// Server `a` (Streamable HTTP) behind a gateway whose test key has `key_mcp`.
+async fn with_a(py: &str, key_mcp: &str) -> (McpServer, Gateway) {
+    let a = McpServer::start(py, "a", &[]).await;
+    let gw = gateway_for(key_mcp, &[("a", &format!("url = \"{}\"", a.url))]).await;
+    (a, gw)
+}
+
 fn mcp_url(gw: &Gateway) -> String {
     format!("{}/mcp", gw.url)
 }
@@ -236,12 +243,7 @@ async fn a_key_without_mcp_reaches_nothing_and_bad_input_is_the_specs_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_changed_reaches_the_session_and_cancellation_reaches_the_server() {
     let Some(py) = mcp_python() else { return };
-    let a = McpServer::start(&py, "a", &[]).await;
-    let gw = gateway_for(
-        "mcp = { servers = [\"*\"], tools = [\"*\"] }",
-        &[("a", &format!("url = \"{}\"", a.url))],
-    )
-    .await;
+    let (_a, gw) = with_a(&py, "mcp = { servers = [\"*\"], tools = [\"*\"] }").await;
     let seen = mcp_client(&py, &mcp_url(&gw), KEY, "list_changed").await;
     let added = seen["added"].as_str().unwrap();
     assert!(
@@ -418,10 +420,9 @@ async fn a_session_opened_on_one_replica_is_continued_on_another_through_redis()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_rpm_refuses_past_the_limit_before_the_server_and_says_so_in_an_event() {
     let Some(py) = mcp_python() else { return };
-    let a = McpServer::start(&py, "a", &[]).await;
-    let gw = gateway_for(
+    let (a, gw) = with_a(
+        &py,
         "mcp = { servers = [\"a\"], tools = [\"*\", \"!a__secret_*\"] }\nmcp_rpm = 2",
-        &[("a", &format!("url = \"{}\"", a.url))],
     )
     .await;
     let mut s = RawSession::open(&mcp_url(&gw), KEY).await;
