@@ -294,7 +294,8 @@ impl Call<'_> {
         };
         let (server_name, tool) = (server.name.clone(), tool.to_string());
         // The tool's annotations, from its server's list (read now if it is not kept).
-        if self.st.mcp.lists.tool(&server_name, &tool).is_none() {
+        let mut listed = self.st.mcp.lists.tool(&server_name, &tool);
+        if listed.is_none() {
             let snap = self.snap.clone();
             if let Some(s) = snap.mcp.server(&server_name) {
                 let mut ex = self.exchange();
@@ -302,14 +303,10 @@ impl Call<'_> {
                 let moved = ex.moved;
                 self.keep(moved).await;
             }
+            listed = self.st.mcp.lists.tool(&server_name, &tool);
         }
-        let listed = self.st.mcp.lists.tool(&server_name, &tool);
         rec.listed(listed.is_some());
-        let safe = listed.is_some_and(|t| {
-            let a = t.get("annotations");
-            let hint = |h: &str| a.and_then(|a| a.get(h)).and_then(Value::as_bool) == Some(true);
-            hint("readOnlyHint") || hint("idempotentHint")
-        });
+        let safe = listed == Some(true);
         params["name"] = Value::String(tool);
         let snap = self.snap.clone();
         let Some(server) = snap.mcp.server(&server_name) else {

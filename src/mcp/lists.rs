@@ -99,14 +99,17 @@ impl Lists {
             .retain(|(s, k), _| &**s != server || !(kinds.is_empty() || kinds.contains(k)));
     }
 
-    /// A tool as the server last listed it (for its annotations).
-    pub fn tool(&self, server: &Arc<str>, name: &str) -> Option<Value> {
+    /// Whether the server last listed the tool and, if so, whether it says calling it again
+    /// is safe (annotated `readOnlyHint` or `idempotentHint`).
+    pub fn tool(&self, server: &Arc<str>, name: &str) -> Option<bool> {
         let map = self.lock();
         let (items, _) = map.get(&(server.clone(), Kind::Tools))?;
-        items
+        let t = items
             .iter()
-            .find(|t| t.get("name").and_then(Value::as_str) == Some(name))
-            .cloned()
+            .find(|t| t.get("name").and_then(Value::as_str) == Some(name))?;
+        let a = t.get("annotations");
+        let hint = |h: &str| a.and_then(|a| a.get(h)).and_then(Value::as_bool) == Some(true);
+        Some(hint("readOnlyHint") || hint("idempotentHint"))
     }
 
     /// The server whose listed resource has this URI, or whose template matches it.

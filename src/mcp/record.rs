@@ -100,7 +100,11 @@ impl ToolCall {
             .get("arguments")
             .map_or(0, |a| serde_json::to_vec(a).map_or(0, |v| v.len()));
         ToolCall {
-            id: format!("mcp_{}", super::session::new_id().get(..24).unwrap_or("")),
+            // The gateway's id for the call, unique across replicas: no random bytes per call.
+            id: format!(
+                "mcp_{}",
+                super::relay::fresh_id().as_str().unwrap_or_default()
+            ),
             started: Instant::now(),
             ts_ms: crate::clock::unix_ms(),
             key: key.name.clone(),

@@ -764,3 +764,26 @@ async fn the_sdk_sees_the_same_through_an_sse_server_and_a_stdio_server() {
     let seen = mcp_client(&py, &mcp_url(&gw), KEY, "basic").await;
     the_basic_scenario_held(&seen);
 }
+
+/// The mock's own MCP server (what the benchmarks measure against) behind `/mcp`: listed,
+/// called, its read-only tool failing over. Needs no Python.
+#[tokio::test]
+async fn the_mocks_mcp_server_serves_through_the_gateway() {
+    let up = mock(text_spec("unused")).await;
+    let url = format!("http://{}/mcp", up.addr());
+    let gw = gateway_for(
+        "mcp = { servers = [\"m\"], tools = [\"*\"] }",
+        &[(
+            "m",
+            &format!("urls = [\"http://127.0.0.1:9/mcp\", \"{url}\"]"),
+        )],
+    )
+    .await;
+    let mut s = RawSession::open(&mcp_url(&gw), KEY).await;
+    let tools = s.call("tools/list", json!({})).await;
+    assert_eq!(tools["result"]["tools"][0]["name"], "m__echo", "{tools}");
+    assert_eq!(
+        s.tool("m__echo", json!({"text": "through"})).await,
+        Ok("through".into())
+    );
+}

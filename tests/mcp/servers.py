@@ -25,9 +25,10 @@ parser.add_argument("--name", required=True)
 parser.add_argument("--token")
 parser.add_argument("--port", type=int, default=0)
 parser.add_argument("--transport", default="streamable-http", choices=["streamable-http", "sse", "stdio"])
+parser.add_argument("--json", action="store_true", help="stateless, answers as JSON (for bench/mcp.sh)")
 args = parser.parse_args()
 
-mcp = FastMCP(args.name, stateless_http=False, log_level="ERROR")
+mcp = FastMCP(args.name, stateless_http=args.json, json_response=args.json, log_level="ERROR")
 # The SDK logs each request, and a traceback when a session's stream closes: not news here.
 logging.getLogger("mcp").setLevel(logging.ERROR)
 logging.getLogger("mcp.server.streamable_http").setLevel(logging.CRITICAL)
@@ -173,6 +174,9 @@ if args.token:
 
 sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+# Accepted connections inherit it: uvicorn's h11 writes a response's head and body apart, and
+# with Nagle on a kept-alive connection the body waits ~40 ms for the client's delayed ACK.
+sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 sock.bind(("127.0.0.1", args.port))
 print(f"PORT {sock.getsockname()[1]}", flush=True)
 config = uvicorn.Config(app, log_level="warning", lifespan="on")

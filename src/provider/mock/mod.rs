@@ -12,6 +12,7 @@
 
 mod cache;
 mod exchange;
+mod mcp;
 mod reply;
 mod server;
 mod side;

@@ -125,6 +125,7 @@ impl MockServer {
             )
             .route("/v1/responses/{id}/input_items", get(side::input_items))
             .route("/responses/{id}/input_items", get(side::input_items))
+            .route("/mcp", post(super::mcp::post))
             .with_state(state.clone());
         let task = tokio::spawn(serve(listener, app));
         Ok(MockServer { addr, state, task })
