@@ -4,3 +4,6 @@
 
 ALTER TABLE requests ADD COLUMN request_bytes BIGINT;
 ALTER TABLE requests ADD COLUMN response_bytes BIGINT;
+
+-- With `[log] mcp_bodies`: an MCP tool call's arguments and result, as JSON.
+ALTER TABLE requests ADD COLUMN bodies TEXT;

@@ -324,6 +324,8 @@ pub struct LogSection {
     pub journal: bool,
     /// Where the journal's files live; empty: `<sqlite_path>.journal` (not `-journal`: SQLite's own rollback journal).
     pub journal_dir: String,
+    /// MCP tool calls' arguments and results kept in their log rows (`bodies`).
+    pub mcp_bodies: bool,
 }
 
 impl Default for LogSection {
@@ -333,6 +335,7 @@ impl Default for LogSection {
             queue_capacity: nzusize(8192),
             journal: true,
             journal_dir: String::new(),
+            mcp_bodies: false,
         }
     }
 }

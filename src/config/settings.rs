@@ -63,6 +63,8 @@ pub struct LogSettings {
     pub queue_capacity: usize,
     /// The journal's directory (`None`: no journal).
     pub journal_dir: Option<std::path::PathBuf>,
+    /// MCP tool calls' arguments and results kept in their rows.
+    pub mcp_bodies: bool,
 }
 
 /// `[routing]` and each model's `strategy`, validated.

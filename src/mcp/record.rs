@@ -82,6 +82,8 @@ pub struct ToolCall {
     /// The tool is one its server listed (so its name may be a label).
     listed: bool,
     args_bytes: usize,
+    /// With `[log] mcp_bodies`: the arguments, kept for the row.
+    arguments: Option<Value>,
     attempts: Vec<Value>,
     holds: Option<Holds>,
     /// The call's trace (the client's `traceparent` continued), when spans go anywhere.
@@ -96,9 +98,15 @@ impl ToolCall {
         name: &str,
         params: &Value,
     ) -> ToolCall {
-        let args_bytes = params
-            .get("arguments")
-            .map_or(0, |a| serde_json::to_vec(a).map_or(0, |v| v.len()));
+        let args = params.get("arguments");
+        let args_bytes = args.map_or(0, |a| serde_json::to_vec(a).map_or(0, |v| v.len()));
+        let arguments = st
+            .app
+            .live
+            .load()
+            .log
+            .mcp_bodies
+            .then(|| args.cloned().unwrap_or(Value::Null));
         ToolCall {
             // The gateway's id for the call, unique across replicas: no random bytes per call.
             id: format!(
@@ -113,6 +121,7 @@ impl ToolCall {
             tool: None,
             listed: false,
             args_bytes,
+            arguments,
             attempts: Vec::new(),
             holds: None,
             trace: st.app.telemetry.start(headers, "mcp.tools/call"),
@@ -185,6 +194,7 @@ impl ToolCall {
             tool: None,
             listed: false,
             args_bytes: 0,
+            arguments: None,
             attempts: Vec::new(),
             holds: None,
             trace: None,
@@ -255,6 +265,15 @@ impl ToolCall {
             attempts: serde_json::to_string(&self.attempts).unwrap_or_default(),
             total_ms: took.as_millis() as u64,
             request_bytes: Some(self.args_bytes as u64),
+            bodies: self.arguments.map(|a| {
+                let result = answer.map_or(Value::Null, |v| {
+                    v.get("result")
+                        .or_else(|| v.get("error"))
+                        .cloned()
+                        .unwrap_or_default()
+                });
+                json!({"arguments": a, "result": result}).to_string()
+            }),
             response_bytes: Some(result_bytes as u64),
             ..LogRow::default()
         };

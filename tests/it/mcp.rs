@@ -40,7 +40,9 @@ async fn the_sdk_lists_calls_prompts_reads_and_samples_through_the_gateway() {
     let Some(py) = mcp_python() else { return };
     let a = McpServer::start(&py, "a", &["--token", "upstream-mcp-secret"]).await;
     let b = McpServer::start(&py, "b", &[]).await;
-    let gw = gateway_for(
+    // Pages of 3: the SDK follows the gateway's cursors through the merged list.
+    let gw = gateway_beside(
+        "[mcp]\npage_size = 3\n",
         "mcp = { servers = [\"a\", \"b\"], tools = [\"a__*\", \"!a__delete_*\", \"b__whoami\"] }",
         &[
             (
@@ -53,6 +55,10 @@ async fn the_sdk_lists_calls_prompts_reads_and_samples_through_the_gateway() {
     .await;
     let seen = mcp_client(&py, &mcp_url(&gw), KEY, "basic").await;
     the_basic_scenario_held(&seen);
+    assert!(seen["pages"].as_u64().unwrap() >= 4, "{seen}");
+    // The denied call never reached the server.
+    let mut direct = RawSession::open(&a.url, "upstream-mcp-secret").await;
+    assert_eq!(direct.tool("deletes", json!({})).await, Ok("0".into()));
 
     // The log: one row per tool call, the denied one refused; the upstream's token nowhere.
     gw.flush_log().await;
@@ -786,4 +792,42 @@ async fn the_mocks_mcp_server_serves_through_the_gateway() {
         s.tool("m__echo", json!({"text": "through"})).await,
         Ok("through".into())
     );
+}
+
+/// `[log] mcp_bodies`: a tool call's arguments and result in its row; without it, neither.
+#[tokio::test]
+async fn tool_call_bodies_are_logged_only_when_asked() {
+    let up = mock(text_spec("unused")).await;
+    let server = format!(
+        "{MOCK_CHANNEL}\n[[mcp_servers]]\nname = \"m\"\nurl = \"http://{}/mcp\"\n",
+        up.addr()
+    );
+    let key = "mcp = { servers = [\"m\"], tools = [\"*\"] }";
+    for (log, kept) in [("mcp_bodies = true", true), ("", false)] {
+        let gw = gateway_logged((log, ""), key, &server).await;
+        let mut s = RawSession::open(&mcp_url(&gw), KEY).await;
+        assert_eq!(
+            s.tool("m__echo", json!({"text": "kept?"})).await,
+            Ok("kept?".into())
+        );
+        gw.flush_log().await;
+        let rows = gw.admin_requests().await;
+        let row = rows
+            .iter()
+            .find(|r| r["endpoint"] == "mcp.tools/call")
+            .expect("the call's row");
+        if kept {
+            assert_eq!(
+                row["bodies"]["arguments"],
+                json!({"text": "kept?"}),
+                "{row}"
+            );
+            assert_eq!(
+                row["bodies"]["result"]["content"][0]["text"], "kept?",
+                "{row}"
+            );
+        } else {
+            assert_eq!(row["bodies"], Value::Null, "{row}");
+        }
+    }
 }

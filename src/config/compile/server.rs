@@ -217,6 +217,7 @@ fn log(cfg: &FileConfig) -> Result<LogSettings, FieldError> {
         sqlite_path: l.sqlite_path.clone(),
         queue_capacity: l.queue_capacity.get(),
         journal_dir,
+        mcp_bodies: l.mcp_bodies,
     })
 }
 

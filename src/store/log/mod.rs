@@ -92,6 +92,8 @@ pub struct LogRow {
     /// Bytes of what the client sent and was answered (an MCP tool call's arguments and result).
     pub request_bytes: Option<u64>,
     pub response_bytes: Option<u64>,
+    /// With `[log] mcp_bodies`: an MCP tool call's arguments and result, as JSON.
+    pub bodies: Option<String>,
     /// The ledger's rows for this request, one per upstream attempt.
     pub charges: Vec<Charge>,
 }

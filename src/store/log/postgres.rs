@@ -134,12 +134,12 @@ const INSERT: &str = "
 INSERT INTO requests (id, ts_ms, key_name, endpoint, requested_model, served_model, channel,
     status, outcome, attempts, stream, total_ms, ttfb_ms, input_tokens, output_tokens,
     tokens_per_s, translation, session, affinity, prompt_tokens, trimmed_turns, cost_micros,
-    attempt_count, test, route_reason, cache, request_bytes, response_bytes)
+    attempt_count, test, route_reason, cache, request_bytes, response_bytes, bodies)
 SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[],
     $7::text[], $8::int[], $9::text[], $10::text[], $11::bool[], $12::bigint[], $13::bigint[],
     $14::bigint[], $15::bigint[], $16::float8[], $17::text[], $18::text[], $19::text[],
     $20::bigint[], $21::bigint[], $22::bigint[], $23::int[], $24::bool[], $25::text[],
-    $26::text[], $27::bigint[], $28::bigint[])
+    $26::text[], $27::bigint[], $28::bigint[], $29::text[])
 ON CONFLICT (id) DO UPDATE SET ts_ms = EXCLUDED.ts_ms, key_name = EXCLUDED.key_name,
     endpoint = EXCLUDED.endpoint, requested_model = EXCLUDED.requested_model,
     served_model = EXCLUDED.served_model, channel = EXCLUDED.channel, status = EXCLUDED.status,
@@ -151,7 +151,8 @@ ON CONFLICT (id) DO UPDATE SET ts_ms = EXCLUDED.ts_ms, key_name = EXCLUDED.key_n
     prompt_tokens = EXCLUDED.prompt_tokens, trimmed_turns = EXCLUDED.trimmed_turns,
     cost_micros = EXCLUDED.cost_micros, attempt_count = EXCLUDED.attempt_count,
     test = EXCLUDED.test, route_reason = EXCLUDED.route_reason, cache = EXCLUDED.cache,
-    request_bytes = EXCLUDED.request_bytes, response_bytes = EXCLUDED.response_bytes";
+    request_bytes = EXCLUDED.request_bytes, response_bytes = EXCLUDED.response_bytes,
+    bodies = EXCLUDED.bodies";
 
 const INSERT_CHARGES: &str = "
 INSERT INTO ledger (request_id, attempt, ts_ms, key_name, channel, credential, model,
@@ -306,6 +307,7 @@ async fn write_requests(tx: &mut Tx, rows: &[LogRow]) -> Result<(), sqlx::Error>
         .bind(col(|r| r.cache.as_deref().map(str::to_string)))
         .bind(num(|r| int(r.request_bytes)))
         .bind(num(|r| int(r.response_bytes)))
+        .bind(col(|r| r.bodies.clone()))
         .execute(&mut **tx)
         .await
         .map(|_| ())
@@ -387,6 +389,7 @@ fn read_row(r: &PgRow) -> Result<LogRead, sqlx::Error> {
         cache: r.try_get("cache")?,
         request_bytes: r.try_get("request_bytes")?,
         response_bytes: r.try_get("response_bytes")?,
+        bodies: r.try_get("bodies")?,
     })
 }
 

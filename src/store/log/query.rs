@@ -79,7 +79,7 @@ impl Dialect {
 pub const COLUMNS: &str = "id, ts_ms, key_name, endpoint, requested_model, served_model, channel,
     status, outcome, attempts, stream, total_ms, ttfb_ms, input_tokens, output_tokens,
     tokens_per_s, translation, session, affinity, prompt_tokens, trimmed_turns, cost_micros,
-    attempt_count, test, route_reason, cache, request_bytes, response_bytes";
+    attempt_count, test, route_reason, cache, request_bytes, response_bytes, bodies";
 
 impl LogQuery {
     /// The SELECT for this page and its parameters: [`COLUMNS`] and the row's sequence last.
@@ -199,6 +199,7 @@ pub struct Row {
     pub cache: Option<String>,
     pub request_bytes: Option<i64>,
     pub response_bytes: Option<i64>,
+    pub bodies: Option<String>,
 }
 
 impl Row {
@@ -219,6 +220,7 @@ impl Row {
             "cache": self.cache,
             "request_bytes": self.request_bytes,
             "response_bytes": self.response_bytes,
+            "bodies": self.bodies.as_deref().and_then(|b| serde_json::from_str::<Value>(b).ok()),
             "stream": self.stream,
             "total_ms": self.total_ms,
             "ttfb_ms": self.ttfb_ms,

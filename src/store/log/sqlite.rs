@@ -77,7 +77,7 @@ CREATE TABLE IF NOT EXISTS prices (
 
 /// Columns added after the first schema, for databases created before them: (table, column,
 /// the statement that adds it).
-const MIGRATIONS: [(&str, &str, &str); 13] = [
+const MIGRATIONS: [(&str, &str, &str); 14] = [
     (
         "requests",
         "translation",
@@ -137,6 +137,11 @@ const MIGRATIONS: [(&str, &str, &str); 13] = [
         "requests",
         "response_bytes",
         "ALTER TABLE requests ADD COLUMN response_bytes INTEGER",
+    ),
+    (
+        "requests",
+        "bodies",
+        "ALTER TABLE requests ADD COLUMN bodies TEXT",
     ),
     (
         "ledger",
@@ -224,9 +229,9 @@ fn write_batch(
             "INSERT OR REPLACE INTO requests (id, ts_ms, key_name, endpoint, requested_model, served_model,
                 channel, status, outcome, attempts, stream, total_ms, ttfb_ms, input_tokens, output_tokens, tokens_per_s,
                 translation, session, affinity, prompt_tokens, trimmed_turns, cost_micros, attempt_count, test,
-                route_reason, cache, request_bytes, response_bytes)
+                route_reason, cache, request_bytes, response_bytes, bodies)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19,
-                ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)",
+                ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29)",
         )?;
         for r in rows {
             stmt.execute(params![
@@ -258,6 +263,7 @@ fn write_batch(
                 r.cache,
                 r.request_bytes.map(|v| v as i64),
                 r.response_bytes.map(|v| v as i64),
+                r.bodies,
             ])?;
         }
         write_charges(&tx, rows, prices)?;
@@ -367,8 +373,9 @@ pub(super) fn page(path: &Path, q: &LogQuery) -> Result<(Vec<Value>, Option<Curs
                 cache: r.get(25)?,
                 request_bytes: r.get(26)?,
                 response_bytes: r.get(27)?,
+                bodies: r.get(28)?,
             };
-            Ok((row, r.get::<_, i64>(28)?))
+            Ok((row, r.get::<_, i64>(29)?))
         })
         .map_err(&sqlite)?;
     let rows = rows.collect::<Result<Vec<_>, _>>().map_err(&sqlite)?;

@@ -69,7 +69,7 @@ impl Gateway {
     /// Rewrites the config file (the same header as at start) with new channels.
     pub fn rewrite(&self, channels: &str) {
         let dir = self.config_path.parent().expect("config dir");
-        std::fs::write(&self.config_path, config_text(dir, "", "", channels))
+        std::fs::write(&self.config_path, config_text(dir, ("", ""), "", channels))
             .expect("write config");
     }
 
@@ -126,13 +126,13 @@ pub fn client() -> reqwest::Client {
 
 fn config_text(
     dir: &std::path::Path,
-    server_extra: &str,
+    (server_extra, log_extra): (&str, &str),
     key_extra: &str,
     channels: &str,
 ) -> String {
     format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nadmin_token = \"{ADMIN}\"\n{server_extra}\n\
-         [log]\nsqlite_path = \"{}\"\n\n\
+         [log]\nsqlite_path = \"{}\"\n{log_extra}\n\n\
          [[keys]]\nname = \"team-a\"\nkey = \"{KEY}\"\n{key_extra}\n\n{channels}",
         dir.join("log.db").display()
     )
@@ -147,12 +147,21 @@ pub async fn gateway_with(server_extra: &str, channels: &str) -> Gateway {
 /// `failover_defaults = {...}`); they may go on with more top-level tables (`[[keys]]`,
 /// `[[redirects]]`).
 pub async fn gateway_full(server_extra: &str, key_extra: &str, channels: &str) -> Gateway {
+    gateway_logged(("", server_extra), key_extra, channels).await
+}
+
+/// As [`gateway_full`], with `[log]` extras too (`mcp_bodies = true`): `(log, server)`.
+pub async fn gateway_logged(
+    (log_extra, server_extra): (&str, &str),
+    key_extra: &str,
+    channels: &str,
+) -> Gateway {
     install_crypto_provider();
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("switchyard.toml");
     std::fs::write(
         &path,
-        config_text(dir.path(), server_extra, key_extra, channels),
+        config_text(dir.path(), (server_extra, log_extra), key_extra, channels),
     )
     .expect("write config");
     let clients = HttpClients::default();
