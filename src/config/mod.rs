@@ -18,6 +18,7 @@ mod read_tests;
 pub mod routers;
 mod settings;
 mod snapshot;
+pub mod teams;
 pub mod telemetry;
 pub mod webhooks;
 
