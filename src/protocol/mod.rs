@@ -10,6 +10,7 @@ pub mod bedrock;
 pub mod chain;
 pub mod count;
 mod crossing;
+pub mod end_user;
 pub mod gemini;
 pub mod listing;
 pub mod openai;
