@@ -67,6 +67,13 @@ impl Scope {
         expires: i64,
         now: i64,
     ) -> Result<(Option<PeriodAt>, u64), Denial> {
+        let period = self.check(q, ask, now)?;
+        Ok(self.take(q, ask, (id, expires, now), period))
+    }
+
+    /// Whether every limit has room for `ask` (nothing taken): the budget period, or the
+    /// first limit that refuses.
+    fn check(&mut self, q: &Quota, ask: Ask, now: i64) -> Result<Option<PeriodAt>, Denial> {
         self.sweep(now);
         let mut period = None;
         if let Some(b) = q.budget {
@@ -109,6 +116,17 @@ impl Scope {
         {
             return Err((Limit::Tpm, tpm, self.window_tokens, next_slot()));
         }
+        Ok(period)
+    }
+
+    /// Takes `ask` (checked): the hold, its window entry; the budget used after it.
+    fn take(
+        &mut self,
+        q: &Quota,
+        ask: Ask,
+        (id, expires, now): (u64, i64, i64),
+        period: Option<PeriodAt>,
+    ) -> (Option<PeriodAt>, u64) {
         self.reserved = self.reserved.saturating_add(ask.micros);
         self.holds.insert(id, (ask.micros, expires));
         self.expiry.insert((expires, id));
@@ -126,7 +144,7 @@ impl Scope {
         let used = period
             .as_ref()
             .map_or(0, |_| self.spent.saturating_add(self.reserved));
-        Ok((period, used))
+        (period, used)
     }
 
     /// Returns the period's spend after a charge (none when nothing was charged).
@@ -186,6 +204,52 @@ impl Meters {
                 retry_after: Duration::from_millis(wait.max(1) as u64),
             }),
         }
+    }
+
+    /// `ask` against every level at once (a key, its team, the team's organisation): held at
+    /// all of them, or at none, with the first level that refuses. One lock, so no other
+    /// request takes room between the checks and the holds.
+    pub fn admit_all(
+        &self,
+        levels: &[(&Arc<str>, &Quota)],
+        ask: Ask,
+        ttl: Duration,
+        now: i64,
+    ) -> Result<Vec<Hold>, Refusal> {
+        let id = fastrand::u64(..);
+        let expires = now + ttl.as_millis() as i64;
+        let mut scopes = self.scopes.lock().unwrap_or_else(|p| p.into_inner());
+        let mut periods = Vec::with_capacity(levels.len());
+        for (scope, q) in levels {
+            let s = scopes.entry((*scope).clone()).or_default();
+            match s.check(q, ask, now) {
+                Ok(p) => periods.push(p),
+                Err((limit, cap, used, wait)) => {
+                    return Err(Refusal {
+                        scope: (*scope).clone(),
+                        limit,
+                        cap,
+                        used,
+                        retry_after: Duration::from_millis(wait.max(1) as u64),
+                    });
+                }
+            }
+        }
+        let mut holds = Vec::with_capacity(levels.len());
+        for ((scope, q), period) in levels.iter().zip(periods) {
+            let s = scopes.entry((*scope).clone()).or_default();
+            let (period, used) = s.take(q, ask, (id, expires, now), period);
+            holds.push(Hold {
+                scope: (*scope).clone(),
+                id,
+                period,
+                ask,
+                used,
+                cap: q.budget.map_or(0, |b| b.micros),
+                local: false,
+            });
+        }
+        Ok(holds)
     }
 
     /// Settles `h`; the period's spend after it, when it charged anything.
@@ -354,5 +418,43 @@ mod tests {
         m.settle(&h, 100, 0);
         refused(m.admit(&s, &q, ask, TTL, 1_000));
         held(m.admit(&s, &q, ask, TTL, 86_400_000));
+    }
+
+    #[test]
+    fn every_level_holds_or_none_does_and_the_refusal_names_its_level() {
+        let m = Meters::default();
+        let (key, team, org): (Arc<str>, Arc<str>, Arc<str>) =
+            ("key:k".into(), "team:t".into(), "team:o".into());
+        let rpm2 = Quota {
+            rpm: Some(2),
+            ..Quota::default()
+        };
+        let (loose, tight) = (Quota::default(), budget(100));
+        let ask = Ask {
+            micros: 60,
+            tokens: 0,
+        };
+        let levels = [(&key, &rpm2), (&team, &loose), (&org, &tight)];
+        let holds = m.admit_all(&levels, ask, TTL, 0).unwrap();
+        assert_eq!(holds.len(), 3);
+        assert_eq!(holds[2].cap, 100);
+        // The organisation's budget has 40 left: refused there, and nothing taken at the key
+        // (its rpm window still has room for one more).
+        let r = m.admit_all(&levels, ask, TTL, 1).unwrap_err();
+        assert_eq!((&*r.scope, r.limit), ("team:o", Limit::Budget));
+        let small = Ask {
+            micros: 30,
+            tokens: 0,
+        };
+        assert_eq!(m.admit_all(&levels, small, TTL, 2).unwrap().len(), 3);
+        // Now the key's rpm is full: refused at the key, the organisation's 10 left untouched.
+        let r = m.admit_all(&levels, small, TTL, 3).unwrap_err();
+        assert_eq!((&*r.scope, r.limit), ("key:k", Limit::Rpm));
+        assert_eq!(m.standing("team:o", "total", 3).reserved, 90);
+        // Settling gives back at every level.
+        for h in &holds {
+            m.settle(h, 0, 0);
+        }
+        assert_eq!(m.standing("team:o", "total", 4).reserved, 30);
     }
 }
