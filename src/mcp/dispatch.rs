@@ -396,7 +396,7 @@ impl Call<'_> {
         failover: bool,
         mut rec: Option<ToolCall>,
     ) -> Response {
-        let our_id = relay::fresh_id();
+        let our_id = relay::call_id(self.sid, &client_id);
         let msg = json!({"jsonrpc": "2.0", "id": our_id, "method": method, "params": params});
         let cancel = Arc::new(Notify::new());
         let flight = Flight {
@@ -459,18 +459,28 @@ impl Call<'_> {
                 let Some(rid) = params.as_ref().and_then(|p| p.get("requestId")).cloned() else {
                     return;
                 };
-                let Some(f) = self.st.mcp.landed(self.sid, &rid) else {
-                    return;
-                };
-                f.cancel.notify_one();
-                let reason = params.as_ref().and_then(|p| p.get("reason")).cloned();
-                let mut p = json!({"requestId": f.id});
-                if let Some(r) = reason {
+                // The server knows the call by the gateway's id for it, which any replica
+                // can name: the call may be running on another one.
+                let mut p = json!({"requestId": relay::call_id(self.sid, &rid)});
+                if let Some(r) = params.as_ref().and_then(|p| p.get("reason")).cloned() {
                     p["reason"] = r;
                 }
                 let msg = json!({"jsonrpc": "2.0", "method": method, "params": p});
-                if let Some(server) = self.snap.clone().mcp.server(&f.server) {
-                    self.exchange().tell(server, &msg).await;
+                let snap = self.snap.clone();
+                let servers: Vec<String> = match self.st.mcp.landed(self.sid, &rid) {
+                    // Here: its stream ends now, and only its server is told.
+                    Some(f) => {
+                        f.cancel.notify_one();
+                        vec![f.server.to_string()]
+                    }
+                    // Elsewhere: every server of the session is told (the others know no
+                    // such call), and the replica running it relays the server's answer.
+                    None => self.session.legs.keys().cloned().collect(),
+                };
+                for name in servers {
+                    if let Some(server) = snap.mcp.server(&name) {
+                        self.exchange().tell(server, &msg).await;
+                    }
                 }
             }
             "notifications/roots/list_changed" => {

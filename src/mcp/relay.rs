@@ -29,6 +29,17 @@ pub fn fresh_id() -> Value {
     ))
 }
 
+/// The gateway's id for a client's request in a session: the same on every replica (so a
+/// cancellation can name it from any), unique among the session's calls in flight as the
+/// client's ids are, and never one of [`fresh_id`]'s.
+pub fn call_id(session: &str, client_id: &Value) -> Value {
+    let d = ring::digest::digest(&ring::digest::SHA256, session.as_bytes());
+    Value::String(format!(
+        "sc-{}-{client_id}",
+        crate::secret::hex(&d.as_ref()[..6])
+    ))
+}
+
 /// A server's request as the client is sent it: the id names the server (`#` is not in a
 /// server's name).
 pub fn outward_id(server: &str, id: &Value) -> Value {
@@ -72,5 +83,9 @@ mod tests {
         assert_eq!(inward_id(&Id::Str("no-hash".into())), None);
         assert_eq!(inward_id(&Id::Str("s#{\"a\":1}".into())), None);
         assert_ne!(fresh_id(), fresh_id());
+        // A client's id is the same call on every replica, another session's is not.
+        assert_eq!(call_id("s1", &json!(4)), call_id("s1", &json!(4)));
+        assert_ne!(call_id("s1", &json!(4)), call_id("s2", &json!(4)));
+        assert_ne!(call_id("s1", &json!(4)), call_id("s1", &json!("4")));
     }
 }

@@ -363,7 +363,7 @@ async fn a_session_opened_on_one_replica_is_continued_on_another_through_redis()
     let state = redis_state("mcp-session");
     let servers = [("a", format!("url = \"{}\"", a.url))];
     let servers: Vec<(&str, &str)> = servers.iter().map(|(n, u)| (*n, u.as_str())).collect();
-    let key_mcp = "mcp = { servers = [\"a\"], tools = [\"a__echo\", \"a__whoami\"] }\n\n\
+    let key_mcp = "mcp = { servers = [\"a\"], tools = [\"a__echo\", \"a__whoami\", \"a__sleepy*\"] }\n\n\
         [[keys]]\nname = \"other\"\nkey = \"sk-another-team-key\"\nmcp = { servers = [\"*\"], tools = [\"*\"] }";
     let one = gateway_beside(&state, key_mcp, &servers).await;
     let two = gateway_beside(&state, key_mcp, &servers).await;
@@ -387,7 +387,10 @@ async fn a_session_opened_on_one_replica_is_continued_on_another_through_redis()
         .iter()
         .map(|t| t["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["a__echo", "a__whoami"]);
+    assert_eq!(
+        names,
+        ["a__echo", "a__whoami", "a__sleepy", "a__sleepy_state"]
+    );
     // Completions go to the prompt's server under its own name; the log level to every server.
     let done = s
         .call(
@@ -414,6 +417,31 @@ async fn a_session_opened_on_one_replica_is_continued_on_another_through_redis()
     assert_eq!(
         (v["id"].as_i64(), v["result"]["content"][0]["text"].as_str()),
         (Some(50), Some("whole"))
+    );
+    // A call running on one replica is cancelled from the other: the server is told, under
+    // the id both replicas give the call, and the call ends.
+    s.accept = "application/json, text/event-stream";
+    let mut on_one = s.on(&mcp_url(&one));
+    let running = tokio::spawn(async move { on_one.tool("a__sleepy", json!({})).await });
+    until(
+        "the call runs",
+        std::time::Duration::from_secs(10),
+        async || s.tool("a__sleepy_state", json!({})).await == Ok("running".into()),
+    )
+    .await;
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": RawSession::FIRST_OF_ANOTHER, "reason": "enough"}});
+    assert_eq!(s.post(&cancel).await.status(), 202);
+    until(
+        "the server cancelled it",
+        std::time::Duration::from_secs(10),
+        async || s.tool("a__sleepy_state", json!({})).await == Ok("cancelled".into()),
+    )
+    .await;
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(10), running).await;
+    assert!(
+        ended.is_ok(),
+        "the cancelled call ended, not after the tool's 30 s"
     );
     // Another key cannot use the session: it is not theirs.
     s.key = "sk-another-team-key".into();

@@ -124,6 +124,22 @@ pub struct RawSession {
 }
 
 impl RawSession {
+    /// The first request id of [`on`](Self::on)'s copy.
+    pub const FIRST_OF_ANOTHER: i64 = 1001;
+
+    /// The same session, driven from `url` (another replica), its ids apart from this one's.
+    pub fn on(&self, url: &str) -> RawSession {
+        RawSession {
+            http: self.http.clone(),
+            url: url.into(),
+            key: self.key.clone(),
+            id: self.id.clone(),
+            accept: self.accept,
+            traceparent: self.traceparent.clone(),
+            next: Self::FIRST_OF_ANOTHER - 1,
+        }
+    }
+
     /// A session with an MCP server itself (no key), as a client of it would open one.
     pub async fn open_direct(url: &str) -> RawSession {
         RawSession::open(url, "").await
