@@ -274,7 +274,13 @@ impl Call<'_> {
         else {
             return error(id, INVALID_PARAMS, "params.name is required");
         };
-        let mut rec = ToolCall::start(self.st, self.headers, self.key, &name, &params);
+        let mut rec = ToolCall::start(
+            self.st,
+            (self.headers, self.snap.log.mcp_bodies),
+            self.key,
+            &name,
+            &params,
+        );
         let sep = self.snap.mcp.separator.clone();
         let Some((server, tool)) = self.owner(&name) else {
             rec.refused(self.st, "unknown_tool");
@@ -285,11 +291,13 @@ impl Call<'_> {
             rec.refused(self.st, "denied");
             return error(id, INVALID_PARAMS, &format!("Unknown tool: {name}"));
         }
-        let holds = match rec.admit(self.st, self.key).await {
+        let holds = match super::record::hold(self.st, self.snap, self.key).await {
             Ok(h) => h,
-            Err((message, data)) => {
+            Err(limited) => {
+                let message = limited.message();
+                rec.refused(self.st, limited.reason);
                 return answer(&json!({"jsonrpc": "2.0", "id": id,
-                    "error": {"code": SERVER_FAILED, "message": message, "data": data}}));
+                    "error": {"code": SERVER_FAILED, "message": message, "data": limited.data}}));
             }
         };
         let (server_name, tool) = (server.name.clone(), tool.to_string());

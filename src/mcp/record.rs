@@ -93,20 +93,14 @@ pub struct ToolCall {
 impl ToolCall {
     pub fn start(
         st: &McpState,
-        headers: &HeaderMap,
+        (headers, bodies): (&HeaderMap, bool),
         key: &GatewayKey,
         name: &str,
         params: &Value,
     ) -> ToolCall {
         let args = params.get("arguments");
         let args_bytes = args.map_or(0, |a| serde_json::to_vec(a).map_or(0, |v| v.len()));
-        let arguments = st
-            .app
-            .live
-            .load()
-            .log
-            .mcp_bodies
-            .then(|| args.cloned().unwrap_or(Value::Null));
+        let arguments = bodies.then(|| args.cloned().unwrap_or(Value::Null));
         ToolCall {
             // The gateway's id for the call, unique across replicas: no random bytes per call.
             id: format!(
@@ -143,64 +137,6 @@ impl ToolCall {
         self.finish(&st.app, Outcome::Refused(reason), None);
     }
 
-    /// The key's `mcp_rpm` and `mcp_max_concurrency` held for the call; a refusal is recorded
-    /// and given as the error's message and data.
-    pub async fn admit(
-        &mut self,
-        st: &McpState,
-        key: &GatewayKey,
-    ) -> Result<Option<Holds>, (String, Value)> {
-        if key.mcp_quota == Default::default() {
-            return Ok(None);
-        }
-        let snap = st.app.live.load();
-        let v = st
-            .app
-            .meter
-            .admit(
-                &key.mcp_scope,
-                &key.mcp_quota,
-                Ask::default(),
-                snap.server.hold_ttl,
-            )
-            .await;
-        let (reason, data) = match v {
-            Verdict::Held(h) => {
-                let mut holds = Holds::new(st.app.meter.clone());
-                holds.push(h);
-                return Ok(Some(holds));
-            }
-            Verdict::Refused(r) => (
-                "rate_limited",
-                json!({"code": "rate_limited", "limit": format!("mcp_{}", r.limit.as_str()),
-                       "retry_after_seconds": r.retry_after.as_secs().max(1)}),
-            ),
-            Verdict::Unavailable => ("limits_unavailable", json!({"code": "budget_unavailable"})),
-        };
-        let message = format!("the key's MCP limits refused the call ({reason})");
-        let me = std::mem::replace(self, ToolCall::empty());
-        me.refused(st, reason);
-        Err((message, data))
-    }
-
-    fn empty() -> ToolCall {
-        ToolCall {
-            id: String::new(),
-            started: Instant::now(),
-            ts_ms: 0,
-            key: "".into(),
-            name: String::new(),
-            server: None,
-            tool: None,
-            listed: false,
-            args_bytes: 0,
-            arguments: None,
-            attempts: Vec::new(),
-            holds: None,
-            trace: None,
-        }
-    }
-
     pub fn hold(&mut self, holds: Option<Holds>) {
         self.holds = holds;
     }
@@ -225,9 +161,6 @@ impl ToolCall {
 
     /// The row, the series and the holds given back.
     pub fn finish(mut self, app: &AppState, outcome: Outcome, answer: Option<&Value>) {
-        if self.id.is_empty() {
-            return;
-        }
         if let Some(h) = self.holds.take() {
             h.settle(0, 0);
         }
@@ -291,5 +224,54 @@ impl ToolCall {
             tracer.finish(&f, t, Answered::default());
         }
         app.log.record(row);
+    }
+}
+
+/// Why the key's MCP limits refused a call: the record's reason and the error's `data`.
+pub struct Limited {
+    pub reason: &'static str,
+    pub data: Value,
+}
+
+impl Limited {
+    pub fn message(&self) -> String {
+        format!("the key's MCP limits refused the call ({})", self.reason)
+    }
+}
+
+/// The key's `mcp_rpm` and `mcp_max_concurrency` held for a call (none: it has neither).
+pub async fn hold(
+    st: &McpState,
+    snap: &crate::config::Snapshot,
+    key: &GatewayKey,
+) -> Result<Option<Holds>, Limited> {
+    if key.mcp_quota == Default::default() {
+        return Ok(None);
+    }
+    let v = st
+        .app
+        .meter
+        .admit(
+            &key.mcp_scope,
+            &key.mcp_quota,
+            Ask::default(),
+            snap.server.hold_ttl,
+        )
+        .await;
+    match v {
+        Verdict::Held(h) => {
+            let mut holds = Holds::new(st.app.meter.clone());
+            holds.push(h);
+            Ok(Some(holds))
+        }
+        Verdict::Refused(r) => Err(Limited {
+            reason: "rate_limited",
+            data: json!({"code": "rate_limited", "limit": format!("mcp_{}", r.limit.as_str()),
+                         "retry_after_seconds": r.retry_after.as_secs().max(1)}),
+        }),
+        Verdict::Unavailable => Err(Limited {
+            reason: "limits_unavailable",
+            data: json!({"code": "budget_unavailable"}),
+        }),
     }
 }
