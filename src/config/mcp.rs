@@ -109,8 +109,9 @@ pub struct McpServer {
     /// For `stdio`: what to run.
     pub stdio: Option<StdioCommand>,
     pub replicas: Vec<Replica>,
-    /// `headers` and `bearer` as sent (header name, value).
-    pub headers: Vec<(http::HeaderName, Secret)>,
+    /// `headers` and `bearer` as sent, made once: values marked sensitive (never shown by
+    /// `Debug`, kept out of HPACK tables).
+    pub headers: Vec<(http::HeaderName, http::HeaderValue)>,
     pub timeout: Duration,
     pub groups: Vec<Arc<str>>,
     pub list_ttl: Duration,
@@ -258,6 +259,31 @@ fn stdio(
     Ok(server)
 }
 
+/// A header value that carries a secret.
+fn sensitive(value: &str, field: &str) -> Result<http::HeaderValue, FieldError> {
+    let mut v = http::HeaderValue::from_str(value)
+        .map_err(|_| (field.to_string(), "not a header value".into()))?;
+    v.set_sensitive(true);
+    Ok(v)
+}
+
+/// A server's headers and bearer token, as every call to it is sent.
+pub type Headers = [(http::HeaderName, http::HeaderValue)];
+
+/// `req` with a server's `headers`: the one place they are added.
+pub fn authorize(headers: &Headers, mut req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+    for (name, value) in headers {
+        req = req.header(name.clone(), value.clone());
+    }
+    req
+}
+
+impl McpServer {
+    pub fn authorize(&self, req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        authorize(&self.headers, req)
+    }
+}
+
 /// What every kind of server has: its headers, timeout, groups, list TTL and breaker.
 fn common(s: &McpServerConfig, at: &dyn Fn(&str) -> String) -> Result<McpServer, FieldError> {
     if let Some(j) = s.groups.iter().position(|g| g.is_empty()) {
@@ -279,7 +305,7 @@ fn common(s: &McpServerConfig, at: &dyn Fn(&str) -> String) -> Result<McpServer,
                 format!("the value of {name} is not printable ASCII"),
             ));
         }
-        headers.push((h, Secret::new(value.as_str())));
+        headers.push((h, sensitive(value, &at("headers"))?));
     }
     if let Some(b) = &s.bearer {
         if b.is_empty() || !b.bytes().all(|c| (b'!'..=b'~').contains(&c)) {
@@ -287,7 +313,7 @@ fn common(s: &McpServerConfig, at: &dyn Fn(&str) -> String) -> Result<McpServer,
         }
         headers.push((
             http::header::AUTHORIZATION,
-            Secret::new(format!("Bearer {b}")),
+            sensitive(&format!("Bearer {b}"), &at("bearer"))?,
         ));
     }
     let mut breaker = s.circuit_breaker.settings();

@@ -15,7 +15,6 @@ use tokio::sync::{broadcast, mpsc};
 
 use super::link::Failure;
 use super::lists::{Kind, Lists};
-use crate::secret::Secret;
 
 /// Where the connection's messages to the server go.
 pub enum Out {
@@ -23,7 +22,7 @@ pub enum Out {
     Post {
         http: reqwest::Client,
         endpoint: reqwest::Url,
-        headers: Vec<(http::HeaderName, Secret)>,
+        headers: Vec<(http::HeaderName, http::HeaderValue)>,
     },
     /// One line each on a stdio server's input.
     Pipe(mpsc::Sender<Vec<u8>>),
@@ -160,15 +159,11 @@ impl Conn {
                 endpoint,
                 headers,
             } => {
-                let mut req = http
+                let req = http
                     .post(endpoint.clone())
                     .header(reqwest::header::CONTENT_TYPE, "application/json")
                     .body(bytes);
-                for (name, value) in headers {
-                    if let Ok(v) = reqwest::header::HeaderValue::from_str(value.expose()) {
-                        req = req.header(name.clone(), v);
-                    }
-                }
+                let req = crate::config::mcp::authorize(headers, req);
                 let resp = tokio::time::timeout(timeout, req.send())
                     .await
                     .map_err(|_| Failure::Timeout)?

@@ -127,15 +127,11 @@ impl Pipes {
         caps: &Value,
     ) -> Result<Opened, Failure> {
         let url = &server.replicas[replica].url;
-        let mut req = self
-            .http
-            .get(url.clone())
-            .header(reqwest::header::ACCEPT, "text/event-stream");
-        for (name, value) in &server.headers {
-            if let Ok(v) = reqwest::header::HeaderValue::from_str(value.expose()) {
-                req = req.header(name.clone(), v);
-            }
-        }
+        let req = server.authorize(
+            self.http
+                .get(url.clone())
+                .header(reqwest::header::ACCEPT, "text/event-stream"),
+        );
         let resp = tokio::time::timeout(server.timeout, req.send())
             .await
             .map_err(|_| Failure::Timeout)?

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderValue};
+use reqwest::header::{ACCEPT, CONTENT_TYPE};
 use serde_json::Value;
 
 pub use super::link::{Failure, LATEST, Opened, SESSION_HEADER, Target, VERSION_HEADER};
@@ -52,12 +52,7 @@ impl Client {
         if let Some(s) = t.session {
             req = req.header(SESSION_HEADER, s);
         }
-        for (name, value) in &t.server.headers {
-            if let Ok(v) = HeaderValue::from_str(value.expose()) {
-                req = req.header(name.clone(), v);
-            }
-        }
-        req
+        t.server.authorize(req)
     }
 
     /// POSTs one message; the reply's headers within the server's timeout (a stream's
