@@ -175,7 +175,8 @@ pub async fn get(State(st): State<McpState>, headers: HeaderMap) -> Response {
     };
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(32);
     let mut changed = st.mcp.changed.subscribe();
-    let access = key.name.clone();
+    // The key's rules as the session began: what it may hear of.
+    let access = key.mcp.clone();
     for (name, leg) in &session.legs {
         let Some(server) = snap.mcp.server(name) else {
             continue;
@@ -220,7 +221,6 @@ pub async fn get(State(st): State<McpState>, headers: HeaderMap) -> Response {
             }
         });
     }
-    let snap_key = (snap.clone(), access);
     tokio::spawn(async move {
         loop {
             let (server, method) = match changed.recv().await {
@@ -228,13 +228,7 @@ pub async fn get(State(st): State<McpState>, headers: HeaderMap) -> Response {
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
                 Err(_) => return,
             };
-            let (snap, name) = &snap_key;
-            let reaches = snap
-                .keys
-                .iter()
-                .find(|k| k.name == *name)
-                .is_some_and(|k| k.mcp.allows_server(&server));
-            if !reaches {
+            if !access.allows_server(&server) {
                 continue;
             }
             let note = json!({"jsonrpc": "2.0", "method": method});

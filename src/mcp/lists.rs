@@ -45,15 +45,6 @@ impl Kind {
         }
     }
 
-    /// The server capability that says it has such a list.
-    pub fn capability(self) -> &'static str {
-        match self {
-            Kind::Tools => "tools",
-            Kind::Prompts => "prompts",
-            Kind::Resources | Kind::Templates => "resources",
-        }
-    }
-
     /// The lists a `notifications/*/list_changed` method says changed.
     pub fn changed_by(method: &str) -> &'static [Kind] {
         match method {

@@ -13,21 +13,29 @@ use super::gateway::{KEY, client};
 
 /// The Python that has the mocks' modules, if there is one.
 pub fn python() -> Option<String> {
-    let py = std::env::var("SWITCHYARD_PY").unwrap_or_else(|_| "python3".into());
+    python_with(
+        "SWITCHYARD_PY",
+        "botocore, google.auth, cryptography",
+        "tests/sdk/requirements.txt",
+    )
+}
+
+/// The Python `var` names (else `python3`) if it can import `modules`; without them a test
+/// says so and passes, except under `CI` or when `var` is set.
+pub fn python_with(var: &str, modules: &str, requirements: &str) -> Option<String> {
+    let py = std::env::var(var).unwrap_or_else(|_| "python3".into());
     let ok = Command::new(&py)
-        .args(["-c", "import botocore, google.auth, cryptography"])
+        .args(["-c", &format!("import {modules}")])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
         assert!(
-            std::env::var("CI").is_err() && std::env::var("SWITCHYARD_PY").is_err(),
-            "{py} must have botocore, google-auth and cryptography (tests/sdk/requirements.txt)"
+            std::env::var("CI").is_err() && std::env::var(var).is_err(),
+            "{py} must import {modules} ({requirements})"
         );
-        eprintln!(
-            "SKIPPED: {py} lacks botocore / google-auth (pip install -r tests/sdk/requirements.txt)"
-        );
+        eprintln!("SKIPPED: {py} lacks {modules} (pip install -r {requirements})");
         return None;
     }
     Some(py)

@@ -12,22 +12,11 @@ use super::binary::Proc;
 
 /// The Python with the MCP SDK, if there is one.
 pub fn mcp_python() -> Option<String> {
-    let py = std::env::var("SWITCHYARD_MCP_PY").unwrap_or_else(|_| "python3".into());
-    let ok = Command::new(&py)
-        .args(["-c", "import mcp.server.fastmcp, uvicorn"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        assert!(
-            std::env::var("CI").is_err() && std::env::var("SWITCHYARD_MCP_PY").is_err(),
-            "{py} must have the MCP SDK (tests/mcp/requirements.txt)"
-        );
-        eprintln!("SKIPPED: {py} lacks the MCP SDK (pip install -r tests/mcp/requirements.txt)");
-        return None;
-    }
-    Some(py)
+    super::clouds::python_with(
+        "SWITCHYARD_MCP_PY",
+        "mcp.server.fastmcp, uvicorn",
+        "tests/mcp/requirements.txt",
+    )
 }
 
 fn script(name: &str) -> String {
