@@ -11,6 +11,8 @@
 #   SESSION=1 bench/instructions.sh     # every request in one session (affinity, in memory)
 #   TRIM=1 bench/instructions.sh        # the key trims: every request is counted (and fits)
 #   LIMITS=priced bench/instructions.sh; LIMITS=memory bench/instructions.sh   # what a key's
+#   LIMITS=team bench/instructions.sh    # that key in a three-level team (compare with memory)
+
 #                                        # budget, rpm and max_concurrency add (in memory)
 #   MOCK_BIN=/tmp/base/switchyard bench/instructions.sh A B   # one mock for every build, so
 #                                        # each gateway gets the very same upstream answers
@@ -109,8 +111,14 @@ if [ "$LIMITS" != none ]; then
   # A key budget, rpm and max_concurrency, and a priced channel, counted in memory (LIMITS=memory;
   # LIMITS=priced prices the channel only, the baseline for what admission and settle add).
   echo 'price = { input = 1, output = 1 }' >>"$work/gw.toml"
-  if [ "$LIMITS" = memory ]; then
+    if [ "$LIMITS" = memory ] || [ "$LIMITS" = team ]; then
     sed -i 's/^key = "sk-bench-key-000000"$/&\nbudget = { usd = 1000000 }\nrpm = 100000000\nmax_concurrency = 100000/' "$work/gw.toml"
+  fi
+  if [ "$LIMITS" = team ]; then
+    # The same key in a sub-team of a team of an organisation, each level with limits: all
+    # four held and settled in one step (compare with LIMITS=memory).
+    sed -i 's/^key = "sk-bench-key-000000"$/&\nteam = "sub"/' "$work/gw.toml"
+    printf '[[teams]]\nname = "org"\nbudget = { usd = 1000000 }\n[[teams]]\nname = "team"\nparent = "org"\nbudget = { usd = 1000000 }\nrpm = 100000000\n[[teams]]\nname = "sub"\nparent = "team"\nmax_concurrency = 100000\n' >>"$work/gw.toml"
   fi
 fi
 if [ "$METRICS" = 0 ]; then

@@ -6,6 +6,8 @@
 //! `exec` (attempts, commit point) → `provider` (upstream calls) → `store` (request log).
 
 pub mod admin;
+pub mod auth;
+
 pub mod cache;
 pub mod clock;
 pub mod config;
@@ -15,8 +17,11 @@ pub mod exec;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod health;
+pub mod init;
 pub mod mcp;
 pub mod pricing;
+#[cfg(test)]
+mod props;
 pub mod protocol;
 pub mod provider;
 pub mod router;

@@ -90,6 +90,18 @@ enum Command {
         #[arg(long)]
         listen: Option<SocketAddr>,
     },
+    /// Write a commented config for the providers named (asked for on a terminal), reading
+    /// every secret from the environment, and print a new gateway key once. Never overwrites.
+    Init {
+        /// Comma-separated: openai, anthropic, gemini, azure, bedrock, vertex, groq, together,
+        /// fireworks, deepseek, mistral, xai, openrouter, cerebras, perplexity, ollama, vllm,
+        /// lmstudio, mock.
+        #[arg(long, short)]
+        provider: Option<String>,
+        /// Where to write it.
+        #[arg(long, short, default_value = "switchyard.toml")]
+        output: PathBuf,
+    },
     /// Validate a config and print what would be served, without starting.
     Check {
         #[arg(long, short)]
@@ -137,6 +149,12 @@ enum Command {
     Audit {
         #[command(subcommand)]
         action: AuditAction,
+    },
+    /// Exit 0 when `url` answers 2xx within 3 s, else 1 saying why: a container's health check
+    /// where the image has no curl (deploy/Dockerfile).
+    Probe {
+        #[arg(default_value = "http://127.0.0.1:8080/healthz")]
+        url: String,
     },
     /// Run the mock provider as a standalone OpenAI-compatible server.
     Mock {
@@ -200,6 +218,7 @@ fn raise_open_file_limit() {
 async fn run(cmd: Command) -> Result<(), Box<dyn std::error::Error>> {
     match cmd {
         Command::Check { config } => check(&config),
+        Command::Init { provider, output } => init(provider, &output),
         Command::Migrate {
             action: MigrateAction::Status { config },
         } => migrate_status(&config).await,
@@ -214,6 +233,7 @@ async fn run(cmd: Command) -> Result<(), Box<dyn std::error::Error>> {
             prompt,
         } => explain(config.as_deref(), &key, &model, prompt).await,
         Command::Serve { config, listen } => serve(config.as_deref(), listen).await,
+        Command::Probe { url } => probe(&url).await,
         Command::Semantic {
             action:
                 SemanticAction::Eval {
@@ -250,6 +270,64 @@ async fn run(cmd: Command) -> Result<(), Box<dyn std::error::Error>> {
             mock(host, port, spec.as_deref(), flags).await
         }
     }
+}
+
+/// `switchyard probe`: whether `url` answers 2xx.
+async fn probe(url: &str) -> Result<(), Box<dyn std::error::Error>> {
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(3))
+        .no_proxy()
+        .build()?;
+    let status = client.get(url).send().await?.status();
+    if !status.is_success() {
+        return Err(format!("{url} answered {status}").into());
+    }
+    println!("{url}: {status}");
+    Ok(())
+}
+
+/// `switchyard init`: the config written, the key shown once, what to set next.
+fn init(provider: Option<String>, output: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    use std::io::{IsTerminal, Write};
+    let list = match provider {
+        Some(list) => list,
+        None if std::io::stdin().is_terminal() => {
+            eprint!(
+                "Providers ({}), comma-separated: ",
+                switchyard::init::names()
+            );
+            std::io::stderr().flush()?;
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line)?;
+            line
+        }
+        None => return Err(switchyard::init::InitError::NoProvider.into()),
+    };
+    let providers = switchyard::init::parse_providers(&list)?;
+    let key = switchyard::store::seal::generate_key()?;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(output)
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => {
+                format!("{} exists: init never overwrites a file", output.display())
+            }
+            _ => format!("{}: {e}", output.display()),
+        })?;
+    file.write_all(switchyard::init::render(&providers).as_bytes())?;
+    let path = output.display();
+    println!("wrote {path}");
+    println!(
+        "the gateway key (shown once; the config reads it from ${}):",
+        switchyard::init::KEY_VAR
+    );
+    println!("  export {}={key}", switchyard::init::KEY_VAR);
+    let vars = switchyard::init::variables(&providers);
+    println!("set {}, then:", vars.join(", "));
+    println!("  switchyard check --config {path}");
+    println!("  switchyard serve --config {path}");
+    Ok(())
 }
 
 /// `switchyard check`: the config's summary, or why it does not load.
@@ -473,11 +551,13 @@ async fn serve(
         println!("switchyard admin API listening on http://{a}");
     }
     stop_signal().await?;
+    // Read now: a reload may have changed it since the start.
+    let grace = running.state.live.load().server.drain_timeout;
     tracing::info!(
-        grace_seconds = SHUTDOWN_GRACE.as_secs(),
+        grace_ms = grace.as_millis() as u64,
         "shutting down: no new connections; finishing requests in flight"
     );
-    if !running.shutdown(SHUTDOWN_GRACE).await {
+    if !running.shutdown(grace).await {
         tracing::warn!("requests still in flight after the grace period were cut");
     }
     Ok(())
@@ -506,9 +586,6 @@ async fn mock(
     stop_signal().await?;
     Ok(())
 }
-
-/// How long in-flight requests may take to finish after SIGINT/SIGTERM.
-const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// SIGINT (Ctrl-C) or, on unix, SIGTERM (what service managers send).
 async fn stop_signal() -> std::io::Result<()> {

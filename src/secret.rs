@@ -71,3 +71,10 @@ pub fn hex(bytes: &[u8]) -> String {
     }
     s
 }
+
+/// A secret for one purpose derived from another (HMAC-SHA-256 of `purpose`, hex): what signs
+/// one thing says nothing of what signs another.
+pub fn derive(root: &Secret, purpose: &str) -> String {
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, root.expose().as_bytes());
+    hex(ring::hmac::sign(&key, purpose.as_bytes()).as_ref())
+}

@@ -22,6 +22,9 @@ pub struct Caller {
     pub name: Arc<str>,
     /// Empty: every group.
     pub groups: Vec<Arc<str>>,
+    /// Empty: every team; else only these teams (and their sub-teams), their keys and spend.
+    pub teams: Vec<Arc<str>>,
+    pub role: Role,
 }
 
 impl Caller {
@@ -147,7 +150,8 @@ pub fn sign_in(
     }
     let mut found = None;
     for (i, a) in snap.server.admins.iter().enumerate() {
-        if a.token.matches(presented.as_bytes()) {
+        // Every token is compared (constant time over the list); SSO's never sign in.
+        if a.token.matches(presented.as_bytes()) && !a.session_only {
             found = Some(i);
         }
     }
@@ -187,10 +191,25 @@ pub fn session_caller(
             return Err(ControlError::Forbidden.into());
         }
     }
+    // Signed in through SSO: the audit names the person, and the mapping they came by.
+    let name = match &s.person {
+        Some(p) => format!("{p} ({})", admin.name).into(),
+        None => admin.name.clone(),
+    };
     Ok(Caller {
-        name: admin.name.clone(),
+        name,
         groups: admin.groups.clone(),
+        teams: admin.teams.clone(),
+        role: admin.role,
     })
+}
+
+/// A viewer may only read.
+pub fn permitted(role: Role, method: &Method, path: &str) -> Result<(), ApiError> {
+    if role == Role::Viewer && !reads(method, path) {
+        return Err(ControlError::Forbidden.into());
+    }
+    Ok(())
 }
 
 /// The caller, or why not: 404 when no admin is configured (the admin API does not exist),
@@ -221,6 +240,8 @@ pub fn guard(
     Ok(Caller {
         name: admin.name.clone(),
         groups: admin.groups.clone(),
+        teams: admin.teams.clone(),
+        role: admin.role,
     })
 }
 
@@ -233,10 +254,14 @@ mod tests {
         let scoped = Caller {
             name: "d".into(),
             groups: vec!["default".into(), "b".into()],
+            teams: Vec::new(),
+            role: Role::Admin,
         };
         let all = Caller {
             name: "a".into(),
             groups: Vec::new(),
+            teams: Vec::new(),
+            role: Role::Admin,
         };
         // A channel with no groups is in `default`; a key with none reaches every channel.
         assert!(scoped.sees(&[]));

@@ -13,7 +13,7 @@ use crate::server::ApiError;
 /// `GET /admin/cache`: `{"enabled", "backend", "entries", "bytes", "hits", "semantic_hits",
 /// "misses", "hit_rate"}` (with Redis, every replica's).
 pub async fn stats(admin: Admin) -> Response {
-    let mut v = match admin.state.cache.get() {
+    let mut v = match cache_of(&admin) {
         Some(c) => c.stats().await,
         None => {
             json!({"entries": 0, "bytes": 0, "hits": 0, "semantic_hits": 0, "misses": 0, "hit_rate": null})
@@ -21,6 +21,16 @@ pub async fn stats(admin: Admin) -> Response {
     };
     v["enabled"] = json!(admin.snap.cache.is_some());
     axum::Json(v).into_response()
+}
+
+/// The cache as configured, made now if no request has yet (with Redis, a replica that has
+/// served nothing still sees and clears every replica's entries); else whatever one was made
+/// before the cache was turned off.
+fn cache_of(admin: &Admin) -> Option<&crate::cache::Cache> {
+    match &admin.snap.cache {
+        Some(s) => Some(admin.state.cache(s)),
+        None => admin.state.cache.get(),
+    }
 }
 
 #[derive(Deserialize, Default)]
@@ -45,7 +55,7 @@ pub async fn clear(
         ))
         .into_response();
     }
-    let removed = match admin.state.cache.get() {
+    let removed = match cache_of(&admin) {
         Some(c) => c.clear_matching(q.key.as_deref(), q.model.as_deref()).await,
         None => 0,
     };

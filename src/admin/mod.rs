@@ -20,6 +20,7 @@ mod ops;
 mod preview;
 pub mod session;
 mod stats;
+mod tokens;
 mod usage;
 
 pub use apply::{refresh, reload};
@@ -50,16 +51,33 @@ pub struct AdminState {
     pub signed_out: Arc<SignedOut>,
     /// The MCP gateway's runtime: what its servers last listed.
     pub mcp: Arc<crate::mcp::Mcp>,
+    /// `[sso]`'s provider: its discovery document, kept.
+    pub oidc: Arc<crate::auth::oidc::Oidc>,
 }
 
 impl AdminState {
     pub fn new(app: AppState, mcp: Arc<crate::mcp::Mcp>) -> AdminState {
         AdminState {
+            oidc: Arc::new(crate::auth::oidc::Oidc::new(app.jwks.clone())),
             app,
             failures: Arc::default(),
             signed_out: Arc::default(),
             mcp,
         }
+    }
+
+    /// The console session a cookie carries: signed, current, and signed out on no replica.
+    pub async fn session(
+        &self,
+        snap: &Snapshot,
+        value: &str,
+        now: u64,
+    ) -> Option<session::Session> {
+        let s = session::open(snap, value, now, &self.signed_out)?;
+        if session::revoked_elsewhere(&self.app.state, &s.nonce).await {
+            return None;
+        }
+        Some(s)
     }
 }
 
@@ -103,6 +121,13 @@ fn table() -> Vec<(&'static str, &'static str, MethodRouter<AdminState>)> {
             get(events::deliveries),
         ),
         ("post", "/admin/webhooks/{name}/test", post(events::test)),
+        ("get", "/admin/tokens", get(tokens::list)),
+        ("post", "/admin/tokens", post(tokens::mint)),
+        (
+            "delete",
+            "/admin/tokens/{id}",
+            axum::routing::delete(tokens::revoke),
+        ),
         ("get", "/admin/{section}", get(objects::list)),
         ("post", "/admin/{section}", post(objects::create)),
         ("get", "/admin/{section}/{id}", get(objects::read)),
@@ -143,44 +168,71 @@ pub struct Admin {
 }
 
 impl Admin {
-    /// The whole config and the audit cover every group: an admin limited to some may not
-    /// read them.
+    /// The whole config and the audit cover every group and team: an admin limited to some
+    /// may not read them.
     pub fn sees_everything(&self) -> Result<(), ApiError> {
-        if self.caller.groups.is_empty() {
+        if self.caller.groups.is_empty() && self.caller.teams.is_empty() {
             return Ok(());
         }
         Err(ControlError::OutOfScope(format!(
-            "admin {:?} is limited to groups: the whole config and the audit are not its to read",
+            "admin {:?} is limited to groups or teams: the whole config and the audit are not its to read",
             &*self.caller.name
         ))
         .into())
     }
 
     /// Whether the caller sees what the key named `key` did: every admin not limited to
-    /// groups does; one limited to groups, only for keys of its groups that still exist.
+    /// groups or teams does; one limited, only for keys within its scope that still exist.
     pub fn sees_key_named(&self, key: Option<&str>) -> bool {
-        if self.caller.groups.is_empty() {
+        if self.caller.groups.is_empty() && self.caller.teams.is_empty() {
             return true;
         }
         key.and_then(|k| self.snap.key_named(k))
             .is_some_and(|k| self.sees_key(k))
     }
 
-    /// Whether `key` is the caller's (see [`auth::Caller::sees_key`]).
-    pub fn sees_key(&self, key: &crate::config::GatewayKey) -> bool {
-        let groups: Vec<&str> = key.groups.iter().map(|g| &**g).collect();
-        self.caller.sees_key(&groups)
+    /// Whether the team named `name` is one of the caller's teams or below one (every team
+    /// is, for an admin not limited to teams).
+    pub fn sees_team_named(&self, name: Option<&str>) -> bool {
+        if self.caller.teams.is_empty() {
+            return true;
+        }
+        let Some(i) = name.and_then(|n| self.snap.teams.find(n)) else {
+            return false;
+        };
+        self.snap
+            .teams
+            .chain(i)
+            .any(|t| self.caller.teams.contains(&t.name))
     }
 
-    /// Whether `channel` is in the caller's groups.
+    /// Whether `team` is the caller's: within its teams, and as a key of the team's groups
+    /// would be.
+    pub fn sees_team(&self, team: &crate::config::teams::Team) -> bool {
+        let groups: Vec<&str> = team.groups.iter().map(|g| &**g).collect();
+        self.caller.sees_key(&groups) && self.sees_team_named(Some(&team.name))
+    }
+
+    /// Whether `key` is the caller's (see [`auth::Caller::sees_key`]), and, for an admin
+    /// limited to teams, of one of them.
+    pub fn sees_key(&self, key: &crate::config::GatewayKey) -> bool {
+        let groups: Vec<&str> = key.groups.iter().map(|g| &**g).collect();
+        self.caller.sees_key(&groups) && self.sees_team_named(key.team.as_deref().map(|m| &*m.team))
+    }
+
+    /// Whether `channel` is in the caller's groups (an admin limited to teams sees none).
     pub fn sees_channel(&self, channel: &crate::config::Channel) -> bool {
         let groups: Vec<&str> = channel.groups.iter().map(|g| &**g).collect();
-        self.caller.sees(&groups)
+        self.caller.teams.is_empty() && self.caller.sees(&groups)
     }
 
     /// Whether the caller sees the channel named `name`: every admin not limited to groups
-    /// does (a channel gone from the config too); one limited to groups, only its groups'.
+    /// or teams does (a channel gone from the config too); one limited to groups, only its
+    /// groups'; one limited to teams, none.
     pub fn sees_channel_named(&self, name: &str) -> bool {
+        if !self.caller.teams.is_empty() {
+            return false;
+        }
         self.caller.groups.is_empty()
             || self
                 .snap
@@ -202,11 +254,24 @@ impl FromRequestParts<AdminState> for Admin {
             && let Some(value) = session::cookie(&parts.headers)
         {
             let now = crate::clock::unix_ms().max(0) as u64 / 1000;
-            let Some(s) = session::open(&snap, value, now, &ops.signed_out) else {
+            let Some(s) = ops.session(&snap, value, now).await else {
                 return Err(ApiError::Unauthorized.into_response());
             };
             let path = parts.uri.path();
             let caller = auth::session_caller(&snap, &s, &parts.headers, &parts.method, path)
+                .map_err(IntoResponse::into_response)?;
+            return Ok(Admin {
+                caller,
+                snap,
+                state: state.clone(),
+                mcp: ops.mcp.clone(),
+            });
+        }
+        // A personal token (`sy-adm-…`): looked up in the store, so a revocation holds at once.
+        if let Some(presented) = crate::server::ctx::bearer(&parts.headers)
+            && let Some(caller) = tokens::caller(state, presented).await
+        {
+            auth::permitted(caller.role, &parts.method, parts.uri.path())
                 .map_err(IntoResponse::into_response)?;
             return Ok(Admin {
                 caller,

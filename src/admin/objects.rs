@@ -1,4 +1,4 @@
-//! `/admin/{channels,keys,redirects,routers,models,webhooks,mcp_servers}[/{id}]`: list, read,
+//! `/admin/{channels,keys,redirects,routers,models,webhooks,mcp_servers,teams}[/{id}]`: list, read,
 //! create, change (a JSON merge patch) and delete the entries of a config section. Entries from the file are listed
 //! with `"source": "file"` and cannot be changed here; the store's are `"source": "api"`.
 
@@ -32,12 +32,19 @@ fn groups(v: &Value) -> Vec<&str> {
 }
 
 /// Whether the caller may see (and change) this entry. A key with no groups may use every
-/// channel: it is no group's, so only an admin of every group sees it.
+/// channel: it is no group's, so only an admin of every group sees it. An admin limited to
+/// teams sees only its teams' keys and its teams (and may make sub-teams of them).
 fn visible(admin: &Admin, section: &str, v: &Value) -> bool {
+    let text = |f: &str| v.get(f).and_then(Value::as_str);
+    let team_scoped = !admin.caller.teams.is_empty();
     match section {
-        "keys" => admin.caller.sees_key(&groups(v)),
-        "channels" | "mcp_servers" => admin.caller.sees(&groups(v)),
-        _ => true,
+        "keys" => admin.caller.sees_key(&groups(v)) && admin.sees_team_named(text("team")),
+        "teams" => {
+            admin.caller.sees_key(&groups(v))
+                && (admin.sees_team_named(text("name")) || admin.sees_team_named(text("parent")))
+        }
+        "channels" | "mcp_servers" => !team_scoped && admin.caller.sees(&groups(v)),
+        _ => !team_scoped,
     }
 }
 
@@ -174,6 +181,14 @@ fn runs_nothing(section: &str, body: &Map<String, Value>) -> Result<(), ApiError
 /// A write's refusal when the caller is limited to groups and the entry is outside them (or
 /// the section is global).
 fn in_scope(admin: &Admin, section: &str, body: &Value) -> Result<(), ApiError> {
+    let team_ok = matches!(section, "keys" | "teams") && visible(admin, section, body);
+    if !admin.caller.teams.is_empty() && !team_ok {
+        return Err(ControlError::OutOfScope(format!(
+            "admin {:?} may only change its teams' keys and sub-teams",
+            &*admin.caller.name
+        ))
+        .into());
+    }
     if admin.caller.groups.is_empty() {
         return Ok(());
     }

@@ -204,7 +204,7 @@ pub async fn health(admin: Admin) -> Response {
         if let Some(ch) = snap.channels.iter().find(|c| *c.name == *name)
             && let Some(b) = ch.quota.budget
         {
-            let at = state.meter.standing(&ch.scope, &ch.quota).await;
+            let at = state.meter.standing(&ch.scope, None, &ch.quota).await;
             r["budget"] = json!({
                 "micros": b.micros,
                 "period": b.period.as_str(),

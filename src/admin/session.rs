@@ -30,10 +30,12 @@ const RESIGN_S: u64 = 60;
 pub struct Session {
     /// The admin's index in `server.admins`.
     pub admin: usize,
+    /// Who signed in through SSO (the admin is then the mapping's), as the provider named them.
+    pub person: Option<String>,
     pub nonce: String,
     pub issued: u64,
     seen: u64,
-    /// The admin's name as the cookie carries it (hex).
+    /// The admin's name as the cookie carries it (hex; with SSO, `-` and the person's, hex).
     name: String,
     /// The key its cookie and CSRF token are signed with (from the admin's token).
     key: hmac::Key,
@@ -73,11 +75,15 @@ fn value(key: &hmac::Key, name: &str, issued: u64, seen: u64, nonce: &str) -> St
     format!("{body}.{}", crate::secret::hex(mac.as_ref()))
 }
 
-/// A new session's cookie value for `admin`, begun at `now` (seconds since the epoch).
-pub fn issue(admin: &Admin, now: u64) -> Option<String> {
+/// A new session's cookie value for `admin` (for `person`, signed in through SSO), begun at
+/// `now` (seconds since the epoch).
+pub fn issue(admin: &Admin, person: Option<&str>, now: u64) -> Option<String> {
     let mut nonce = [0u8; 16];
     ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut nonce).ok()?;
-    let name = crate::secret::hex(admin.name.as_bytes());
+    let mut name = crate::secret::hex(admin.name.as_bytes());
+    if let Some(p) = person {
+        name = format!("{name}-{}", crate::secret::hex(p.as_bytes()));
+    }
     Some(value(
         &key(admin),
         &name,
@@ -101,12 +107,20 @@ pub fn open(snap: &Snapshot, cookie: &str, now: u64, out: &SignedOut) -> Option<
     if parts.next().is_none() || parts.next().is_some() || nonce.len() != 32 {
         return None;
     }
+    let (admin_hex, person) = match name.split_once('-') {
+        Some((a, p)) => (a, Some(unhex(p)?)),
+        None => (name, None),
+    };
     let (admin, a) = snap
         .server
         .admins
         .iter()
         .enumerate()
-        .find(|(_, a)| crate::secret::hex(a.name.as_bytes()) == name)?;
+        .find(|(_, a)| crate::secret::hex(a.name.as_bytes()) == admin_hex)?;
+    // An SSO mapping's admin is only ever a signed-in person.
+    if a.session_only != person.is_some() {
+        return None;
+    }
     let key = key(a);
     let expected = value(&key, name, issued, seen, nonce);
     if !crate::secret::same(expected.as_bytes(), cookie.as_bytes())
@@ -119,12 +133,25 @@ pub fn open(snap: &Snapshot, cookie: &str, now: u64, out: &SignedOut) -> Option<
     }
     Some(Session {
         admin,
+        person,
         nonce: nonce.to_string(),
         issued,
         seen,
         name: name.to_string(),
         key,
     })
+}
+
+/// Lower-case hex back to text (`None`: not hex of UTF-8).
+fn unhex(h: &str) -> Option<String> {
+    if !h.len().is_multiple_of(2) {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> = (0..h.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(h.get(i..i + 2)?, 16).ok())
+        .collect();
+    String::from_utf8(bytes?).ok()
 }
 
 /// The session cookie's value among the request's cookies.
@@ -164,6 +191,44 @@ pub fn set_cookie(value: &str, max_age: u64, secure: bool) -> String {
 pub fn secure(snap: &Snapshot, headers: &HeaderMap, peer: IpAddr) -> bool {
     https(snap, headers, peer) || !peer.is_loopback()
 }
+
+/// A session signed out: remembered here, and, when `[state]` has Redis, where every replica
+/// looks, until the session would have ended anyway.
+pub async fn revoke(shared: &crate::state::State, out: &SignedOut, s: &Session) {
+    out.add(s);
+    if let crate::state::State::Redis(r) = shared {
+        let now = crate::clock::unix_ms().max(0) as u64 / 1000;
+        let left_ms = s
+            .issued
+            .saturating_add(LIFETIME_S)
+            .saturating_sub(now)
+            .max(1)
+            * 1000;
+        let key = r.prefixed(&format!("console:signed-out:{}", s.nonce));
+        let set: Option<String> = r.script(&REVOKE, &[key], &[left_ms.to_string()]).await;
+        if set.is_none() {
+            tracing::warn!(
+                "console: a sign-out could not be shared through Redis; other replicas keep the session until it ends"
+            );
+        }
+    }
+}
+
+/// Whether a session was signed out on another replica (Redis, when `[state]` has it).
+pub async fn revoked_elsewhere(shared: &crate::state::State, nonce: &str) -> bool {
+    let crate::state::State::Redis(r) = shared else {
+        return false;
+    };
+    let key = r.prefixed(&format!("console:signed-out:{nonce}"));
+    let n: Option<i64> = r.script(&REVOKED, &[key], &[]).await;
+    n.unwrap_or(0) > 0
+}
+
+static REVOKE: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new("return redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])")
+});
+static REVOKED: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new("return redis.call('EXISTS', KEYS[1])"));
 
 /// Sessions signed out on this replica, by nonce, until they would have ended anyway.
 #[derive(Default)]
@@ -213,7 +278,7 @@ mod tests {
         let admin = &s.server.admins[0];
         assert_eq!(admin.role, Role::Admin);
         let out = SignedOut::default();
-        let v = issue(admin, 1000).unwrap();
+        let v = issue(admin, None, 1000).unwrap();
         let open_at = |snap: &Snapshot, v: &str, t| open(snap, v, t, &out);
         let got = open_at(&s, &v, 1010).unwrap();
         assert!(got.resigned(1010).is_none());

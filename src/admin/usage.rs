@@ -17,6 +17,8 @@ pub struct UsageQuery {
     group_by: Option<String>,
     from: Option<String>,
     to: Option<String>,
+    /// Only this team's spend (and its sub-teams').
+    team: Option<String>,
 }
 
 /// `2026-12-01` (that day's start; as `to`, the next day's), an RFC 3339 time, or ms since the
@@ -61,8 +63,12 @@ fn window(q: &UsageQuery) -> Result<Window, ControlError> {
 }
 
 fn group_by(q: &UsageQuery) -> Result<GroupBy, ControlError> {
-    GroupBy::named(q.group_by.as_deref().unwrap_or("key"))
-        .ok_or_else(|| ControlError::invalid("group_by", "expected key, model, channel or day"))
+    GroupBy::named(q.group_by.as_deref().unwrap_or("key")).ok_or_else(|| {
+        ControlError::invalid(
+            "group_by",
+            "expected key, model, channel, team, user or day",
+        )
+    })
 }
 
 pub async fn usage(
@@ -77,9 +83,27 @@ pub async fn usage(
         Ok(v) => v,
         Err(e) => return ApiError::from(e).into_response(),
     };
+    let teams = &admin.snap.teams;
+    if let Some(t) = q.team.as_deref()
+        && teams.find(t).is_none()
+    {
+        return ApiError::from(ControlError::invalid(
+            "team",
+            format!("no team named {t:?}"),
+        ))
+        .into_response();
+    }
+    // Within the team asked for (or below it), by the team each row was written under.
+    let in_team = |row: Option<&str>| match (q.team.as_deref(), row.and_then(|r| teams.find(r))) {
+        (None, _) => true,
+        (Some(t), Some(i)) => teams.chain(i).any(|x| *x.name == *t),
+        (Some(_), None) => false,
+    };
     match admin.state.log.usage(by, w).await {
         Ok(sums) => {
-            let mut v = ledger::report(by, sums, |k| admin.sees_key_named(k));
+            let mut v = ledger::report(by, sums, |s| {
+                admin.sees_key_named(s.key.as_deref()) && in_team(s.team.as_deref())
+            });
             v["from_ms"] = json!(w.from_ms);
             v["to_ms"] = json!(w.to_ms);
             axum::Json(v).into_response()
@@ -136,7 +160,7 @@ pub async fn request(admin: Admin, Path(id): Path<String>) -> Response {
     .into_response()
 }
 
-/// Every budget the caller sees, keys' and channels', with what is spent and held of it in
+/// Every budget the caller sees, keys', teams' and channels', with what is spent and held of it in
 /// its current period and the headroom left.
 pub async fn budgets(admin: Admin) -> Response {
     let snap = admin.snap.clone();
@@ -144,14 +168,16 @@ pub async fn budgets(admin: Admin) -> Response {
     let mut rows = Vec::new();
     let keys = snap.keys.iter().filter(|k| admin.sees_key(k));
     let channels = snap.channels.iter().filter(|c| admin.sees_channel(c));
+    let teams = snap.teams.list.iter().filter(|t| admin.sees_team(t));
     let scopes = keys
-        .map(|k| ("key", &k.name, &k.scope, &k.quota))
-        .chain(channels.map(|c| ("channel", &c.name, &c.scope, &c.quota)));
-    for (kind, name, scope, quota) in scopes {
+        .map(|k| ("key", &k.name, &k.scope, k.tag(), &k.quota))
+        .chain(teams.map(|t| ("team", &t.name, &t.scope, Some(&*t.tag), &t.quota)))
+        .chain(channels.map(|c| ("channel", &c.name, &c.scope, None, &c.quota)));
+    for (kind, name, scope, tag, quota) in scopes {
         let Some(b) = quota.budget else {
             continue;
         };
-        let at = meter.standing(scope, quota).await;
+        let at = meter.standing(scope, tag, quota).await;
         let used = at.map(|s| s.spent + s.reserved);
         rows.push(json!({
             "scope": kind,

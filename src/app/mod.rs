@@ -127,8 +127,9 @@ pub async fn start_with_clock(
         log: log.clone(),
         state: Arc::new(match &redis {
             Some(r) => State::Redis(r.clone()),
-            None => State::Memory(Memory::new(clock)),
+            None => State::Memory(Memory::new(clock.clone())),
         }),
+        jwks: Arc::new(crate::auth::jwt::Jwks::new(clock)),
         semantic: Arc::new(crate::semantic::Semantic::default()),
         store,
         meter,

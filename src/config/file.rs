@@ -67,6 +67,14 @@ pub struct FileConfig {
     /// The MCP servers behind `/mcp`.
     #[serde(default)]
     pub mcp_servers: Vec<crate::config::mcp::McpServerConfig>,
+    /// Organisations, teams and sub-teams, with budgets and limits at each level.
+    #[serde(default)]
+    pub teams: Vec<crate::config::teams::TeamConfig>,
+    /// `[[auth.jwt]]`: issuers whose signed tokens are clients.
+    #[serde(default)]
+    pub auth: crate::config::auth::AuthSection,
+    /// Single sign-on for the console and the admin API.
+    pub sso: Option<crate::config::sso::SsoConfig>,
 }
 
 /// `[[admins]]`: who may use the admin API, and how far.
@@ -79,6 +87,9 @@ pub struct AdminConfig {
     /// Only keys, channels and logs of these groups (none = everything).
     #[serde(default)]
     pub groups: Vec<String>,
+    /// Only these teams and their sub-teams: their keys, members and spend (none = every team).
+    #[serde(default)]
+    pub teams: Vec<String>,
 }
 
 /// `[admin]`: an address of its own for the admin API, off the public listener.
@@ -266,6 +277,8 @@ pub struct ServerSection {
     pub idle_timeout_ms: NonZeroU64,
     /// A client that takes no bytes for this long is cut off, and its upstream call cancelled.
     pub client_write_timeout_ms: NonZeroU64,
+    /// On SIGTERM or SIGINT, how long requests and streams in flight may take to finish.
+    pub drain_timeout_ms: NonZeroU64,
 }
 
 /// `[server.retry_budget]`: calls to a channel a request already called (retries, its next
@@ -309,6 +322,7 @@ impl Default for ServerSection {
             header_read_timeout_ms: nz64(10_000),
             idle_timeout_ms: nz64(75_000),
             client_write_timeout_ms: nz64(60_000),
+            drain_timeout_ms: nz64(30_000),
         }
     }
 }
@@ -418,6 +432,11 @@ pub struct KeyConfig {
     pub mcp_rpm: Option<NonZeroU32>,
     /// Tool calls in flight at once, across every replica.
     pub mcp_max_concurrency: Option<NonZeroU32>,
+    /// The team the key belongs to: its requests must fit every level up to the root.
+    pub team: Option<String>,
+    /// Requests must name an end user (`user`, `metadata.user_id`, `x-switchyard-user`...).
+    #[serde(default)]
+    pub require_user: bool,
 }
 
 /// `{ from = "gpt-4*", to = "gpt-4o" }`: `from` is an exact name, or a glob when it holds `*`

@@ -2,9 +2,12 @@
 //! errors that name the field, and compilation into the immutable [`Snapshot`] that request
 //! handling reads through one `ArcSwap` load.
 
+pub mod auth;
 mod channels;
 mod compile;
 pub(crate) use compile::glob_regex;
+#[cfg(test)]
+pub(crate) use compile::keys::made as bare_key;
 pub use compile::keys::short_key;
 pub mod cache;
 mod file;
@@ -15,9 +18,11 @@ pub mod quota;
 mod read;
 #[cfg(test)]
 mod read_tests;
+mod role;
 pub mod routers;
 mod settings;
 mod snapshot;
+pub mod sso;
 pub mod teams;
 pub mod telemetry;
 pub mod webhooks;

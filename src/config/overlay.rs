@@ -11,7 +11,7 @@ use super::ConfigError;
 use crate::secret::Pepper;
 
 /// The sections the admin API manages, and the field that names an entry in each.
-pub const SECTIONS: [(&str, &str); 7] = [
+pub const SECTIONS: [(&str, &str); 8] = [
     ("channels", "name"),
     ("keys", "name"),
     ("redirects", "id"),
@@ -19,6 +19,7 @@ pub const SECTIONS: [(&str, &str); 7] = [
     ("models", "name"),
     ("webhooks", "name"),
     ("mcp_servers", "name"),
+    ("teams", "name"),
 ];
 
 /// The field that names an entry of `section`.

@@ -15,8 +15,13 @@ pub struct ServerSettings {
     pub max_body_bytes: usize,
     pub max_attempts: u32,
     pub max_retry_after: Duration,
-    /// Who may use the admin API: `[[admins]]`, and `server.admin_token` as one `admin`.
+    /// Who may use the admin API: `[[admins]]`, and `server.admin_token` as one `admin`
+    /// (and `[sso]`'s mappings, by session only).
     pub admins: Vec<Admin>,
+    /// On SIGTERM or SIGINT, how long requests and streams in flight may take to finish.
+    pub drain_timeout: Duration,
+    /// `[sso]`: single sign-on for the console.
+    pub sso: Option<std::sync::Arc<crate::config::sso::SsoSettings>>,
     /// `[admin] listen`: the admin API on an address of its own, not on `listen`.
     pub admin_listen: Option<SocketAddr>,
     /// `[admin] max_failed_attempts`: failed sign-ins an address may make in a minute.
@@ -40,13 +45,7 @@ pub struct ConnLimits {
     pub client_write_timeout: Duration,
 }
 
-/// What an admin may do: `admin` everything, `viewer` read (never a secret).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    Admin,
-    Viewer,
-}
+pub use super::role::Role;
 
 #[derive(Debug)]
 pub struct Admin {
@@ -55,6 +54,10 @@ pub struct Admin {
     pub role: Role,
     /// Only keys, channels and logs of these groups; empty = everything.
     pub groups: Vec<Arc<str>>,
+    /// Only these teams (and their sub-teams), their keys and spend; empty = every team.
+    pub teams: Vec<Arc<str>>,
+    /// An SSO mapping's admin: only a signed-in session acts as it, never its token.
+    pub session_only: bool,
 }
 
 #[derive(Debug)]

@@ -40,9 +40,18 @@ pub struct GatewayKey {
     /// Its `mcp_rpm` and `mcp_max_concurrency`, counted under `mcp_scope` (`mcp:<name>`).
     pub mcp_quota: super::quota::Quota,
     pub mcp_scope: Arc<str>,
+    /// Its team, and what that asks of its requests (none: the key stands alone).
+    pub team: Option<Arc<super::teams::Membership>>,
+    /// Requests without an end user are refused (400 `user_required`).
+    pub require_user: bool,
 }
 
 impl GatewayKey {
+    /// Its counters' hash tag when not its own scope's: its organisation's.
+    pub fn tag(&self) -> Option<&str> {
+        self.team.as_deref().map(|m| &*m.tag)
+    }
+
     /// Where a channel stands in this key's group preference: `None` = not visible to the key.
     pub fn group_rank(&self, channel: &Channel) -> Option<usize> {
         if self.groups.is_empty() {
@@ -177,6 +186,12 @@ pub struct Snapshot {
     pub cache: Option<super::cache::CacheSettings>,
     /// `[mcp]` and `[[mcp_servers]]`.
     pub mcp: Arc<super::mcp::McpSettings>,
+    /// `[[teams]]`, compiled.
+    pub teams: Arc<super::teams::Teams>,
+    /// `[[auth.jwt]]`: issuers whose tokens are clients.
+    pub jwt: Vec<Arc<super::auth::JwtIssuer>>,
+    /// A team's name → its JWT clients' key in `keys`.
+    pub jwt_keys: std::collections::HashMap<String, usize>,
 }
 
 /// A `[[routers]]` entry, validated.

@@ -1,8 +1,7 @@
-//! Teams (issue 38), being built: `[[teams]]` as written and compiled into a tree at most three
-//! deep (organisation > team > sub-team), each level with its own budget and limits, and the
-//! chain of levels a key's request must fit, from its team up to the root. Not yet read from
-//! the config file: nothing here is reachable from a request until every level is reserved and
-//! settled in the meters' one atomic step.
+//! Teams: `[[teams]]` as written and compiled into a tree at most three deep (organisation >
+//! team > sub-team), each level with its own budget and limits, and what a key of a team
+//! carries ([`Membership`]): the levels its requests must fit, from its team up to the root,
+//! reserved and settled in the meters' one atomic step, and its end users' limits.
 
 use std::collections::{BTreeMap, HashMap};
 use std::num::{NonZeroU32, NonZeroU64};
@@ -37,6 +36,31 @@ pub struct TeamConfig {
     pub limits_fail: Option<Fail>,
     #[serde(default)]
     pub metadata: BTreeMap<String, String>,
+    /// What each end user of the team (and of its sub-teams that set none) may use.
+    pub user_limits: Option<UserLimitsConfig>,
+}
+
+/// `[teams.user_limits]`: the budget and limits each end user gets.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserLimitsConfig {
+    pub budget: Option<BudgetConfig>,
+    pub rpm: Option<NonZeroU32>,
+    pub tpm: Option<NonZeroU64>,
+    pub max_concurrency: Option<NonZeroU32>,
+    pub limits_fail: Option<Fail>,
+    /// End users counted at once; past it the longest idle is forgotten, spend and all.
+    pub max_tracked_users: Option<NonZeroU64>,
+}
+
+/// The end users counted per team unless `max_tracked_users` says otherwise.
+pub const MAX_TRACKED_USERS: u64 = 100_000;
+
+/// A team's end-user limits, compiled.
+#[derive(Debug, Clone)]
+pub struct UserLimits {
+    pub quota: Quota,
+    pub max_tracked: u64,
 }
 
 /// One team, compiled.
@@ -52,7 +76,10 @@ pub struct Team {
     pub quota: Quota,
     /// Its meters' scope: `team:<name>`.
     pub scope: Arc<str>,
+    /// Its organisation's scope: the Redis hash tag of every level's counters in its tree.
+    pub tag: Arc<str>,
     pub metadata: BTreeMap<String, String>,
+    pub users: Option<UserLimits>,
 }
 
 impl Team {
@@ -87,8 +114,12 @@ impl Teams {
 pub fn compile(list: &[TeamConfig]) -> Result<Teams, FieldError> {
     let mut by_name = HashMap::new();
     for (i, t) in list.iter().enumerate() {
-        if t.name.is_empty() || t.name.contains(char::is_whitespace) {
-            return Err((format!("teams[{i}].name"), "a name without spaces".into()));
+        let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+        if t.name.is_empty() || !t.name.chars().all(ok) {
+            return Err((
+                format!("teams[{i}].name"),
+                "letters, digits, '.', '_' and '-' only".into(),
+            ));
         }
         if by_name
             .insert(Arc::<str>::from(t.name.as_str()), i)
@@ -132,6 +163,23 @@ pub fn compile(list: &[TeamConfig]) -> Result<Teams, FieldError> {
             channel: false,
         })
         .map_err(|(f, m)| (at(f), m))?;
+        let users = match &t.user_limits {
+            None => None,
+            Some(u) => Some(UserLimits {
+                quota: super::quota::compile(QuotaFields {
+                    budget: u.budget.as_ref(),
+                    rpm: u.rpm,
+                    tpm: u.tpm,
+                    max_concurrency: u.max_concurrency,
+                    limits_fail: u.limits_fail,
+                    channel: false,
+                })
+                .map_err(|(f, m)| (at(&format!("user_limits.{f}")), m))?,
+                max_tracked: u
+                    .max_tracked_users
+                    .map_or(MAX_TRACKED_USERS, NonZeroU64::get),
+            }),
+        };
         teams.push(Team {
             name: t.name.as_str().into(),
             parent,
@@ -140,13 +188,110 @@ pub fn compile(list: &[TeamConfig]) -> Result<Teams, FieldError> {
             models,
             quota,
             scope: format!("team:{}", t.name).into(),
+            tag: Arc::from(""),
             metadata: t.metadata.clone(),
+            users,
         });
     }
-    Ok(Teams {
+    let mut teams = Teams {
         list: teams,
         by_name,
-    })
+    };
+    for i in 0..teams.list.len() {
+        let root = teams.chain(i).last().map(|t| t.scope.clone());
+        teams.list[i].tag = root.unwrap_or_default();
+    }
+    for (i, t) in teams.list.iter().enumerate() {
+        let Some(p) = t.parent else { continue };
+        let above = teams.groups(p);
+        if let Some(g) = t
+            .groups
+            .iter()
+            .find(|g| !above.is_empty() && !above.contains(g))
+        {
+            return Err((
+                format!("teams[{i}].groups"),
+                format!("{g:?} is not among the groups of its parent team"),
+            ));
+        }
+    }
+    Ok(teams)
+}
+
+/// What a key of a team carries, compiled once with the config.
+#[derive(Debug)]
+pub struct Membership {
+    /// Its team's name.
+    pub team: Arc<str>,
+    /// Every level above the key that has a limit, from its team up to the root.
+    pub levels: Vec<(Arc<str>, Quota)>,
+    /// The organisation's scope. Every level's counters (the key's and its end users' too)
+    /// share it as their Redis hash tag, so one script takes them all on one Cluster slot.
+    pub tag: Arc<str>,
+    /// Each end user's limits: those of the nearest team of the chain that sets them.
+    pub users: Option<EndUsers>,
+    /// The model allow-lists of the levels that have one: a model must match every one.
+    models: Vec<Vec<regex_lite::Regex>>,
+}
+
+/// The end users of a team, as its keys count them.
+#[derive(Debug)]
+pub struct EndUsers {
+    /// The scope of the team whose limits they are: it names the set they are counted in.
+    pub team: Arc<str>,
+    /// An end user's scope is this prefix (`user:<team>/`) and its id.
+    pub prefix: String,
+    pub limits: UserLimits,
+}
+
+impl EndUsers {
+    pub fn scope(&self, user: &str) -> Arc<str> {
+        format!("{}{user}", self.prefix).into()
+    }
+}
+
+impl Membership {
+    /// Whether every level lets its keys ask for `model`.
+    pub fn allows_model(&self, model: &str) -> bool {
+        self.models
+            .iter()
+            .all(|list| list.iter().any(|r| r.is_match(model)))
+    }
+}
+
+impl Teams {
+    /// The channel groups team `i`'s keys may reach: the nearest level's that names any.
+    pub fn groups(&self, i: usize) -> &[Arc<str>] {
+        self.chain(i)
+            .find(|t| !t.groups.is_empty())
+            .map_or(&[], |t| &t.groups)
+    }
+
+    /// What a key of team `i` carries.
+    pub fn membership(&self, i: usize) -> Membership {
+        let chain: Vec<&Team> = self.chain(i).collect();
+        Membership {
+            team: self.list[i].name.clone(),
+            levels: chain
+                .iter()
+                .filter(|t| !t.quota.is_empty())
+                .map(|t| (t.scope.clone(), t.quota.clone()))
+                .collect(),
+            tag: self.list[i].tag.clone(),
+            users: chain.iter().find_map(|t| {
+                Some(EndUsers {
+                    team: t.scope.clone(),
+                    prefix: format!("user:{}/", t.name),
+                    limits: t.users.clone()?,
+                })
+            }),
+            models: chain
+                .iter()
+                .filter(|t| !t.models.is_empty())
+                .map(|t| t.models.clone())
+                .collect(),
+        }
+    }
 }
 
 /// How deep team `i` is (1: a root), or `None` past [`MAX_DEPTH`] (a circle included).

@@ -417,8 +417,9 @@ impl Call<'_> {
         let started = Instant::now();
         let mut ex = self.exchange();
         let sent = tokio::select! {
-            r = ex.send(server, &msg, failover, &mut tried) => Some(r),
+            biased;
             _ = cancel.notified() => None,
+            r = ex.send(server, &msg, failover, &mut tried) => Some(r),
         };
         let moved = ex.moved;
         self.keep(moved).await;

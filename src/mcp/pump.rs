@@ -75,11 +75,14 @@ impl Pump {
     async fn run(mut self, mut msgs: Messages, tx: Option<mpsc::Sender<Bytes>>) -> Value {
         let cancel = self.cancel.clone();
         let (last, outcome) = loop {
+            // Cancellation first: the server's own answer to it (the MCP SDK's is code 0) may be
+            // ready by the time this task runs again, and the client is owed -32800.
             let next = tokio::select! {
-                m = msgs.next() => m,
+                biased;
                 _ = cancel.notified() => {
                     break (self.failed(CANCELLED, "cancelled".into(), "cancelled"), Outcome::Cancelled);
                 }
+                m = msgs.next() => m,
                 _ = tokio::time::sleep_until(self.deadline) => Err(Failure::Timeout),
             };
             let mut m = match next {

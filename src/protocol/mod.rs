@@ -14,6 +14,7 @@ pub mod end_user;
 pub mod gemini;
 pub mod listing;
 pub mod openai;
+pub mod ours;
 pub mod responses;
 
 #[cfg(test)]

@@ -111,8 +111,10 @@ impl ProviderKind {
 }
 
 /// A channel's upstream as the config validated it: everything [`Upstream::build`] needs, and
-/// nothing it would have to check again.
+/// nothing it would have to check again. Made once per config, never per request: the
+/// variants' sizes do not matter.
 #[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)]
 pub enum UpstreamSpec {
     Http(HttpSpec),
     Mock(MockSpec),
@@ -230,6 +232,26 @@ pub(crate) fn decode_stream(
             same,
             pieces,
         ),
+    }
+}
+
+/// A Bedrock stream (ConverseStream, or InvokeModel's with `invoke`) arriving in `pieces`,
+/// decoded as its channel's is. For the fuzz targets and their corpus replay.
+pub(crate) fn decode_bedrock(
+    invoke: bool,
+    pieces: &[&[u8]],
+) -> Vec<Result<Box<StreamChunk>, UpstreamError>> {
+    use bedrock::events::{AwsFrames, ConverseEvents, InvokeEvents};
+    if invoke {
+        let same = Some(crate::protocol::Protocol::AnthropicMessages);
+        sse::collect_framed(AwsFrames::new(true), InvokeEvents::default(), same, pieces)
+    } else {
+        sse::collect_framed(
+            AwsFrames::new(false),
+            ConverseEvents::default(),
+            None,
+            pieces,
+        )
     }
 }
 

@@ -26,22 +26,9 @@ fn healthy(_: usize) -> Standing {
 
 /// A key with no groups: it sees every channel.
 fn open_key() -> GatewayKey {
-    GatewayKey {
-        name: "k".into(),
-        key: Some(crate::config::Secret::new("sk-test-key")),
-        expires_at: None,
-        groups: Vec::new(),
-        redirects: Vec::new(),
-        defaults: None,
-        trim: false,
-        expose_route: false,
-        cache: None,
-        quota: Default::default(),
-        scope: "key:k".into(),
-        mcp: Default::default(),
-        mcp_quota: Default::default(),
-        mcp_scope: "mcp:k".into(),
-    }
+    let mut k = crate::config::bare_key("k");
+    k.key = Some(crate::config::Secret::new("sk-test-key"));
+    k
 }
 
 const KEYS: &str = r#"

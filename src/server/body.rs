@@ -12,7 +12,7 @@ use super::headers::hdr;
 
 /// Authenticates, reads the body within its limits and parses it as JSON.
 pub async fn read_json(ctx: &mut Ctx, headers: &HeaderMap, body: Body) -> Result<Value, ApiError> {
-    ctx.authenticate(headers)?;
+    ctx.authenticate(headers).await?;
     let server = &ctx.snap.server;
     // Reading the body is waiting on the client: not the gateway's own time.
     let since = std::time::Instant::now();

@@ -75,6 +75,11 @@ pub struct Ctx {
     pub prompt_estimate: u64,
     /// The request's holds on its key's and serving channel's budgets and limits.
     pub holds: Option<Holds>,
+    /// The end user the request names (`user`, `metadata.user_id`, `x-switchyard-user`...),
+    /// or its JWT's.
+    pub end_user: Option<Arc<str>>,
+    /// Where JWT clients' tokens are checked, when the config names issuers.
+    jwks: Option<Arc<crate::auth::jwt::Jwks>>,
     /// Where the request's `model.failover` goes, if it has one.
     events: crate::events::Emitter,
     /// The request's trace, when spans go anywhere.
@@ -126,11 +131,13 @@ impl Trail {
 
 impl Ctx {
     pub fn new(state: &AppState, endpoint: &'static str, envelope: &'static dyn Envelope) -> Ctx {
+        let snap = state.live.load();
         Ctx {
             id: request_id(),
             started: Instant::now(),
             ts_ms: crate::clock::unix_ms(),
-            snap: state.live.load(),
+            jwks: (!snap.jwt.is_empty()).then(|| state.jwks.clone()),
+            snap,
             log: state.log.clone(),
             endpoint,
             key: None,
@@ -153,6 +160,7 @@ impl Ctx {
             continuation: None,
             prompt_estimate: 0,
             holds: None,
+            end_user: None,
             events: state.events.emitter.clone(),
             trace: None,
             client_wait: Duration::ZERO,
@@ -300,6 +308,10 @@ impl Ctx {
             test: self.test,
             route_reason: self.report.route_reason().map(Into::into),
             cache: self.cache.map(Into::into),
+            team: self
+                .gateway_key(&self.snap)
+                .and_then(|k| Some(k.team.as_ref()?.team.clone())),
+            end_user: self.end_user.clone(),
             ..LogRow::default()
         }
     }
@@ -330,9 +342,29 @@ impl Ctx {
         self.finish(row, answered, Some(self.own_time()));
     }
 
-    pub fn authenticate(&mut self, headers: &HeaderMap) -> Result<(), ApiError> {
-        let found = bearer(headers).and_then(|p| self.snap.authenticate(p));
-        let Some(key) = found else {
+    /// The client: a gateway key, or a JWT from an `[[auth.jwt]]` issuer (its team's key, its
+    /// end user from the token).
+    pub async fn authenticate(&mut self, headers: &HeaderMap) -> Result<(), ApiError> {
+        let token = bearer(headers);
+        let found = token.and_then(|p| self.snap.authenticate(p));
+        let idx = match (found, &self.jwks, token) {
+            (Some(key), _, _) => self.snap.keys.iter().position(|k| std::ptr::eq(k, key)),
+            (None, Some(jwks), Some(t)) if crate::auth::jwt::looks_like_jwt(t) => {
+                let jwks = jwks.clone();
+                match Box::pin(jwks.verify(&self.snap, t)).await {
+                    Ok(client) => {
+                        self.end_user = client.user.map(Arc::from);
+                        Some(client.key)
+                    }
+                    Err(e) => {
+                        self.logged = true;
+                        return Err(ApiError::InvalidToken(e));
+                    }
+                }
+            }
+            _ => None,
+        };
+        let Some(key) = idx.and_then(|i| self.snap.keys.get(i)) else {
             // Unauthenticated traffic is not logged: it would let anyone fill the log.
             self.logged = true;
             return Err(ApiError::Unauthorized);
@@ -341,7 +373,7 @@ impl Ctx {
         self.test = headers
             .get(&super::headers::hdr::TEST)
             .is_some_and(|v| matches!(v.as_bytes(), b"1" | b"true"));
-        self.key_idx = self.snap.keys.iter().position(|k| std::ptr::eq(k, key));
+        self.key_idx = idx;
         // A loop is refused before anything is read or routed.
         self.hops = hops(headers, self.snap.server.max_hops)?;
         Ok(())

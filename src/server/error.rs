@@ -64,11 +64,32 @@ pub enum ApiError {
     Refused(Box<crate::spend::Refusal>),
     #[error("the counter this key's budget is kept in cannot be reached; the budget fails closed")]
     BudgetUnavailable,
+    #[error(
+        "this key's requests must name an end user: `user` (OpenAI), `metadata.user_id` (Anthropic), `labels.user` (Gemini) or the `x-switchyard-user` header"
+    )]
+    UserRequired,
+    /// A bearer token shaped as a JWT that is not a valid one from an accepted issuer.
+    #[error("{0}")]
+    InvalidToken(crate::auth::jwt::TokenError),
+    #[error("team {team} may not use model {model:?}")]
+    ModelNotAllowed {
+        team: std::sync::Arc<str>,
+        model: String,
+    },
+}
+
+/// A scope as a client is told it: `key:<name>`, `team:<name>`, and an end user as
+/// `user:<id>` (its team, part of the scope, is the key's own).
+pub fn shown_scope(scope: &str) -> std::borrow::Cow<'_, str> {
+    match scope.strip_prefix("user:").and_then(|s| s.split_once('/')) {
+        Some((_, id)) => format!("user:{id}").into(),
+        None => scope.into(),
+    }
 }
 
 fn refusal_message(r: &crate::spend::Refusal) -> String {
     use crate::spend::Limit;
-    let who = r.scope.replacen(':', " ", 1);
+    let who = shown_scope(&r.scope).replacen(':', " ", 1);
     let wait = r.retry_after.as_secs_f64().ceil().max(1.0) as u64;
     match r.limit {
         Limit::Budget => format!(
@@ -108,6 +129,9 @@ impl ApiError {
             ApiError::Control(e) => e.status(),
             ApiError::Refused(_) => 429,
             ApiError::BudgetUnavailable => 503,
+            ApiError::UserRequired => 400,
+            ApiError::InvalidToken(_) => 401,
+            ApiError::ModelNotAllowed { .. } => 403,
         };
         StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_GATEWAY)
     }
@@ -134,12 +158,15 @@ impl ApiError {
             ApiError::Refused(r) if r.limit == crate::spend::Limit::Budget => "budget_exceeded",
             ApiError::Refused(_) => "rate_limit_exceeded",
             ApiError::BudgetUnavailable => "budget_unavailable",
+            ApiError::UserRequired => "user_required",
+            ApiError::InvalidToken(_) => "invalid_token",
+            ApiError::ModelNotAllowed { .. } => "model_not_allowed",
         }
     }
 
     fn kind(&self) -> &'static str {
         match self {
-            ApiError::Unauthorized => "authentication_error",
+            ApiError::Unauthorized | ApiError::InvalidToken(_) => "authentication_error",
             ApiError::Exec { err, .. } => match err.status() {
                 429 => "rate_limit_error",
                 400..=499 => "invalid_request_error",
@@ -152,6 +179,7 @@ impl ApiError {
             // What OpenAI's SDKs and the agents built on them treat as final.
             ApiError::Refused(r) if r.limit == crate::spend::Limit::Budget => "insufficient_quota",
             ApiError::Refused(_) => "rate_limit_error",
+            ApiError::ModelNotAllowed { .. } => "permission_error",
             ApiError::Control(e) => match e.status() {
                 403 => "permission_error",
                 429 => "rate_limit_error",
@@ -173,10 +201,17 @@ impl ApiError {
             return rejected(status, p, self.code(), env);
         }
         let message = self.to_string();
+        let refused = match &self {
+            ApiError::Refused(r) => Some(shown_scope(&r.scope)),
+            _ => None,
+        };
         let param = match &self {
             ApiError::Invalid(e) => e.param.as_deref(),
             ApiError::PreviousResponseNotFound(_) => Some("previous_response_id"),
             ApiError::Control(e) => e.param(),
+            ApiError::UserRequired => Some("user"),
+            ApiError::ModelNotAllowed { .. } => Some("model"),
+            ApiError::Refused(_) => refused.as_deref(),
             _ => None,
         };
         let (attempts, context) = match &self {
@@ -236,6 +271,12 @@ impl ApiError {
         }
         if let ApiError::Unauthorized = self {
             h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        if let ApiError::InvalidToken(_) = self {
+            h.insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer error=\"invalid_token\""),
+            );
         }
     }
 }

@@ -266,13 +266,14 @@ pub async fn plan(
 async fn budget_view(
     meter: &crate::spend::Meter,
     scope: &str,
+    tag: Option<&str>,
     quota: &crate::config::quota::Quota,
     ask: u64,
 ) -> Value {
     let Some(b) = quota.budget else {
         return Value::Null;
     };
-    let at = meter.standing(scope, quota).await;
+    let at = meter.standing(scope, tag, quota).await;
     json!({
         "micros": b.micros,
         "period": b.period.as_str(),
@@ -299,7 +300,7 @@ pub async fn explain_spend_into(
         "prompt_tokens_estimate": prompt,
         "reply_tokens_reserved": reply,
         "worst_case_micros": ask.micros,
-        "key_budget": budget_view(meter, &key.scope, &key.quota, ask.micros).await,
+        "key_budget": budget_view(meter, &key.scope, key.tag(), &key.quota, ask.micros).await,
     });
     let Some(steps) = plan["chain"].as_array_mut() else {
         return;
@@ -317,7 +318,7 @@ pub async fn explain_spend_into(
             let cost = price.map_or(0, |p| p.worst_case(prompt, reply));
             c["estimated_cost_micros"] = json!(cost);
             c["price_version"] = json!(price.map(|p| p.version.as_str()));
-            c["channel_budget"] = budget_view(meter, &ch.scope, &ch.quota, cost).await;
+            c["channel_budget"] = budget_view(meter, &ch.scope, None, &ch.quota, cost).await;
         }
     }
 }

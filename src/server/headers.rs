@@ -9,6 +9,8 @@ use axum::response::{IntoResponse, Response};
 pub mod hdr {
     use axum::http::HeaderName;
     pub const CHANNEL: HeaderName = HeaderName::from_static("x-switchyard-channel");
+    /// The request's end user, from any client (`protocol::end_user::HEADER`).
+    pub const USER: HeaderName = HeaderName::from_static("x-switchyard-user");
     pub const MODEL: HeaderName = HeaderName::from_static("x-switchyard-model");
     pub const UPSTREAM_MODEL: HeaderName = HeaderName::from_static("x-switchyard-upstream-model");
     pub const REQUESTED_MODEL: HeaderName = HeaderName::from_static("x-switchyard-requested-model");
@@ -51,4 +53,12 @@ pub fn json_response(body: impl Into<axum::body::Bytes>) -> Response {
         body.into(),
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod user_header {
+    #[test]
+    fn the_end_user_header_is_the_one_the_protocol_names() {
+        assert_eq!(super::hdr::USER.as_str(), crate::protocol::end_user::HEADER);
+    }
 }

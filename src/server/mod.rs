@@ -64,6 +64,8 @@ pub struct AppState {
     pub telemetry: Arc<crate::telemetry::Telemetry>,
     /// The response cache, made on first use (its tables are sized by `[cache] max_bytes`).
     pub cache: Arc<std::sync::OnceLock<crate::cache::Cache>>,
+    /// The JWT issuers' keys, fetched as tokens need them.
+    pub jwks: Arc<crate::auth::jwt::Jwks>,
 }
 
 impl AppState {

@@ -63,6 +63,13 @@ async fn pipeline<C: Codec>(
     if codec.path_target().is_none() {
         (ctx.requested_model, ctx.stream) = body::requested(&value);
     }
+    // A JWT's end user stands; any other request's is the one it names (checked either way).
+    let header = headers.get(&hdr::USER);
+    let named =
+        crate::protocol::end_user::end_user(C::PROTOCOL, &value, header.map(|h| h.as_bytes()))?;
+    if ctx.end_user.is_none() {
+        ctx.end_user = named.map(Arc::from);
+    }
     if C::CONTINUES {
         ctx.continuation = continuation::resolve(state, ctx, &mut value).await?;
     }
@@ -163,6 +170,14 @@ pub fn resolve<'s>(
         ctx.exec_error(exec::ExecError::Route(e))
     })?;
     ctx.requested_model = Some(chain.requested_model.clone());
+    if let Some(team) = &key.team
+        && let Some(step) = chain.steps.iter().find(|s| !team.allows_model(&s.model))
+    {
+        return Err(ApiError::ModelNotAllowed {
+            team: team.team.clone(),
+            model: step.model.to_string(),
+        });
+    }
     ctx.report = Report::for_chain(&chain);
     Ok((key, chain))
 }

@@ -218,7 +218,7 @@ async fn not_found(State(state): State<AppState>, headers: HeaderMap, uri: Uri) 
         "unknown_route",
         side::models::envelope_for(&headers),
     );
-    if ctx.authenticate(&headers).is_ok() {
+    if ctx.authenticate(&headers).await.is_ok() {
         tracing::warn!(
             path = uri.path(),
             "a request for a route the gateway does not serve"

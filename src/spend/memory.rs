@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::{Ask, Denial, Hold, Limit, PeriodAt, Refusal, Standing, Verdict};
+use super::{Ask, Denial, Hold, Levels, Limit, PeriodAt, Refusal, Standing, Verdict};
 use crate::config::quota::Quota;
 
 /// The rpm and tpm window.
@@ -15,7 +15,10 @@ const WINDOW_MS: i64 = 60_000;
 #[derive(Debug, Default)]
 pub struct Scope {
     /// The current budget period and what was spent in it.
-    period: String,
+    period: Arc<str>,
+    /// The last period worked out, its kind, and when: valid from then until it ends, so a
+    /// request in the same period reuses it rather than formatting its id again.
+    at: Option<(crate::config::quota::Period, i64, PeriodAt)>,
     spent: u64,
     /// Micro-dollars held by requests in flight, and each hold: id → (micros, expires).
     reserved: u64,
@@ -50,11 +53,25 @@ impl Scope {
         }
     }
 
-    fn roll(&mut self, period: &str) {
-        if self.period != period {
-            self.period = period.to_string();
+    fn roll(&mut self, period: &Arc<str>) {
+        if self.period != *period {
+            self.period = period.clone();
             self.spent = 0;
         }
+    }
+
+    /// The budget's period at `now`, from the last one worked out when still current.
+    fn period_at(&mut self, b: &crate::config::quota::Budget, now: i64) -> PeriodAt {
+        if let Some((kind, from, p)) = &self.at
+            && *kind == b.period
+            && *from <= now
+            && now < p.ends
+        {
+            return p.clone();
+        }
+        let p = PeriodAt::of(b, now);
+        self.at = Some((b.period, now, p.clone()));
+        p
     }
 
     /// The rule: every limit has room for `ask`, or the first that does not refuses; then
@@ -77,7 +94,7 @@ impl Scope {
         self.sweep(now);
         let mut period = None;
         if let Some(b) = q.budget {
-            let p = PeriodAt::of(&b, now);
+            let p = self.period_at(&b, now);
             self.roll(&p.id);
             let used = self.spent.saturating_add(self.reserved);
             if !b.admits(used, ask.micros) {
@@ -174,21 +191,66 @@ impl Scope {
     }
 }
 
-/// Every scope's counters, on one mutex (never held across an await).
+/// Every scope's counters, and the end users each team counts, on one mutex (never held
+/// across an await).
 #[derive(Default)]
 pub struct Meters {
-    scopes: Mutex<HashMap<Arc<str>, Scope>>,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// Hashed by foldhash: a request hashes a scope name per level twice, and these names
+    /// are the config's and the end users' ids, counted (bounded) per team.
+    scopes: HashMap<Arc<str>, Scope, foldhash::fast::RandomState>,
+    users: HashMap<Arc<str>, Tracked>,
+}
+
+/// The end users a team counts: each one's last admission, and the same in order of it.
+#[derive(Default)]
+struct Tracked {
+    last: HashMap<Arc<str>, i64>,
+    order: BTreeSet<(i64, Arc<str>)>,
+}
+
+impl Tracked {
+    /// `user` admitted at `now`; returns the longest idle past `max`, to be forgotten.
+    fn see(&mut self, user: &Arc<str>, now: i64, max: u64) -> Vec<Arc<str>> {
+        if let Some(at) = self.last.insert(user.clone(), now) {
+            self.order.remove(&(at, user.clone()));
+        }
+        self.order.insert((now, user.clone()));
+        let over = (self.last.len() as u64).saturating_sub(max.max(1)) as usize;
+        // The longest idle, never the user just seen (one admitted in the same ms sorts by name).
+        let gone: Vec<(i64, Arc<str>)> = self
+            .order
+            .iter()
+            .filter(|(_, u)| u != user)
+            .take(over)
+            .cloned()
+            .collect();
+        for entry in &gone {
+            self.order.remove(entry);
+            self.last.remove(&entry.1);
+        }
+        gone.into_iter().map(|(_, u)| u).collect()
+    }
 }
 
 impl Meters {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     pub fn admit(&self, scope: &Arc<str>, q: &Quota, ask: Ask, ttl: Duration, now: i64) -> Verdict {
         let id = fastrand::u64(..);
         let expires = now + ttl.as_millis() as i64;
-        let mut scopes = self.scopes.lock().unwrap_or_else(|p| p.into_inner());
-        let s = scopes.entry(scope.clone()).or_default();
+        let mut inner = self.lock();
+        let s = inner.scopes.entry(scope.clone()).or_default();
         match s.admit(q, ask, id, expires, now) {
             Ok((period, used)) => Verdict::Held(Hold {
                 scope: scope.clone(),
+                tag: None,
                 id,
                 period,
                 ask,
@@ -196,51 +258,38 @@ impl Meters {
                 cap: 0,
                 local: false,
             }),
-            Err((limit, cap, used, wait)) => Verdict::Refused(Refusal {
-                scope: scope.clone(),
-                limit,
-                cap,
-                used,
-                retry_after: Duration::from_millis(wait.max(1) as u64),
-            }),
+            Err(d) => Verdict::Refused(refusal(scope, d)),
         }
     }
 
-    /// `ask` against every level at once (a key, its team, the team's organisation): held at
-    /// all of them, or at none, with the first level that refuses. One lock, so no other
-    /// request takes room between the checks and the holds.
-    pub fn admit_all(
+    /// `ask` against every level at once (an end user, a key, its team, the organisation):
+    /// held at all of them, or at none, with the first level that refuses. One lock, so no
+    /// other request takes room between the checks and the holds.
+    pub fn admit_levels(
         &self,
-        levels: &[(&Arc<str>, &Quota)],
+        l: &Levels<'_>,
         ask: Ask,
         ttl: Duration,
         now: i64,
     ) -> Result<Vec<Hold>, Refusal> {
         let id = fastrand::u64(..);
         let expires = now + ttl.as_millis() as i64;
-        let mut scopes = self.scopes.lock().unwrap_or_else(|p| p.into_inner());
-        let mut periods = Vec::with_capacity(levels.len());
-        for (scope, q) in levels {
-            let s = scopes.entry((*scope).clone()).or_default();
-            match s.check(q, ask, now) {
-                Ok(p) => periods.push(p),
-                Err((limit, cap, used, wait)) => {
-                    return Err(Refusal {
-                        scope: (*scope).clone(),
-                        limit,
-                        cap,
-                        used,
-                        retry_after: Duration::from_millis(wait.max(1) as u64),
-                    });
-                }
-            }
+        let mut inner = self.lock();
+        let mut periods = Vec::with_capacity(l.levels.len());
+        for (scope, q) in &l.levels {
+            let s = inner.scopes.entry(scope.clone()).or_default();
+            periods.push(s.check(q, ask, now).map_err(|d| refusal(scope, d))?);
         }
-        let mut holds = Vec::with_capacity(levels.len());
-        for ((scope, q), period) in levels.iter().zip(periods) {
-            let s = scopes.entry((*scope).clone()).or_default();
+        let mut holds = Vec::with_capacity(l.levels.len());
+        for ((scope, q), period) in l.levels.iter().zip(periods) {
+            // Every level's scope was made by the check above.
+            let Some(s) = inner.scopes.get_mut(scope) else {
+                continue;
+            };
             let (period, used) = s.take(q, ask, (id, expires, now), period);
             holds.push(Hold {
-                scope: (*scope).clone(),
+                scope: scope.clone(),
+                tag: Some(l.tag.clone()),
                 id,
                 period,
                 ask,
@@ -249,21 +298,56 @@ impl Meters {
                 local: false,
             });
         }
+        if let (Some((team, max)), Some((user, _))) = (l.user, l.levels.first()) {
+            let gone = inner
+                .users
+                .entry(team.clone())
+                .or_default()
+                .see(user, now, max);
+            for u in gone {
+                inner.scopes.remove(&u);
+            }
+        }
         Ok(holds)
+    }
+
+    /// How many end users `team` counts now.
+    pub fn tracked(&self, team: &str) -> usize {
+        self.lock().users.get(team).map_or(0, |t| t.last.len())
+    }
+
+    /// Settles each of `holds` under one lock, handing each its period's spend after it.
+    pub fn settle_each(
+        &self,
+        holds: &[Hold],
+        cost: u64,
+        tokens: u64,
+        mut after: impl FnMut(&Hold, Option<u64>),
+    ) {
+        let mut inner = self.lock();
+        for h in holds {
+            let spent = inner
+                .scopes
+                .get_mut(&h.scope)
+                .and_then(|s| s.settle(h, cost, tokens));
+            after(h, spent);
+        }
     }
 
     /// Settles `h`; the period's spend after it, when it charged anything.
     pub fn settle(&self, h: &Hold, cost: u64, tokens: u64) -> Option<u64> {
-        let mut scopes = self.scopes.lock().unwrap_or_else(|p| p.into_inner());
-        scopes.get_mut(&h.scope)?.settle(h, cost, tokens)
+        self.lock()
+            .scopes
+            .get_mut(&h.scope)?
+            .settle(h, cost, tokens)
     }
 
     pub fn standing(&self, scope: &str, period: &str, now: i64) -> Standing {
-        let mut scopes = self.scopes.lock().unwrap_or_else(|p| p.into_inner());
-        match scopes.get_mut(scope) {
+        let mut inner = self.lock();
+        match inner.scopes.get_mut(scope) {
             Some(s) => {
                 s.sweep(now);
-                let spent = if s.period == period { s.spent } else { 0 };
+                let spent = if &*s.period == period { s.spent } else { 0 };
                 Standing {
                     spent,
                     reserved: s.reserved,
@@ -271,6 +355,16 @@ impl Meters {
             }
             None => Standing::default(),
         }
+    }
+}
+
+fn refusal(scope: &Arc<str>, (limit, cap, used, wait): Denial) -> Refusal {
+    Refusal {
+        scope: scope.clone(),
+        limit,
+        cap,
+        used,
+        retry_after: Duration::from_millis(wait.max(1) as u64),
     }
 }
 
@@ -434,21 +528,25 @@ mod tests {
             micros: 60,
             tokens: 0,
         };
-        let levels = [(&key, &rpm2), (&team, &loose), (&org, &tight)];
-        let holds = m.admit_all(&levels, ask, TTL, 0).unwrap();
+        let levels = Levels {
+            tag: org.clone(),
+            levels: vec![(key, &rpm2), (team, &loose), (org, &tight)],
+            user: None,
+        };
+        let holds = m.admit_levels(&levels, ask, TTL, 0).unwrap();
         assert_eq!(holds.len(), 3);
         assert_eq!(holds[2].cap, 100);
         // The organisation's budget has 40 left: refused there, and nothing taken at the key
         // (its rpm window still has room for one more).
-        let r = m.admit_all(&levels, ask, TTL, 1).unwrap_err();
+        let r = m.admit_levels(&levels, ask, TTL, 1).unwrap_err();
         assert_eq!((&*r.scope, r.limit), ("team:o", Limit::Budget));
         let small = Ask {
             micros: 30,
             tokens: 0,
         };
-        assert_eq!(m.admit_all(&levels, small, TTL, 2).unwrap().len(), 3);
+        assert_eq!(m.admit_levels(&levels, small, TTL, 2).unwrap().len(), 3);
         // Now the key's rpm is full: refused at the key, the organisation's 10 left untouched.
-        let r = m.admit_all(&levels, small, TTL, 3).unwrap_err();
+        let r = m.admit_levels(&levels, small, TTL, 3).unwrap_err();
         assert_eq!((&*r.scope, r.limit), ("key:k", Limit::Rpm));
         assert_eq!(m.standing("team:o", "total", 3).reserved, 90);
         // Settling gives back at every level.
@@ -456,5 +554,34 @@ mod tests {
             m.settle(h, 0, 0);
         }
         assert_eq!(m.standing("team:o", "total", 4).reserved, 30);
+    }
+
+    #[test]
+    fn a_team_counts_at_most_its_tracked_users_forgetting_the_longest_idle() {
+        let m = Meters::default();
+        let team: Arc<str> = "team:t".into();
+        let q = budget(1_000);
+        let ask = Ask {
+            micros: 10,
+            tokens: 0,
+        };
+        let admit = |user: &str, now: i64| {
+            let l = Levels {
+                tag: team.clone(),
+                levels: vec![(Arc::from(format!("user:t/{user}")), &q)],
+                user: Some((&team, 2)),
+            };
+            let holds = m.admit_levels(&l, ask, TTL, now).unwrap();
+            m.settle(&holds[0], 10, 0);
+        };
+        admit("a", 0);
+        admit("b", 1);
+        admit("a", 2);
+        assert_eq!(m.standing("user:t/b", "total", 3).spent, 10);
+        // A third user: b, idle longest, is forgotten with its spend; a is kept.
+        admit("c", 3);
+        assert_eq!(m.tracked("team:t"), 2);
+        assert_eq!(m.standing("user:t/b", "total", 4).spent, 0);
+        assert_eq!(m.standing("user:t/a", "total", 4).spent, 20);
     }
 }

@@ -9,9 +9,12 @@
 //! or in this process (`memory.rs`). Every backend runs the same rule ([`memory::Scope`] is
 //! the reference).
 
+mod levels;
 mod memory;
 mod postgres;
 mod redis;
+
+pub use levels::{Admission, Levels};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -78,14 +81,17 @@ pub enum Verdict {
 /// The budget period a hold's spend belongs to: its id (`m202612`) and when it ends.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeriodAt {
-    pub id: String,
+    pub id: Arc<str>,
     pub ends: i64,
 }
 
 impl PeriodAt {
     pub(super) fn of(budget: &crate::config::quota::Budget, now: i64) -> PeriodAt {
         let (id, ends) = budget.period.at(now);
-        PeriodAt { id, ends }
+        PeriodAt {
+            id: id.into(),
+            ends,
+        }
     }
 }
 
@@ -113,6 +119,7 @@ impl Answer {
             0 => {
                 return Verdict::Held(Hold {
                     scope: scope.clone(),
+                    tag: None,
                     id,
                     used: if period.is_some() { u(self.used) } else { 0 },
                     period,
@@ -146,6 +153,10 @@ impl Answer {
 #[derive(Debug, Clone)]
 pub struct Hold {
     pub scope: Arc<str>,
+    /// The Redis hash tag of its counters when not its own scope's: the organisation's, for
+    /// a level of a team's chain.
+    pub tag: Option<Arc<str>>,
+    /// The admission's: every hold one admission took shares it (and settles together).
     pub id: u64,
     /// The budget period the hold's spend belongs to (`None`: the scope has no budget).
     pub period: Option<PeriodAt>,
@@ -248,7 +259,7 @@ impl Meter {
         if seen.len() > 10_000 {
             seen.clear();
         }
-        if seen.insert((r.scope.clone(), period.clone())) {
+        if seen.insert((r.scope.clone(), period.to_string())) {
             self.events.emit(
                 "budget.exhausted",
                 json!({"scope": &*r.scope, "period": period, "used_micros": r.used,
@@ -322,21 +333,22 @@ impl Meter {
         }
     }
 
-    /// Settles `hold` at once when the counters are this process's (`true`); the shared
+    /// Settles `holds` at once when the counters are this process's (`true`); the shared
     /// backends' settles are [`Meter::settle`]'s, awaited.
-    fn settle_here(&self, hold: &Hold, cost: u64, tokens: u64) -> bool {
+    fn settle_here(&self, holds: &[Hold], cost: u64, tokens: u64) -> bool {
         let Backend::Memory(m) = &self.backend else {
             return false;
         };
-        self.seen_settled(hold, cost);
-        let after = m.settle(hold, cost, tokens);
-        self.crossed(hold, cost, after);
+        for h in holds {
+            self.seen_settled(h, cost);
+        }
+        m.settle_each(holds, cost, tokens, |h, after| self.crossed(h, cost, after));
         true
     }
 
     /// Releases `hold` and charges `cost` micro-dollars and `tokens` to its scope.
     pub async fn settle(&self, hold: &Hold, cost: u64, tokens: u64) {
-        if self.settle_here(hold, cost, tokens) {
+        if self.settle_here(std::slice::from_ref(hold), cost, tokens) {
             return;
         }
         self.seen_settled(hold, cost);
@@ -359,14 +371,20 @@ impl Meter {
         }
     }
 
-    /// What a scope's budget stands at, without taking anything (`None`: unknown).
-    pub async fn standing(&self, scope: &str, quota: &Quota) -> Option<Standing> {
+    /// What a scope's budget stands at, without taking anything (`None`: unknown). `tag`: its
+    /// counters' hash tag when not its own ([`Hold::tag`]).
+    pub async fn standing(
+        &self,
+        scope: &str,
+        tag: Option<&str>,
+        quota: &Quota,
+    ) -> Option<Standing> {
         let budget = quota.budget?;
         let now = crate::clock::unix_ms();
         let period = PeriodAt::of(&budget, now).id;
         match &self.backend {
             Backend::Memory(m) => Some(m.standing(scope, &period, now)),
-            Backend::Redis(r) => Box::pin(r.standing(scope, &period)).await,
+            Backend::Redis(r) => Box::pin(r.standing(scope, tag, &period)).await,
             Backend::Postgres(p) => Box::pin(p.standing(scope, &period, now)).await,
         }
     }
@@ -455,16 +473,19 @@ impl Holds {
     }
 
     fn spawn(&mut self, cost: u64, tokens: u64) {
-        let mut holds = std::mem::take(&mut self.holds);
+        let holds = std::mem::take(&mut self.holds);
         // In process there is nothing to wait for: settled here, no task.
-        holds.retain(|h| !self.meter.settle_here(h, cost, tokens));
-        if holds.is_empty() {
+        if holds.is_empty() || self.meter.settle_here(&holds, cost, tokens) {
             return;
         }
         let meter = self.meter.clone();
         let settle = async move {
-            for h in &holds {
-                meter.settle(h, cost, tokens).await;
+            // One admission's holds (a team's levels) are settled in one step.
+            for group in holds.chunk_by(|a, b| a.id == b.id) {
+                match group {
+                    [h] => meter.settle(h, cost, tokens).await,
+                    many => meter.settle_levels(many, cost, tokens).await,
+                }
             }
         };
         match tokio::runtime::Handle::try_current() {

@@ -1,105 +1,144 @@
-//! Meters in Redis: one Lua script checks and takes every limit of one scope atomically. A
-//! scope's keys share its hash tag (`{key:alice}`), so each script touches one Redis Cluster
-//! slot; a request's key and channel are two scripts, the key's first. Time is Redis's
+//! Meters in Redis: one Lua script checks and takes every limit of every level of one
+//! admission atomically. A scope's keys share its hash tag (`{key:alice}`), and a team's
+//! levels (its end user, key, teams and organisation) the organisation's, so each script
+//! touches one Redis Cluster slot; a request's key and channel are two scripts, the key's first. Time is Redis's
 //! (`TIME`), so every replica's holds expire by the same clock.
 
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use super::{Answer, Ask, Hold, MemoryMeters, PeriodAt, Standing, Verdict};
+use super::{Answer, Ask, Hold, Levels, MemoryMeters, PeriodAt, Refusal, Standing, Verdict};
 use crate::config::quota::Quota;
 use crate::state::redis::Redis;
 
-/// KEYS: 1 meta (reserved, wtok), 2 holds (id → micros), 3 expiry (id by deadline), 4 window
-/// (id by admission time), 5 spent (this period's), 6 window tokens (id → tokens).
-/// ARGV: id, ask micros, ask tokens, hold ms, budget, max concurrency, rpm, tpm (-1: none).
-/// Returns {refused (0: admitted; 1 budget, 2 rpm, 3 tpm, 4 concurrency), cap, used, retry ms},
-/// as `switchyard_admit` does.
+/// Every level of one admission at once. KEYS: six per level (1 meta: reserved, wtok; 2
+/// holds: id → micros; 3 expiry: id by deadline; 4 window: id by admission time; 5 spent: this
+/// period's; 6 window tokens: id → tokens), then, when end users are counted, the team's set
+/// of them. ARGV: 1 levels, 2 id, 3 ask micros, 4 ask tokens, 5 hold ms, 6 end users counted
+/// at most (0: none), 7 this end user's scope, 8 the prefix of an end user's keys, 9 the end
+/// user's budget period; then per level: budget, max concurrency, rpm, tpm (-1: none).
+/// Returns {0, used per level} when every level took it; else {the refusing level (from 1),
+/// its limit (1 budget, 2 rpm, 3 tpm, 4 concurrency), the limit's value, used, retry ms}.
 const ADMIT: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local reserved = tonumber(redis.call('HGET', KEYS[1], 'reserved') or '0')
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. now, 'LIMIT', 0, 256)) do
-  local m = redis.call('HGET', KEYS[2], id)
-  if m then
-    reserved = reserved - tonumber(m)
-    redis.call('HDEL', KEYS[2], id)
+local n = tonumber(ARGV[1])
+local id, ask, tokens, hold = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local reserved, wtok, spent, lim = {}, {}, {}, {}
+for i = 1, n do
+  local k, a = (i - 1) * 6, 9 + (i - 1) * 4
+  local r = tonumber(redis.call('HGET', KEYS[k + 1], 'reserved') or '0')
+  for _, h in ipairs(redis.call('ZRANGEBYSCORE', KEYS[k + 3], '-inf', '(' .. now, 'LIMIT', 0, 256)) do
+    local m = redis.call('HGET', KEYS[k + 2], h)
+    if m then
+      r = r - tonumber(m)
+      redis.call('HDEL', KEYS[k + 2], h)
+    end
+    redis.call('ZREM', KEYS[k + 3], h)
   end
-  redis.call('ZREM', KEYS[3], id)
-end
-if reserved < 0 then reserved = 0 end
-local wtok = tonumber(redis.call('HGET', KEYS[1], 'wtok') or '0')
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now - 60000, 'LIMIT', 0, 1024)) do
-  local tk = redis.call('HGET', KEYS[6], id)
-  if tk then
-    wtok = wtok - tonumber(tk)
-    redis.call('HDEL', KEYS[6], id)
+  if r < 0 then r = 0 end
+  local w = tonumber(redis.call('HGET', KEYS[k + 1], 'wtok') or '0')
+  for _, h in ipairs(redis.call('ZRANGEBYSCORE', KEYS[k + 4], '-inf', now - 60000, 'LIMIT', 0, 1024)) do
+    local tk = redis.call('HGET', KEYS[k + 6], h)
+    if tk then
+      w = w - tonumber(tk)
+      redis.call('HDEL', KEYS[k + 6], h)
+    end
+    redis.call('ZREM', KEYS[k + 4], h)
   end
-  redis.call('ZREM', KEYS[4], id)
+  if w < 0 then w = 0 end
+  redis.call('HSET', KEYS[k + 1], 'reserved', r, 'wtok', w)
+  reserved[i], wtok[i] = r, w
+  lim[i] = {tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])}
+  spent[i] = 0
+  if lim[i][1] >= 0 then spent[i] = tonumber(redis.call('GET', KEYS[k + 5]) or '0') end
 end
-if wtok < 0 then wtok = 0 end
-redis.call('HSET', KEYS[1], 'reserved', reserved, 'wtok', wtok)
-local ask, tokens = tonumber(ARGV[2]), tonumber(ARGV[3])
-local budget, conc = tonumber(ARGV[5]), tonumber(ARGV[6])
-local rpm, tpm = tonumber(ARGV[7]), tonumber(ARGV[8])
-if budget >= 0 then
-  local spent = tonumber(redis.call('GET', KEYS[5]) or '0')
-  local need = ask
-  if need < 1 then need = 1 end
-  if spent + reserved + need > budget then
-    return {1, budget, spent + reserved, 0}
+local need = ask
+if need < 1 then need = 1 end
+for i = 1, n do
+  local k = (i - 1) * 6
+  local budget, conc, rpm, tpm = lim[i][1], lim[i][2], lim[i][3], lim[i][4]
+  if budget >= 0 and spent[i] + reserved[i] + need > budget then
+    return {i, 1, budget, spent[i] + reserved[i], 0}
   end
+  local inflight = redis.call('HLEN', KEYS[k + 2])
+  if conc >= 0 and inflight >= conc then return {i, 4, conc, inflight, 1000} end
+  local count = redis.call('ZCARD', KEYS[k + 4])
+  local function next_slot()
+    local first = redis.call('ZRANGE', KEYS[k + 4], 0, 0, 'WITHSCORES')
+    if first[2] then return tonumber(first[2]) + 60000 - now end
+    return 1000
+  end
+  if rpm >= 0 and count >= rpm then return {i, 2, rpm, count, next_slot()} end
+  if tpm >= 0 and count > 0 and wtok[i] + tokens > tpm then return {i, 3, tpm, wtok[i], next_slot()} end
 end
-local inflight = redis.call('HLEN', KEYS[2])
-if conc >= 0 and inflight >= conc then return {4, conc, inflight, 1000} end
-local count = redis.call('ZCARD', KEYS[4])
-local function next_slot()
-  local first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
-  if first[2] then return tonumber(first[2]) + 60000 - now end
-  return 1000
+local out = {0}
+for i = 1, n do
+  local k = (i - 1) * 6
+  redis.call('HSET', KEYS[k + 2], id, ask)
+  redis.call('ZADD', KEYS[k + 3], now + hold, id)
+  redis.call('HINCRBY', KEYS[k + 1], 'reserved', ask)
+  if lim[i][3] >= 0 or lim[i][4] >= 0 then
+    redis.call('ZADD', KEYS[k + 4], now, id)
+    redis.call('HSET', KEYS[k + 6], id, tokens)
+    redis.call('HINCRBY', KEYS[k + 1], 'wtok', tokens)
+  end
+  for _, j in ipairs({1, 2, 3, 4, 6}) do
+    redis.call('PEXPIRE', KEYS[k + j], hold + 120000)
+  end
+  local used = 0
+  if lim[i][1] >= 0 then used = spent[i] + reserved[i] + ask end
+  out[i + 1] = used
 end
-if rpm >= 0 and count >= rpm then return {2, rpm, count, next_slot()} end
-if tpm >= 0 and count > 0 and wtok + tokens > tpm then return {3, tpm, wtok, next_slot()} end
-local id, hold = ARGV[1], tonumber(ARGV[4])
-redis.call('HSET', KEYS[2], id, ask)
-redis.call('ZADD', KEYS[3], now + hold, id)
-redis.call('HINCRBY', KEYS[1], 'reserved', ask)
-if rpm >= 0 or tpm >= 0 then
-  redis.call('ZADD', KEYS[4], now, id)
-  redis.call('HSET', KEYS[6], id, tokens)
-  redis.call('HINCRBY', KEYS[1], 'wtok', tokens)
+local max = tonumber(ARGV[6])
+if max > 0 then
+  local set, user = KEYS[n * 6 + 1], ARGV[7]
+  if not redis.call('ZSCORE', set, user) then
+    local over = redis.call('ZCARD', set) - max + 1
+    if over > 0 then
+      local gone = redis.call('ZPOPMIN', set, over)
+      for j = 1, #gone, 2 do
+        local b = ARGV[8] .. gone[j]
+        redis.call('DEL', b .. ':meta', b .. ':holds', b .. ':expiry', b .. ':window',
+          b .. ':wtokens', b .. ':spent:' .. ARGV[9])
+      end
+    end
+  end
+  redis.call('ZADD', set, now, user)
 end
-for _, k in ipairs({KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6]}) do
-  redis.call('PEXPIRE', k, hold + 120000)
-end
-local used = 0
-if budget >= 0 then used = tonumber(redis.call('GET', KEYS[5]) or '0') + reserved + ask end
-return {0, budget, used, 0}
+return out
 "#;
 
-/// KEYS as [`ADMIT`]'s. ARGV: id, cost, real tokens, when the period's spend may be forgotten
-/// (ms since the epoch; 0: never). Returns the period's spend after the charge (-1: none).
+/// Every level of one admission settled at once. KEYS as [`ADMIT`]'s. ARGV: levels, id, real
+/// tokens, then per level: cost, when the period's spend may be forgotten (ms since the
+/// epoch; 0: never). Returns each level's period spend after the charge (-1: none charged).
 const SETTLE: &str = r#"
-local m = redis.call('HGET', KEYS[2], ARGV[1])
-if m then
-  redis.call('HDEL', KEYS[2], ARGV[1])
-  redis.call('ZREM', KEYS[3], ARGV[1])
-  local r = tonumber(redis.call('HGET', KEYS[1], 'reserved') or '0') - tonumber(m)
-  if r < 0 then r = 0 end
-  redis.call('HSET', KEYS[1], 'reserved', r)
+local n, id, tokens = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+local out = {}
+for i = 1, n do
+  local k, a = (i - 1) * 6, 3 + (i - 1) * 2
+  local m = redis.call('HGET', KEYS[k + 2], id)
+  if m then
+    redis.call('HDEL', KEYS[k + 2], id)
+    redis.call('ZREM', KEYS[k + 3], id)
+    local r = tonumber(redis.call('HGET', KEYS[k + 1], 'reserved') or '0') - tonumber(m)
+    if r < 0 then r = 0 end
+    redis.call('HSET', KEYS[k + 1], 'reserved', r)
+  end
+  local cost = tonumber(ARGV[a + 1])
+  local spent = -1
+  if cost > 0 then
+    spent = redis.call('INCRBY', KEYS[k + 5], cost)
+    if tonumber(ARGV[a + 2]) > 0 then redis.call('PEXPIREAT', KEYS[k + 5], ARGV[a + 2]) end
+  end
+  local tk = redis.call('HGET', KEYS[k + 6], id)
+  if tk then
+    redis.call('HSET', KEYS[k + 6], id, tokens)
+    redis.call('HINCRBY', KEYS[k + 1], 'wtok', tokens - tonumber(tk))
+  end
+  out[i] = spent
 end
-local cost = tonumber(ARGV[2])
-local spent = -1
-if cost > 0 then
-  spent = redis.call('INCRBY', KEYS[5], cost)
-  if tonumber(ARGV[4]) > 0 then redis.call('PEXPIREAT', KEYS[5], ARGV[4]) end
-end
-local tk = redis.call('HGET', KEYS[6], ARGV[1])
-if tk then
-  redis.call('HSET', KEYS[6], ARGV[1], ARGV[3])
-  redis.call('HINCRBY', KEYS[1], 'wtok', tonumber(ARGV[3]) - tonumber(tk))
-end
-return spent
+return out
 "#;
 
 /// KEYS as [`ADMIT`]'s. Returns {spent, reserved}.
@@ -119,21 +158,34 @@ pub struct Meters {
     local: MemoryMeters,
 }
 
-/// The keys of one scope, every one under the scope's hash tag.
-pub fn keys(redis: &Redis, scope: &str, period: Option<&str>) -> Vec<String> {
-    let base = redis.prefixed(&format!("{{{scope}}}"));
-    vec![
-        format!("{base}:meta"),
-        format!("{base}:holds"),
-        format!("{base}:expiry"),
-        format!("{base}:window"),
-        format!("{base}:spent:{}", period.unwrap_or("none")),
-        format!("{base}:wtokens"),
-    ]
+/// The start of a scope's keys: under its own hash tag, or under `tag` (the organisation's,
+/// for a level of a team's chain) so that every level's keys are on one Cluster slot.
+fn base(redis: &Redis, tag: Option<&str>, scope: &str) -> String {
+    match tag {
+        Some(t) => redis.prefixed(&format!("{{{t}}}:{scope}")),
+        None => redis.prefixed(&format!("{{{scope}}}")),
+    }
+}
+
+/// The six keys of one scope, as the scripts take them.
+fn push_keys(keys: &mut Vec<String>, base: &str, period: Option<&str>) {
+    for part in ["meta", "holds", "expiry", "window"] {
+        keys.push(format!("{base}:{part}"));
+    }
+    keys.push(format!("{base}:spent:{}", period.unwrap_or("none")));
+    keys.push(format!("{base}:wtokens"));
 }
 
 fn opt<T: ToString>(v: Option<T>) -> String {
     v.map_or("-1".into(), |v| v.to_string())
+}
+
+/// A level's limits as [`ADMIT`] takes them.
+fn limits(args: &mut Vec<String>, q: &Quota) {
+    args.push(opt(q.budget.map(|b| b.micros)));
+    args.push(opt(q.max_concurrency));
+    args.push(opt(q.rpm));
+    args.push(opt(q.tpm));
 }
 
 impl Meters {
@@ -163,64 +215,151 @@ impl Meters {
         let now = crate::clock::unix_ms();
         let period = q.budget.map(|b| PeriodAt::of(&b, now));
         let id = fastrand::u64(..);
-        let keys = keys(&self.redis, scope, period.as_ref().map(|p| p.id.as_str()));
-        let args = [
-            id.to_string(),
-            ask.micros.to_string(),
-            ask.tokens.to_string(),
-            ttl.as_millis().to_string(),
-            opt(q.budget.map(|b| b.micros)),
-            opt(q.max_concurrency),
-            opt(q.rpm),
-            opt(q.tpm),
-        ];
+        let mut keys = Vec::with_capacity(6);
+        let base = base(&self.redis, None, scope);
+        push_keys(&mut keys, &base, period.as_ref().map(|p| &*p.id));
+        let mut args = head(1, id, ask, ttl, None);
+        limits(&mut args, q);
         let r: Vec<i64> = self.redis.script(&ADMIT_SCRIPT, &keys, &args).await?;
-        let &[refused, cap, used, wait_ms] = r.as_slice() else {
-            return None;
-        };
-        let answer = Answer {
-            refused,
-            cap,
-            used,
-            wait_ms,
+        let answer = match r.as_slice() {
+            [0, used] => Answer {
+                refused: 0,
+                cap: 0,
+                used: *used,
+                wait_ms: 0,
+            },
+            [_, refused, cap, used, wait_ms] => Answer {
+                refused: *refused,
+                cap: *cap,
+                used: *used,
+                wait_ms: *wait_ms,
+            },
+            _ => return None,
         };
         Some(answer.verdict(scope, id, period, ask, now))
     }
 
+    /// Every level in one script. `None`: Redis did not answer.
+    pub async fn admit_levels(
+        &self,
+        l: &Levels<'_>,
+        ask: Ask,
+        ttl: Duration,
+    ) -> Option<Result<Vec<Hold>, Refusal>> {
+        let now = crate::clock::unix_ms();
+        let id = fastrand::u64(..);
+        let n = l.levels.len();
+        let periods: Vec<Option<PeriodAt>> = l
+            .levels
+            .iter()
+            .map(|(_, q)| q.budget.map(|b| PeriodAt::of(&b, now)))
+            .collect();
+        let mut keys = Vec::with_capacity(n * 6 + 1);
+        for ((scope, _), p) in l.levels.iter().zip(&periods) {
+            let base = base(&self.redis, Some(&l.tag), scope);
+            push_keys(&mut keys, &base, p.as_ref().map(|p| &*p.id));
+        }
+        let user = match (l.user, l.levels.first()) {
+            (Some((team, max)), Some((scope, _))) => {
+                let set = base(&self.redis, Some(&l.tag), &format!("users:{team}"));
+                keys.push(set);
+                let period = periods[0].as_ref().map_or("none", |p| &*p.id);
+                let prefix = self.redis.prefixed(&format!("{{{}}}:", l.tag));
+                Some((max, scope.to_string(), prefix, period.to_string()))
+            }
+            _ => None,
+        };
+        let mut args = head(n, id, ask, ttl, user);
+        for (_, q) in &l.levels {
+            limits(&mut args, q);
+        }
+        let r: Vec<i64> = self.redis.script(&ADMIT_SCRIPT, &keys, &args).await?;
+        Some(match r.as_slice() {
+            [0, used @ ..] if used.len() == n => Ok(l
+                .levels
+                .iter()
+                .zip(periods)
+                .zip(used)
+                .map(|(((scope, _), period), &used)| Hold {
+                    scope: scope.clone(),
+                    tag: Some(l.tag.clone()),
+                    id,
+                    used: if period.is_some() {
+                        used.max(0) as u64
+                    } else {
+                        0
+                    },
+                    period,
+                    ask,
+                    cap: 0,
+                    local: false,
+                })
+                .collect()),
+            &[level, refused, cap, used, wait_ms] if level >= 1 && level as usize <= n => {
+                let i = level as usize - 1;
+                let answer = Answer {
+                    refused,
+                    cap,
+                    used,
+                    wait_ms,
+                };
+                match answer.verdict(&l.levels[i].0, id, periods[i].clone(), ask, now) {
+                    super::Verdict::Refused(r) => Err(r),
+                    _ => return None,
+                }
+            }
+            _ => return None,
+        })
+    }
+
     /// Settles `h`; the period's spend after it, when it charged anything.
     pub async fn settle(&self, h: &Hold, cost: u64, tokens: u64) -> Option<u64> {
-        let keys = keys(
-            &self.redis,
-            &h.scope,
-            h.period.as_ref().map(|p| p.id.as_str()),
-        );
-        // A `total` period never ends, and its spend is never forgotten.
-        let forget = match &h.period {
-            Some(p) if p.ends < i64::MAX => p.ends.saturating_add(SPENT_KEPT_MS),
-            _ => 0,
-        };
-        let cost = if h.period.is_some() { cost } else { 0 };
-        let args = [
-            h.id.to_string(),
-            cost.to_string(),
+        self.settle_levels(std::slice::from_ref(h), cost, tokens)
+            .await
+            .pop()
+            .flatten()
+    }
+
+    /// Settles one admission's holds in one script; each level's period spend after it, when
+    /// it charged anything.
+    pub async fn settle_levels(&self, holds: &[Hold], cost: u64, tokens: u64) -> Vec<Option<u64>> {
+        let mut keys = Vec::with_capacity(holds.len() * 6);
+        let mut args = vec![
+            holds.len().to_string(),
+            holds.first().map_or(0, |h| h.id).to_string(),
             tokens.to_string(),
-            forget.to_string(),
         ];
-        match self.redis.script::<i64>(&SETTLE_SCRIPT, &keys, &args).await {
-            Some(spent) => u64::try_from(spent).ok(),
+        for h in holds {
+            let base = base(&self.redis, h.tag.as_deref(), &h.scope);
+            push_keys(&mut keys, &base, h.period.as_ref().map(|p| &*p.id));
+            // A `total` period never ends, and its spend is never forgotten.
+            let forget = match &h.period {
+                Some(p) if p.ends < i64::MAX => p.ends.saturating_add(SPENT_KEPT_MS),
+                _ => 0,
+            };
+            args.push(if h.period.is_some() { cost } else { 0 }.to_string());
+            args.push(forget.to_string());
+        }
+        match self
+            .redis
+            .script::<Vec<i64>>(&SETTLE_SCRIPT, &keys, &args)
+            .await
+        {
+            Some(spent) => spent.into_iter().map(|s| u64::try_from(s).ok()).collect(),
             None => {
                 tracing::error!(
-                    scope = &*h.scope,
+                    scope = holds.first().map(|h| &*h.scope),
                     cost,
                     "could not settle a hold in Redis: its reservation expires by its deadline, its spend is not counted there"
                 );
-                None
+                vec![None; holds.len()]
             }
         }
     }
 
-    pub async fn standing(&self, scope: &str, period: &str) -> Option<Standing> {
-        let keys = keys(&self.redis, scope, Some(period));
+    pub async fn standing(&self, scope: &str, tag: Option<&str>, period: &str) -> Option<Standing> {
+        let mut keys = Vec::with_capacity(6);
+        push_keys(&mut keys, &base(&self.redis, tag, scope), Some(period));
         let r: Vec<i64> = self.redis.script(&STANDING_SCRIPT, &keys, &[]).await?;
         let &[spent, reserved] = r.as_slice() else {
             return None;
@@ -230,4 +369,29 @@ impl Meters {
             reserved: reserved.max(0) as u64,
         })
     }
+}
+
+/// [`ADMIT`]'s first nine arguments: the levels, the admission, and the end user counted.
+fn head(
+    n: usize,
+    id: u64,
+    ask: Ask,
+    ttl: Duration,
+    user: Option<(u64, String, String, String)>,
+) -> Vec<String> {
+    let (max, scope, prefix, period) =
+        user.unwrap_or((0, String::new(), String::new(), String::new()));
+    let mut args = Vec::with_capacity(9 + n * 4);
+    args.extend([
+        n.to_string(),
+        id.to_string(),
+        ask.micros.to_string(),
+        ask.tokens.to_string(),
+        ttl.as_millis().to_string(),
+        max.to_string(),
+        scope,
+        prefix,
+        period,
+    ]);
+    args
 }

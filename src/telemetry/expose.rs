@@ -26,6 +26,8 @@ pub struct Gauges {
     pub events_dropped: u64,
     /// Per key label: its budget (micro-dollars) and what is spent or held of it.
     pub budgets: Vec<(String, u64, u64)>,
+    /// The same per team (every team is a label: they are the config's).
+    pub team_budgets: Vec<(String, u64, u64)>,
 }
 
 /// A channel's state at the scrape.
@@ -70,29 +72,42 @@ pub fn channel_gauges(snap: &Snapshot, health: &Health) -> Vec<ChannelGauge> {
         .collect()
 }
 
-/// Every key's budget that this scrape reads: keys with a label of their own only (an `other`
-/// budget has no meaning), all within `timeout` of the shared counters (the rest are left out).
+/// Every key's and team's budget that this scrape reads: keys with a label of their own only
+/// (an `other` budget has no meaning), all within `timeout` of the shared counters (the rest
+/// are left out).
 pub async fn budgets(
     snap: &Snapshot,
     meter: &crate::spend::Meter,
     timeout: Duration,
-) -> Vec<(String, u64, u64)> {
+) -> (Vec<(String, u64, u64)>, Vec<(String, u64, u64)>) {
     let deadline = tokio::time::Instant::now() + timeout;
-    let mut out = Vec::new();
-    for (i, k) in snap.keys.iter().enumerate() {
-        let Some(b) = k.quota.budget else { continue };
+    let keys = snap.keys.iter().enumerate().filter_map(|(i, k)| {
         let label = key_label(snap, Some(i));
-        if label == OTHER {
-            continue;
-        }
-        let standing = tokio::time::timeout_at(deadline, meter.standing(&k.scope, &k.quota));
+        (label != OTHER).then_some((label, &*k.scope, k.tag(), &k.quota))
+    });
+    let teams = snap
+        .teams
+        .list
+        .iter()
+        .map(|t| (&*t.name, &*t.scope, Some(&*t.tag), &t.quota));
+    let mut out = (Vec::new(), Vec::new());
+    for (team, (label, scope, tag, quota)) in
+        keys.map(|k| (false, k)).chain(teams.map(|t| (true, t)))
+    {
+        let Some(b) = quota.budget else { continue };
+        let standing = tokio::time::timeout_at(deadline, meter.standing(scope, tag, quota));
         let Ok(standing) = standing.await else { break };
         if let Some(s) = standing {
-            out.push((
+            let row = (
                 label.to_string(),
                 b.micros,
                 s.spent.saturating_add(s.reserved),
-            ));
+            );
+            if team {
+                out.1.push(row)
+            } else {
+                out.0.push(row)
+            }
         }
     }
     out
@@ -203,33 +218,7 @@ impl Scrape {
             None,
             &[(vec![], f64::from(u8::from(g.state_connected)))],
         )?;
-        let budgets = |pick: fn(&(String, u64, u64)) -> u64| {
-            g.budgets
-                .iter()
-                .map(|b| (vec![("key", b.0.as_str())], pick(b) as f64))
-                .collect::<Vec<_>>()
-        };
-        gauge(
-            e,
-            "switchyard_budget_limit_micros",
-            "A key's budget for its current period, in micro-dollars.",
-            None,
-            &budgets(|b| b.1),
-        )?;
-        gauge(
-            e,
-            "switchyard_budget_used_micros",
-            "Spent and held of a key's budget this period.",
-            None,
-            &budgets(|b| b.2),
-        )?;
-        gauge(
-            e,
-            "switchyard_budget_headroom_micros",
-            "What is left of a key's budget this period.",
-            None,
-            &budgets(|b| b.1.saturating_sub(b.2)),
-        )?;
+        budget_gauges(e, g)?;
         counter(
             e,
             "switchyard_log_dropped",
@@ -269,5 +258,99 @@ impl Scrape {
             MetricType::Info,
         )?
         .encode_info(&version)
+    }
+}
+
+/// Each key's and team's budget, used and headroom.
+fn budget_gauges(e: &mut Enc, g: &Gauges) -> Res {
+    // (the label, its budgets, the families' prefix, what the label names)
+    let families = [
+        ("key", &g.budgets, "switchyard_budget", "a key's"),
+        (
+            "team",
+            &g.team_budgets,
+            "switchyard_team_budget",
+            "a team's",
+        ),
+    ];
+    for (label, list, prefix, whose) in families {
+        let rows = |pick: fn(&(String, u64, u64)) -> u64| {
+            list.iter()
+                .map(|b| (vec![(label, b.0.as_str())], pick(b) as f64))
+                .collect::<Vec<_>>()
+        };
+        gauge(
+            e,
+            &format!("{prefix}_limit_micros"),
+            &format!("The budget of {whose} current period, in micro-dollars."),
+            None,
+            &rows(|b| b.1),
+        )?;
+        gauge(
+            e,
+            &format!("{prefix}_used_micros"),
+            &format!("Spent and held of {whose} budget this period."),
+            None,
+            &rows(|b| b.2),
+        )?;
+        gauge(
+            e,
+            &format!("{prefix}_headroom_micros"),
+            &format!("What is left of {whose} budget this period."),
+            None,
+            &rows(|b| b.1.saturating_sub(b.2)),
+        )?;
+    }
+    Ok(())
+}
+
+/// The OpenMetrics page as Prometheus text format 0.0.4, for scrapers that do not ask for
+/// OpenMetrics: a counter's and an info's family is named as its samples are (`…_total`,
+/// `…_info`, the info a gauge), and `# UNIT`, `# EOF` and exemplars, which 0.0.4 lacks, go.
+pub fn classic(om: &str) -> String {
+    let mut kinds = std::collections::HashMap::new();
+    for l in om.lines() {
+        if let Some((name, kind)) = l.strip_prefix("# TYPE ").and_then(|r| r.split_once(' ')) {
+            kinds.insert(name, kind);
+        }
+    }
+    let renamed = |name: &str| match kinds.get(name) {
+        Some(&"counter") => (format!("{name}_total"), "counter"),
+        Some(&"info") => (format!("{name}_info"), "gauge"),
+        Some(kind) => (name.to_string(), *kind),
+        None => (name.to_string(), "untyped"),
+    };
+    let mut out = String::with_capacity(om.len());
+    for l in om.lines() {
+        if l.starts_with("# UNIT ") || l == "# EOF" {
+            continue;
+        }
+        if let Some((name, help)) = l.strip_prefix("# HELP ").and_then(|r| r.split_once(' ')) {
+            out.push_str(&format!("# HELP {} {help}\n", renamed(name).0));
+        } else if let Some((name, _)) = l.strip_prefix("# TYPE ").and_then(|r| r.split_once(' ')) {
+            let (name, kind) = renamed(name);
+            out.push_str(&format!("# TYPE {name} {kind}\n"));
+        } else {
+            // A sample, without its exemplar (` # {…} value`).
+            out.push_str(l.split(" # ").next().unwrap_or(l));
+            out.push('\n');
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod classic_tests {
+    #[test]
+    fn counters_and_infos_are_named_as_their_samples_and_openmetrics_only_lines_go() {
+        let om = "# HELP a_requests Requests.\n# TYPE a_requests counter\na_requests_total{m=\"x\"} 3\n\
+                  # HELP a_wait Wait.\n# TYPE a_wait histogram\n# UNIT a_wait seconds\n\
+                  a_wait_bucket{le=\"1.0\"} 1 # {trace_id=\"ab\"} 0.5\na_wait_sum 0.5\na_wait_count 1\n\
+                  # HELP a_build Build.\n# TYPE a_build info\na_build_info{version=\"1\"} 1\n# EOF\n";
+        let want = "# HELP a_requests_total Requests.\n# TYPE a_requests_total counter\na_requests_total{m=\"x\"} 3\n\
+                    # HELP a_wait Wait.\n# TYPE a_wait histogram\n\
+                    a_wait_bucket{le=\"1.0\"} 1\na_wait_sum 0.5\na_wait_count 1\n\
+                    # HELP a_build_info Build.\n# TYPE a_build_info gauge\na_build_info{version=\"1\"} 1\n";
+        assert_eq!(super::classic(om), want);
     }
 }

@@ -184,9 +184,16 @@ def charts_draw(page):
     expect(page.locator("#chart-spend canvas").first).to_be_visible()
     usage = api(page, "/admin/usage?group_by=day")["body"]
     expect(page.locator("#usage tbody tr")).to_have_count(max(1, len(usage["rows"])))
-    # What the providers' prompt caches served and saved, per group.
+        # What the providers' prompt caches served and saved, per group.
     for column in ["Cached input", "Cache writes", "Cache hits", "Cache saved (USD)"]:
         expect(page.locator("#usage")).to_contain_text(column)
+    # Spend by team, filtered to one team: the test key's.
+    page.get_by_label("Group by").select_option("team")
+    page.get_by_label("Team", exact=True).select_option("console-team")
+    page.get_by_role("button", name="Show").click()
+    by_team = api(page, "/admin/usage?group_by=team&team=console-team")["body"]
+    assert by_team["rows"] and by_team["rows"][0]["team"] == "console-team", by_team
+    expect(page.locator("#usage tbody tr").first).to_contain_text("console-team")
 
 
 def explain_a_route(page):

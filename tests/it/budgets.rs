@@ -15,43 +15,6 @@ const PRICED: &str = "price = { input = 1, output = 1 }";
 /// A key without limits, to learn what a request costs without spending the test key's budget.
 const CALIB: &str = "sk-calibration-key-0001";
 
-/// Where the replicas' counters are shared.
-enum Shared {
-    Redis(String),
-    Postgres(Postgres),
-}
-
-impl Shared {
-    async fn each(test: &str) -> [Shared; 2] {
-        [
-            Shared::Redis(redis_prefix(test)),
-            Shared::Postgres(Postgres::fresh(test).await),
-        ]
-    }
-
-    fn name(&self) -> &'static str {
-        match self {
-            Shared::Redis(_) => "redis",
-            Shared::Postgres(_) => "postgres",
-        }
-    }
-
-    /// The config table that shares them (after the keys' tables).
-    fn section(&self) -> String {
-        match self {
-            Shared::Redis(prefix) => {
-                format!("\n[state]\nurl = \"{REDIS_URL}\"\nprefix = \"{prefix}\"\n")
-            }
-            Shared::Postgres(pg) => store_section(&pg.url, Some(&master_key(7))),
-        }
-    }
-
-    /// Whether both replicas write one request log (a PostgreSQL store holds it).
-    fn one_log(&self) -> bool {
-        matches!(self, Shared::Postgres(_))
-    }
-}
-
 /// Two replicas of one gateway: the test key with `limits`, the calibration key, `channels`.
 async fn replicas(shared: &Shared, server: &str, limits: &str, channels: &str) -> [Gateway; 2] {
     let keys = format!(
@@ -83,91 +46,25 @@ async fn calibrate(gw: &Gateway) -> (u64, u64) {
     (n("/usage/prompt_tokens"), n("/usage/completion_tokens"))
 }
 
-/// One request's fate, as the client saw it.
-#[derive(Debug, Clone)]
-struct Sent {
-    started: Instant,
-    ended: Instant,
-    status: u16,
-    code: String,
-    cost: u64,
-}
-
 async fn send(gw: &Gateway, body: &Value) -> Sent {
     let started = Instant::now();
-    let resp = gw.chat(body.clone()).await;
-    let status = resp.status().as_u16();
-    let cost = header(&resp, "x-switchyard-cost-micros")
-        .parse()
-        .unwrap_or(0);
-    let v: Value = resp.json().await.unwrap_or(Value::Null);
-    Sent {
-        started,
-        ended: Instant::now(),
-        status,
-        code: v["error"]["code"].as_str().unwrap_or("").to_string(),
-        cost,
-    }
+    Sent::of(KEY, started, gw.chat(body.clone()).await).await
 }
 
-/// `workers` loops through both replicas in turn, each stopping `after` requests past its
+/// `workers` clients through both replicas in turn, each stopping `after` requests past its
 /// first refusal (and at 200 requests at most).
 async fn race(gws: &[Gateway; 2], body: &Value, workers: usize, after: usize) -> Vec<Sent> {
-    let mut tasks = Vec::new();
-    for w in 0..workers {
-        let (urls, body) = ([gws[0].url.clone(), gws[1].url.clone()], body.clone());
-        tasks.push(tokio::spawn(async move {
-            let http = client();
-            let mut out = Vec::new();
-            let mut refused = 0;
-            for i in 0..200 {
-                let started = Instant::now();
-                let resp = http
-                    .post(format!("{}/v1/chat/completions", urls[(w + i) % 2]))
-                    .bearer_auth(KEY)
-                    .json(&body)
-                    .send()
-                    .await
-                    .unwrap();
-                let status = resp.status().as_u16();
-                let cost = header(&resp, "x-switchyard-cost-micros")
-                    .parse()
-                    .unwrap_or(0);
-                let v: Value = resp.json().await.unwrap_or(Value::Null);
-                out.push(Sent {
-                    started,
-                    ended: Instant::now(),
-                    status,
-                    code: v["error"]["code"].as_str().unwrap_or("").to_string(),
-                    cost,
-                });
-                if status != 200 {
-                    refused += 1;
-                    if refused > after {
-                        break;
-                    }
-                }
-            }
-            out
-        }));
-    }
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await.unwrap());
-    }
-    all
+    let r = Race {
+        workers,
+        keys: &[KEY],
+        after,
+        most: 200,
+    };
+    r.run(gws, body).await
 }
 
 async fn ledger_total(gws: &[Gateway; 2], one_log: bool) -> u64 {
-    let mut total = 0;
-    for gw in gws.iter().take(if one_log { 1 } else { 2 }) {
-        gw.flush_log().await;
-        let v = get_json(&format!("{}/admin/usage?group_by=key", gw.url), Some(ADMIN)).await;
-        let rows = v["rows"].as_array().unwrap();
-        let mine = rows.iter().find(|r| r["key"] == "team-a");
-        total += mine.map_or(0, |r| r["cost_micros"].as_u64().unwrap());
-    }
-    total
+    ledger_cost(gws, one_log, "key", "team-a").await
 }
 
 #[tokio::test]
@@ -499,7 +396,11 @@ async fn without_the_shared_counter_money_fails_closed_and_rates_fail_open() {
     let keys = "budget = { usd = 1 }\n\n\
         [[keys]]\nname = \"rated\"\nkey = \"sk-rated-key-000001\"\nrpm = 100\n\n\
         [[keys]]\nname = \"open\"\nkey = \"sk-open-budget-0001\"\nbudget = { usd = 1, fail = \"open\" }\n\n\
-        [[keys]]\nname = \"strict\"\nkey = \"sk-strict-rate-0001\"\nrpm = 100\nlimits_fail = \"closed\"\n\n\
+                [[keys]]\nname = \"strict\"\nkey = \"sk-strict-rate-0001\"\nrpm = 100\nlimits_fail = \"closed\"\n\n\
+        [[keys]]\nname = \"in-loose\"\nkey = \"sk-in-loose-team-01\"\nteam = \"loose\"\n\n\
+        [[keys]]\nname = \"in-money\"\nkey = \"sk-in-money-team-01\"\nteam = \"money\"\n\n\
+        [[teams]]\nname = \"loose\"\nrpm = 100\n\n\
+        [[teams]]\nname = \"money\"\nbudget = { usd = 1 }\n\n\
         [state]\nurl = \"redis://127.0.0.1:1\"\n";
     let gw = gateway_full("", keys, &openai_channel("a", &up.base_url(), 1, PRICED)).await;
     let ready = get_json(&format!("{}/readyz", gw.url), None).await;
@@ -512,6 +413,9 @@ async fn without_the_shared_counter_money_fails_closed_and_rates_fail_open() {
         ("sk-rated-key-000001", 200, ""),
         ("sk-open-budget-0001", 200, ""),
         ("sk-strict-rate-0001", 503, "budget_unavailable"),
+        // A team's levels decide the same way: a rate alone fails open, money closed.
+        ("sk-in-loose-team-01", 200, ""),
+        ("sk-in-money-team-01", 503, "budget_unavailable"),
     ];
     for (key, status, code) in cases {
         let resp = gw.post_as("/v1/chat/completions", key, &[], body(5)).await;
@@ -671,52 +575,64 @@ async fn cluster_node() -> ClusterNode {
 
 #[tokio::test]
 async fn each_scopes_script_touches_one_redis_cluster_slot() {
-    let node = cluster_node().await;
-    let up = mock(text_spec("ok")).await;
-    let gw = gateway_full(
-        "",
-        &format!(
-            "budget = {{ usd = 0.00005 }}\nrpm = 100\ntpm = 100000\nmax_concurrency = 4\n\n\
-             [state]\nurl = \"{}\"\nprefix = \"sy\"\n",
-            node.url
-        ),
-        &openai_channel(
-            "a",
-            &up.base_url(),
-            1,
-            &format!("{PRICED}\nbudget = {{ usd = 1 }}\nrpm = 100\nmax_concurrency = 4"),
-        ),
-    )
-    .await;
-    until(
-        "the gateway reached the cluster node",
-        Duration::from_secs(10),
-        async || {
-            let v = get_json(&format!("{}/readyz", gw.url), None).await;
-            v["budgets"]["connected"] == true
-        },
-    )
-    .await;
-    // Served until the key's budget is spent, then refused by it: every script ran (a
-    // CROSSSLOT error would have been a lost Redis and a 503 budget_unavailable).
-    let mut codes = Vec::new();
-    for _ in 0..8 {
-        let resp = gw.chat(body(5)).await;
-        let status = resp.status().as_u16();
-        let v: Value = resp.json().await.unwrap();
-        codes.push((
-            status,
-            v["error"]["code"].as_str().unwrap_or("").to_string(),
-        ));
+    // (the key's extra lines: a lone key; a key of a team of an organisation, whose end users
+    // are counted, one at most, so each new one forgets the last)
+    let team = "team = \"t\"\n\n[[teams]]\nname = \"org\"\nbudget = { usd = 1 }\n\n\
+                [[teams]]\nname = \"t\"\nparent = \"org\"\nrpm = 100\n\
+                user_limits = { rpm = 100, max_tracked_users = 1 }\n";
+    for (i, extra) in ["", team].into_iter().enumerate() {
+        let node = cluster_node().await;
+        let up = mock(text_spec("ok")).await;
+        let gw = gateway_full(
+            "",
+            &format!(
+                "budget = {{ usd = 0.00005 }}\nrpm = 100\ntpm = 100000\nmax_concurrency = 4\n\
+                 {extra}\n[state]\nurl = \"{}\"\nprefix = \"sy\"\n",
+                node.url
+            ),
+            &openai_channel(
+                "a",
+                &up.base_url(),
+                1,
+                &format!("{PRICED}\nbudget = {{ usd = 1 }}\nrpm = 100\nmax_concurrency = 4"),
+            ),
+        )
+        .await;
+        until(
+            "the gateway reached the cluster node",
+            Duration::from_secs(10),
+            async || {
+                let v = get_json(&format!("{}/readyz", gw.url), None).await;
+                v["budgets"]["connected"] == true
+            },
+        )
+        .await;
+        // Served until the key's budget is spent, then refused by it: every script ran (a
+        // CROSSSLOT error would have been a lost Redis and a 503 budget_unavailable).
+        let mut codes = Vec::new();
+        for n in 0..8 {
+            let mut b = body(5);
+            b["user"] = json!(format!("user-{n}"));
+            let resp = gw.chat(b).await;
+            let status = resp.status().as_u16();
+            let v: Value = resp.json().await.unwrap();
+            codes.push((
+                status,
+                v["error"]["code"].as_str().unwrap_or("").to_string(),
+            ));
+        }
+        assert_eq!(codes[0].0, 200, "case {i}: {codes:?}");
+        assert!(
+            codes.iter().all(|c| c.0 == 200 || c.1 == "budget_exceeded"),
+            "case {i}: {codes:?}"
+        );
+        assert!(
+            codes.iter().any(|c| c.1 == "budget_exceeded"),
+            "case {i}: {codes:?}"
+        );
+        let v = get_json(&format!("{}/readyz", gw.url), None).await;
+        assert_eq!(v["budgets"]["connected"], true, "case {i}: {v}");
     }
-    assert_eq!(codes[0].0, 200, "{codes:?}");
-    assert!(
-        codes.iter().all(|c| c.0 == 200 || c.1 == "budget_exceeded"),
-        "{codes:?}"
-    );
-    assert!(codes.iter().any(|c| c.1 == "budget_exceeded"), "{codes:?}");
-    let v = get_json(&format!("{}/readyz", gw.url), None).await;
-    assert_eq!(v["budgets"]["connected"], true, "{v}");
 }
 
 #[tokio::test]
@@ -802,4 +718,56 @@ async fn the_keys_hold_is_released_when_no_channel_admits_the_request() {
     let e: Value = explained.json().await.unwrap();
     assert_eq!(e["spend"]["key_budget"]["reserved_micros"], 0, "{e}");
     assert_eq!(e["spend"]["key_budget"]["spent_micros"], 0, "{e}");
+}
+
+/// `rpm` and `tpm` under 32 concurrent clients across two replicas, on Redis and on PostgreSQL:
+/// exactly the window's worth is admitted, whichever replica each client reaches. The upstream
+/// is slow, so no admitted request settles (and frees tokens) during the race.
+#[tokio::test]
+async fn concurrent_rpm_and_tpm_hold_across_two_replicas() {
+    for shared in Shared::each("rate_concurrent").await {
+        let which = shared.name();
+        let slow = mock(MockSpec {
+            ttft_ms: 1500,
+            ..text_spec("ok")
+        })
+        .await;
+        // (the key's limit, the request's max_tokens, how many fit, the next request's status
+        // once they are answered)
+        let rows = [
+            // The minute's ten are spent: the next is refused.
+            ("rpm = 10", 16, 10, 429),
+            // Each asks its prompt (tens of tokens) and 1,000 of reply: three fit in 3,300.
+            // Answered, each is settled to its real tokens (a few): there is room again.
+            ("tpm = 3300", 1000, 3, 200),
+        ];
+        for (limit, max_tokens, fit, next) in rows {
+            let gws = replicas(
+                &shared,
+                "",
+                limit,
+                &openai_channel("a", &slow.base_url(), 1, ""),
+            )
+            .await;
+            let before = slow.requests();
+            let r = Race {
+                workers: 32,
+                keys: &[KEY],
+                after: 0,
+                most: 1,
+            };
+            let sent = r.run(&gws, &body(max_tokens)).await;
+            let served = sent.iter().filter(|s| s.status == 200).count();
+            assert_eq!(served, fit, "{which} {limit}: {sent:?}");
+            assert!(
+                sent.iter()
+                    .filter(|s| s.status != 200)
+                    .all(|s| (s.status, s.code.as_str()) == (429, "rate_limit_exceeded")),
+                "{which} {limit}"
+            );
+            assert_eq!(slow.requests() - before, fit as u64, "{which} {limit}");
+            let resp = gws[0].chat(body(max_tokens)).await;
+            assert_eq!(resp.status(), next, "{which} {limit}");
+        }
+    }
 }

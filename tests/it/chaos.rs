@@ -135,8 +135,13 @@ async fn a_partition_while_waiting_for_the_first_token_fails_over() {
             .await
             .expect("body")
     });
-    // The request is on its way to the far host when the path dies.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The request is on its way to the far host (a connection holds it) when the path dies.
+    until(
+        "the request reached the far host",
+        Duration::from_secs(5),
+        async || far.connections() > 0,
+    )
+    .await;
     far.partition();
     let body = tokio::time::timeout(Duration::from_secs(5), request)
         .await

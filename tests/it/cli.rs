@@ -1,6 +1,7 @@
 //! The binary as a user runs it: `check`, `serve` on embedded defaults, SIGHUP reload, `mock`.
 
 use std::process::Command;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -10,12 +11,7 @@ use crate::support::*;
 #[tokio::test]
 async fn serve_without_config_runs_the_demo_and_answers_the_readme_request() {
     let dir = tempfile::tempdir().unwrap();
-    let (_p, url) = spawn_listening(
-        &["serve", "--listen", "127.0.0.1:0"],
-        dir.path(),
-        "switchyard listening on ",
-    )
-    .await;
+    let (_p, url) = spawn_demo(dir.path()).await;
     // The README's curl, as is (but for the port).
     let resp = client()
         .post(format!("{url}/v1/chat/completions"))
@@ -310,31 +306,73 @@ async fn the_agents_example_config_routes_every_agents_models_to_one_chain() {
     }
 }
 
+/// SIGTERM under load: 12 streams and 12 slow answers in flight. New connections are refused
+/// at once; everything in flight finishes whole within `drain_timeout_ms`; the process exits
+/// cleanly, every answered request has its log row and its ledger row, and the journal is empty.
 #[tokio::test]
-async fn sigterm_lets_streams_in_flight_finish_and_writes_their_log_rows() {
+async fn sigterm_under_load_finishes_what_is_in_flight_and_refuses_new_connections() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("g.toml");
     std::fs::write(
         &path,
         format!(
-            "[log]\nsqlite_path = \"{}\"\n[[keys]]\nname = \"a\"\nkey = \"{KEY}\"\n\
+            "[server]\ndrain_timeout_ms = 5000\n[log]\nsqlite_path = \"{}\"\n\
+             [[keys]]\nname = \"a\"\nkey = \"{KEY}\"\n\
              [[channels]]\nname = \"slow\"\nprovider = \"mock\"\nmodels = [\"m\"]\n\
-             mock = {{ text = \"abcdefghijklmnopqrst\", chunks = 20, chunk_ms = 60 }}\n",
+             price = {{ input = 1, output = 1 }}\n\
+             mock = {{ text = \"abcdefghijklmnopqrst\", chunks = 20, chunk_ms = 60, ttft_ms = 300 }}\n\
+             [[channels]]\nname = \"slower\"\nprovider = \"mock\"\nmodels = [\"n\"]\n\
+             price = {{ input = 1, output = 1 }}\n\
+             mock = {{ text = \"whole answer\", ttft_ms = 1500 }}\n",
             dir.path().join("g.db").display()
         ),
     )
     .unwrap();
     let (mut p, url) = spawn_serve(&path, dir.path()).await;
-    let mut resp = client()
-        .post(format!("{url}/v1/chat/completions"))
-        .bearer_auth(KEY)
-        .json(&chat_body(true))
-        .send()
+    let addr = url.trim_start_matches("http://").to_string();
+    // Slow answers first (1.5 s each), then streams (1.5 s each, first chunk at 0.3 s).
+    let answers: Vec<_> = (0..12)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move {
+                let body = json!({"model": "n", "messages": [{"role": "user", "content": "hi"}]});
+                let r = client()
+                    .post(format!("{url}/v1/chat/completions"))
+                    .bearer_auth(KEY)
+                    .json(&body)
+                    .send()
+                    .await
+                    .unwrap();
+                let status = r.status().as_u16();
+                let v: Value = r.json().await.unwrap_or_default();
+                (
+                    status,
+                    v["choices"][0]["message"]["content"].clone(),
+                    std::time::Instant::now(),
+                )
+            })
+        })
+        .collect();
+    // Sent together: each answers its head with its first chunk.
+    let sends = (0..12).map(|_| {
+        client()
+            .post(format!("{url}/v1/chat/completions"))
+            .bearer_auth(KEY)
+            .json(&chat_body(true))
+            .send()
+    });
+    let mut streams: Vec<reqwest::Response> = futures_util::future::join_all(sends)
         .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    let mut body = String::from_utf8_lossy(&resp.chunk().await.unwrap().unwrap()).to_string();
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    assert!(streams.iter().all(|r| r.status() == 200));
+    let mut firsts = Vec::new();
+    for r in &mut streams {
+        firsts.push(String::from_utf8_lossy(&r.chunk().await.unwrap().unwrap()).to_string());
+    }
     let pid = p.0.id().to_string();
+    let term = std::time::Instant::now();
     assert!(
         Command::new("kill")
             .args(["-TERM", &pid])
@@ -342,27 +380,49 @@ async fn sigterm_lets_streams_in_flight_finish_and_writes_their_log_rows() {
             .unwrap()
             .success()
     );
-    let mut after_kill = String::new();
-    while let Some(c) = resp.chunk().await.unwrap() {
-        after_kill.push_str(&String::from_utf8_lossy(&c));
+    // New connections are refused at once, while everything above is still in flight.
+    until(
+        "new connections are refused",
+        Duration::from_secs(1),
+        async || tokio::net::TcpStream::connect(&addr).await.is_err(),
+    )
+    .await;
+    let refused_at = std::time::Instant::now();
+    let mut ends = Vec::new();
+    for (mut r, first) in streams.into_iter().zip(firsts) {
+        let mut body = first;
+        while let Some(c) = r.chunk().await.unwrap() {
+            body.push_str(&String::from_utf8_lossy(&c));
+        }
+        assert_eq!(sse_text(&body), "abcdefghijklmnopqrst");
+        assert!(body.ends_with("data: [DONE]\n\n"));
+        ends.push(std::time::Instant::now());
     }
-    // Most of the 1.2 s stream was still to come when the signal arrived.
-    assert!(sse_text(&after_kill).len() >= 10, "{after_kill}");
-    body.push_str(&after_kill);
-    assert_eq!(sse_text(&body), "abcdefghijklmnopqrst");
-    assert!(body.ends_with("data: [DONE]\n\n"));
+    for a in answers {
+        let (status, content, at) = a.await.unwrap();
+        assert_eq!((status, content), (200, json!("whole answer")));
+        ends.push(at);
+    }
+    assert!(
+        ends.iter().all(|e| *e > refused_at),
+        "everything was still in flight when new connections were refused"
+    );
     let status = tokio::task::spawn_blocking(move || p.0.wait())
         .await
         .unwrap()
         .unwrap();
     assert!(status.success(), "{status:?}");
+    assert!(
+        term.elapsed() < Duration::from_secs(5),
+        "drained within drain_timeout_ms"
+    );
     let db = rusqlite::Connection::open(dir.path().join("g.db")).unwrap();
-    let (outcome, channel): (String, String) = db
-        .query_row("SELECT outcome, channel FROM requests", [], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })
-        .unwrap();
-    assert_eq!((outcome.as_str(), channel.as_str()), ("ok", "slow"));
+    let one = |sql: &str| -> i64 { db.query_row(sql, [], |r| r.get(0)).unwrap() };
+    assert_eq!(
+        one("SELECT count(*) FROM requests WHERE outcome = 'ok' AND status = 200"),
+        24
+    );
+    assert_eq!(one("SELECT count(*) FROM ledger WHERE cost_micros > 0"), 24);
     // Every row written, the journal's segment went with the process: the next start has
     // nothing to write again.
     let journal: Vec<_> = std::fs::read_dir(dir.path().join("g.db.journal"))

@@ -94,10 +94,13 @@ async fn with_session(
 }
 
 /// A gateway on a store at `url` (its request log there too, with PostgreSQL), with the
-/// test key, an admin, a viewer, and `rest`.
+/// test key (in team `console-team`), an admin, a viewer, and `rest`.
 async fn on(url: &str, server_extra: &str, rest: &str) -> Gateway {
     let store = store_section(url, Some(&master_key(7)));
-    let key = format!("mcp = {{ servers = [\"*\"], tools = [\"*\"] }}\n{store}");
+    let key = format!(
+        "mcp = {{ servers = [\"*\"], tools = [\"*\"] }}\nteam = \"console-team\"\n\n\
+         [[teams]]\nname = \"console-team\"\n{store}"
+    );
     gateway_full(server_extra, &key, &format!("{}{rest}", viewer_admin())).await
 }
 

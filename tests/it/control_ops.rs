@@ -76,16 +76,6 @@ async fn try_post(url: &str, path: &str, body: Value) -> u16 {
     rb.send().await.map_or(0, |r| r.status().as_u16())
 }
 
-async fn chat(url: &str, key: &str) -> u16 {
-    client()
-        .post(format!("{url}/v1/chat/completions"))
-        .bearer_auth(key)
-        .json(&chat_body(false))
-        .send()
-        .await
-        .map_or(0, |r| r.status().as_u16())
-}
-
 #[tokio::test]
 async fn secrets_made_through_the_api_are_in_no_file_dump_log_or_answer() {
     const UPSTREAM: &str = "sk-upstream-only-in-memory-7f3a";
@@ -149,7 +139,7 @@ async fn secrets_made_through_the_api_are_in_no_file_dump_log_or_answer() {
             .to_string();
         // Used, so the upstream key goes out and both gateway keys come in.
         for key in [GIVEN, generated.as_str()] {
-            assert_eq!(chat(&gw, key).await, 200, "{url}");
+            assert_eq!(chat_status(&gw, key).await, 200, "{url}");
         }
         assert!(
             up.received()
@@ -470,7 +460,7 @@ async fn a_kill_9_in_a_burst_of_admin_writes_loses_no_acknowledged_write() {
         let audit: Value = serde_json::from_str(&audit).unwrap();
         assert_eq!(audit["data"].as_array().unwrap().len(), rows.len(), "{url}");
         assert_eq!(
-            chat(&gw2, KEY).await,
+            chat_status(&gw2, KEY).await,
             200,
             "{url}: the restarted gateway serves what it holds"
         );

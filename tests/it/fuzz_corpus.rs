@@ -10,7 +10,7 @@ use switchyard::protocol::Protocol;
 
 type Target = fn(&[u8]);
 
-const TARGETS: [(&str, Target); 12] = [
+const TARGETS: [(&str, Target); 17] = [
     ("ingress_openai", |d| fuzz::ingress(Protocol::OpenAiChat, d)),
     ("ingress_anthropic", |d| {
         fuzz::ingress(Protocol::AnthropicMessages, d)
@@ -27,6 +27,19 @@ const TARGETS: [(&str, Target); 12] = [
     ("stream_responses", |d| {
         fuzz::stream(Protocol::OpenAiResponses, d)
     }),
+    ("ingress_openai_shaped", |d| {
+        fuzz::ingress_shaped(Protocol::OpenAiChat, d)
+    }),
+    ("ingress_anthropic_shaped", |d| {
+        fuzz::ingress_shaped(Protocol::AnthropicMessages, d)
+    }),
+    ("ingress_gemini_shaped", |d| {
+        fuzz::ingress_shaped(Protocol::Gemini, d)
+    }),
+    ("ingress_responses_shaped", |d| {
+        fuzz::ingress_shaped(Protocol::OpenAiResponses, d)
+    }),
+    ("stream_bedrock", fuzz::stream_bedrock),
     ("headers", fuzz::headers),
     ("config", fuzz::config),
     ("tokens", fuzz::tokens),

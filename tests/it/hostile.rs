@@ -64,6 +64,7 @@ async fn a_head_trickled_a_byte_at_a_time_is_cut_off_at_the_header_read_timeout(
     let (mut rd, mut wr) = tcp.split();
     let start = Instant::now();
     // Slowloris: a byte every 50 ms, so each byte arrives well within any per-read timeout.
+    // Not a wait: the sleeps are the pace of the attack under test.
     let trickle = async {
         wr.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nx-a: ")
             .await
@@ -98,7 +99,8 @@ async fn an_idle_keep_alive_connection_outlives_the_header_read_timeout() {
     let mut tcp = connect(&gw).await;
     tcp.write_all(HEALTHZ).await.expect("write");
     assert!(read_response(&mut tcp).await.starts_with("HTTP/1.1 200"));
-    // Idle for three header timeouts: no head is being read, so nothing is due.
+    // Idle for three header timeouts: no head is being read, so nothing is due. Not a wait:
+    // the idle time is what is under test.
     tokio::time::sleep(Duration::from_millis(600)).await;
     tcp.write_all(HEALTHZ).await.expect("write");
     assert!(read_response(&mut tcp).await.starts_with("HTTP/1.1 200"));

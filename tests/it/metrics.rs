@@ -57,9 +57,11 @@ async fn traffic_gateway(
     let router = "[[routers]]\nmodel = \"auto\"\nembedder = { kind = \"hashed\" }\n\
                   [[routers.instances]]\nname = \"chat\"\nmodel = \"m\"\nexamples = [\"say hi\"]\n\
                   [[routers.instances]]\nname = \"fallback\"\nmodel = \"m\"\ncatchall = true\n";
+    // The key is in a team of its own budget: its gauges are the team's series.
     let gw = gateway_full(
         server_extra,
-        "budget = { usd = 10 }",
+        "budget = { usd = 10 }\nteam = \"platform\"\n\n\
+         [[teams]]\nname = \"platform\"\nbudget = { usd = 20 }\n",
         &format!("{channels}{router}"),
     )
     .await;
@@ -213,6 +215,16 @@ async fn a_real_prometheus_reads_failovers_streams_429s_and_the_gateways_own_tim
         10_000_000.0 - spent,
     )
     .await;
+    prom.expect(
+        r#"switchyard_team_budget_used_micros{team="platform"}"#,
+        spent,
+    )
+    .await;
+    prom.expect(
+        r#"switchyard_team_budget_limit_micros{team="platform"}"#,
+        20_000_000.0,
+    )
+    .await;
     // The gateway's own time is a small part of each request: the upstream's is not in it.
     let own = prom
         .query(r#"switchyard_overhead_seconds_sum{stream="false"}"#)
@@ -284,7 +296,10 @@ async fn a_token_guards_metrics_and_a_listener_of_its_own_moves_them() {
     assert_eq!(status, 401);
     let (status, text) = scrape(&metrics_url, Some("scrape-secret")).await;
     assert_eq!(status, 200);
-    assert!(text.ends_with("# EOF\n"), "OpenMetrics ends with # EOF");
+    assert!(
+        text.contains("# TYPE switchyard_requests_total counter"),
+        "{text}"
+    );
     assert!(!text.contains("scrape-secret"));
     // Not on the main listener any more.
     let (status, _) = scrape(&gw.url, Some("scrape-secret")).await;
@@ -428,11 +443,16 @@ async fn the_documented_metrics_are_the_exposed_ones() {
     let (_mocks, gw) = traffic_gateway("").await;
     drive(&gw).await;
     let (_, text) = scrape(&gw.url, None).await;
+    // Prometheus text 0.0.4 names a counter's family with `_total`, an info's with `_info`.
     let exposed: std::collections::BTreeSet<String> = text
         .lines()
         .filter_map(|l| l.strip_prefix("# TYPE "))
         .filter_map(|l| l.split(' ').next())
-        .map(str::to_string)
+        .map(|n| {
+            n.trim_end_matches("_total")
+                .trim_end_matches("_info")
+                .to_string()
+        })
         .collect();
     let doc = include_str!("../../docs/observability.md");
     let documented: std::collections::BTreeSet<String> = doc
@@ -447,4 +467,88 @@ async fn the_documented_metrics_are_the_exposed_ones() {
         })
         .collect();
     assert_eq!(documented, exposed);
+}
+
+/// `/metrics` answers Prometheus text 0.0.4 unless asked for OpenMetrics; `promtool` takes the
+/// first, and prometheus_client's parser for each form reads the same series from both.
+#[tokio::test]
+async fn both_forms_pass_their_reference_parsers() {
+    let Some(py) = std::env::var("SWITCHYARD_PY")
+        .ok()
+        .filter(|p| !p.is_empty())
+    else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "SWITCHYARD_PY is needed under CI"
+        );
+        eprintln!("skipped: SWITCHYARD_PY (with prometheus_client) is needed");
+        return;
+    };
+    let (_mocks, gw) = traffic_gateway("").await;
+    drive(&gw).await;
+    let get = async |accept: Option<&str>| {
+        let mut rb = client().get(format!("{}/metrics", gw.url));
+        if let Some(a) = accept {
+            rb = rb.header("accept", a);
+        }
+        let r = rb.send().await.unwrap();
+        let kind = header(&r, "content-type").to_string();
+        (kind, r.text().await.unwrap())
+    };
+    let (kind, classic) = get(None).await;
+    assert_eq!(kind, "text/plain; version=0.0.4; charset=utf-8");
+    // Prometheus's own scrape header asks for OpenMetrics first.
+    let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+    let (kind, om) = get(Some(prometheus)).await;
+    assert_eq!(
+        kind,
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
+    assert!(om.ends_with("# EOF\n") && !classic.contains("# EOF"));
+    let dir = tempfile::tempdir().unwrap();
+    let (c, o) = (dir.path().join("classic.txt"), dir.path().join("om.txt"));
+    std::fs::write(&c, &classic).unwrap();
+    std::fs::write(&o, &om).unwrap();
+    let promtool = std::env::var("SWITCHYARD_PROMETHEUS")
+        .ok()
+        .map(|p| std::path::Path::new(&p).with_file_name("promtool"))
+        .filter(|p| p.exists())
+        .unwrap_or_else(|| "promtool".into());
+    let out = std::process::Command::new(&promtool)
+        .args(["check", "metrics"])
+        .stdin(std::fs::File::open(&c).unwrap())
+        .output()
+        .expect("promtool runs");
+    let said =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "promtool: {said}");
+    // Each form through its own parser: the same families, the same request count.
+    let script = r#"
+import sys
+from prometheus_client.parser import text_string_to_metric_families as classic
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as om
+def read(parse, path):
+    out = {}
+    for f in parse(open(path).read()):
+        for s in f.samples:
+            if s.name == "switchyard_requests_total":
+                out[tuple(sorted(s.labels.items()))] = s.value
+                # An info is a gauge named `…_info` in 0.0.4, an info named without it in OpenMetrics.
+        out[("family", f.name.removesuffix("_info"))] = 1
+    return out
+a, b = read(classic, sys.argv[1]), read(om, sys.argv[2])
+assert a == b, (sorted(set(a) ^ set(b)), )
+assert any(k[0] != "family" for k in a), "no request counted"
+print("families", sum(1 for k in a if k[0] == "family"))
+"#;
+    let out = std::process::Command::new(&py)
+        .args(["-c", script])
+        .arg(&c)
+        .arg(&o)
+        .output()
+        .expect("python runs");
+    let said =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("families"), "{said}");
 }

@@ -1,12 +1,16 @@
 //! The soak: two replicas (`switchyard serve` processes) sharing a Redis of the test's own and a
 //! PostgreSQL store, a round-robin client over all four client protocols (streams and not,
-//! sessions on a third), and a primary upstream that faults 20 % of its answers in mixed ways
-//! (500, 429 with Retry-After, reset, hang) before commit. Meanwhile one replica is killed
-//! with SIGKILL and restarted, Redis is restarted and the config reloaded twice. Counted: client
-//! failures outside the killed replica's in-flight requests (0), streams that do not end
-//! cleanly (0), bindings made before the kill and not honoured after it (0), answered requests
-//! without exactly one log row and its ledger rows (0: the killed replica's queued rows come
-//! back from its journal), and the surviving replica's memory growth.
+//! sessions on a third), and a primary upstream that faults 20 % of its answers in mixed ways:
+//! before the commit point (500, 429 with Retry-After, reset, hang) and after it (a stream cut
+//! mid-way, a stall past the idle timeout after the first token, a 200 whose body or event is
+//! not JSON), besides slow first tokens that still arrive in time. Meanwhile one replica is
+//! killed with SIGKILL and restarted, Redis is restarted and the config reloaded twice.
+//! Counted: client failures outside the killed replica's in-flight requests and the streams a
+//! post-commit fault struck (0); of those streams, any that ends cleanly or without its
+//! protocol's error frame, or whose log row does not say `stream_*` (0); slow first tokens
+//! failed over (0); bindings made before the kill and not honoured after it (0); acknowledged
+//! requests without exactly one log row and its ledger rows (0: the killed replica's queued rows
+//! come back from its journal); and the surviving replica's memory growth.
 //! CI sends 5,000 requests; `scripts/soak.sh` 100,000.
 
 use std::collections::{HashMap, HashSet};
@@ -14,35 +18,58 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use switchyard::provider::mock::{Fault, MockSpec};
+use switchyard::provider::mock::{Fault, MockServer, MockSpec};
 
 use crate::support::*;
 
 const PRIMARY: &str = "alpha beta gamma delta";
 const BACKUP: &str = "one two three four";
 
-/// 20 % of the primary's answers faulted, seeded: all before commit, so each one a failover
-/// could hide.
+/// 20 % of the primary's answers faulted, seeded, and 2.5 % slow to their first token. Each
+/// fault strikes before the commit point (a failover hides it) unless it is one of the three
+/// that a stream meets after its first token.
 fn faulty_script(n: usize) -> Vec<Fault> {
     let mut rng = fastrand::Rng::with_seed(22);
     (0..n)
-        .map(|_| match rng.u8(0..40) {
+        .map(|_| match rng.u16(0..400) {
             // 500: 7.5 %.
-            0..=2 => status(500),
-            // 429 with Retry-After: 2.5 % (each one cools the channel for a second).
-            3 => Fault {
+            0..30 => status(500),
+            // 429 with Retry-After: 0.25 % (each one keeps the primary aside for a second, and
+            // so from a second's requests: more would leave few to meet the other faults).
+            30 => Fault {
                 status: Some(429),
                 retry_after_seconds: Some(1),
                 ..Fault::default()
             },
-            // A reset before any byte: 5 %.
-            4 | 5 => Fault {
+            // A reset before any byte: 2.5 %.
+            31..41 => Fault {
                 cut_after: Some(0),
                 ..Fault::default()
             },
-            // A hang past the first-token timeout: 5 %.
-            6 | 7 => Fault {
+            // A hang past the first-token timeout: 2.5 %.
+            41..51 => Fault {
                 hang: true,
+                ..Fault::default()
+            },
+            // After commit when streamed: cut after two content chunks, 2.5 %; silent after
+            // one, past the idle timeout, 2.5 %; one chunk then an event that is not JSON (a
+            // whole body that is not JSON when not streamed), 2.5 %.
+            51..61 => Fault {
+                cut_after: Some(2),
+                ..Fault::default()
+            },
+            61..71 => Fault {
+                stall_after: Some(1),
+                ..Fault::default()
+            },
+            71..81 => Fault {
+                malformed: true,
+                ..Fault::default()
+            },
+            // Slow, but well inside the 1 s first-token timeout (a busy machine adds delays of
+            // its own): 2.5 %, never failed over.
+            81..91 => Fault {
+                slow_first_token_ms: Some(150),
                 ..Fault::default()
             },
             _ => Fault {
@@ -53,10 +80,52 @@ fn faulty_script(n: usize) -> Vec<Fault> {
         .collect()
 }
 
+/// What one of the primary's answers was to the request that met it.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Met {
+    Fine,
+    Slow,
+    BeforeCommit,
+    AfterCommit,
+}
+
+fn met(f: &Fault, streamed: bool) -> Met {
+    let mid_stream = f.cut_after.is_some_and(|k| k > 0) || f.stall_after.is_some() || f.malformed;
+    if f.ok {
+        Met::Fine
+    } else if f.slow_first_token_ms.is_some() {
+        Met::Slow
+    } else if mid_stream && streamed {
+        Met::AfterCommit
+    } else {
+        Met::BeforeCommit
+    }
+}
+
+/// What each request met at the primary, by request: the primary's calls carry the request's
+/// number in its question, and each call's place in the script is the fault it met.
+fn met_by_request(primary: &MockServer, script: &[Fault]) -> HashMap<usize, Vec<Met>> {
+    let mut by: HashMap<usize, Vec<Met>> = HashMap::new();
+    for r in primary.received() {
+        let text = r.body.to_string();
+        let Some(i) = text
+            .split("question ")
+            .nth(1)
+            .and_then(|t| t.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|d| d.parse::<usize>().ok())
+        else {
+            continue;
+        };
+        let f = &script[r.call as usize];
+        by.entry(i).or_default().push(met(f, streamed(i)));
+    }
+    by
+}
+
 fn config(dir: &std::path::Path, pg: &str, redis: &str, primary: &str, backup: &str) -> String {
     format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nadmin_token = \"{ADMIN}\"\n\
-         stream_idle_timeout_ms = 5000\n\n\
+         stream_idle_timeout_ms = 1000\n\n\
          [log]\nsqlite_path = \"{}\"\n\n\
          [store]\nurl = \"{pg}\"\nmaster_key = \"{}\"\n\n\
          [state]\nurl = \"{redis}\"\nprefix = \"soak\"\n\n\
@@ -69,7 +138,7 @@ fn config(dir: &std::path::Path, pg: &str, redis: &str, primary: &str, backup: &
             &["m"],
             // The breaker off: every request meets the primary's faults, none is spared by
             // an open circuit.
-            "priority = 1\nfirst_token_timeout_ms = 300\ntimeout_ms = 2000\n\
+            "priority = 1\nfirst_token_timeout_ms = 1000\ntimeout_ms = 2000\n\
              circuit_breaker = { enabled = false }"
         ),
         models_channel("backup", backup, &["m"], "priority = 2"),
@@ -84,7 +153,10 @@ fn streamed(i: usize) -> bool {
 /// One client request: its protocol by `i % 4`, streamed or not, in a session on every third.
 fn request(http: &reqwest::Client, base: &str, i: usize) -> reqwest::RequestBuilder {
     let stream = streamed(i);
-    let msgs = json!([{"role": "user", "content": format!("question {i}")}]);
+    // Each protocol's question carries `i`: the primary's record says what request met which
+    // of its faults.
+    let q = format!("question {i}");
+    let msgs = json!([{"role": "user", "content": q}]);
     let rb = match i % 4 {
         0 => http
             .post(format!("{base}/v1/chat/completions"))
@@ -100,11 +172,11 @@ fn request(http: &reqwest::Client, base: &str, i: usize) -> reqwest::RequestBuil
                 "generateContent"
             };
             http.post(format!("{base}/v1beta/models/m:{action}"))
-                .json(&json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}))
+                .json(&json!({"contents": [{"role": "user", "parts": [{"text": q}]}]}))
         }
         _ => http
             .post(format!("{base}/v1/responses"))
-            .json(&json!({"model": "m", "stream": stream, "input": "hi", "store": false})),
+            .json(&json!({"model": "m", "stream": stream, "input": q, "store": false})),
     };
     let rb = rb.bearer_auth(KEY).header("x-goog-api-key", KEY);
     if i.is_multiple_of(3) {
@@ -114,18 +186,16 @@ fn request(http: &reqwest::Client, base: &str, i: usize) -> reqwest::RequestBuil
     }
 }
 
-/// A streamed answer ended as its protocol ends a complete one, with no error event.
-fn ended_cleanly(i: usize, body: &str) -> bool {
-    let done = match i % 4 {
-        0 => body.contains("data: [DONE]"),
-        1 => body.contains("event: message_stop"),
-        2 => body.contains("\"finishReason\""),
-        _ => body.contains("event: response.completed"),
+/// How a streamed answer ended: as its protocol ends a complete one, and with its protocol's
+/// error frame (a post-commit fault must give the second and never the first).
+fn stream_end(i: usize, body: &str) -> (bool, bool) {
+    let (done, error) = match i % 4 {
+        0 => ("data: [DONE]", "data: {\"error\":{"),
+        1 => ("event: message_stop", "event: error"),
+        2 => ("\"finishReason\"", "data: {\"error\":{"),
+        _ => ("event: response.completed", "event: response.failed"),
     };
-    let failed = body.contains("\"error\":{")
-        || body.contains("event: error")
-        || body.contains("response.failed");
-    done && !failed
+    (body.contains(done), body.contains(error))
 }
 
 /// What one request came to.
@@ -133,7 +203,11 @@ struct Outcome {
     i: usize,
     replica: usize,
     status: Option<u16>,
+    /// Ended as a complete answer ends (not streamed: read whole), with no error frame, from
+    /// one upstream.
     clean: bool,
+    /// Streamed, and ended with its protocol's error frame and no clean end.
+    broke_right: bool,
     request_id: String,
     channel: String,
     affinity: String,
@@ -279,12 +353,14 @@ async fn two_replicas_under_faults_kills_and_restarts_lose_nothing() {
                         let body = resp.text().await.unwrap_or_default();
                         let one_upstream = !(streamed(i) && i % 4 == 0)
                             || [PRIMARY, BACKUP].contains(&sse_text(&body).as_str());
-                        let clean = (!streamed(i) || ended_cleanly(i, &body)) && one_upstream;
+                        let (done, error) = stream_end(i, &body);
+                        let clean = (!streamed(i) || (done && !error)) && one_upstream;
                         Outcome {
                             i,
                             replica,
                             status: Some(status),
                             clean,
+                            broke_right: streamed(i) && error && !done,
                             request_id,
                             channel,
                             affinity,
@@ -295,6 +371,7 @@ async fn two_replicas_under_faults_kills_and_restarts_lose_nothing() {
                         replica,
                         status: None,
                         clean: false,
+                        broke_right: false,
                         request_id: String::new(),
                         channel: String::new(),
                         affinity: String::new(),
@@ -312,13 +389,9 @@ async fn two_replicas_under_faults_kills_and_restarts_lose_nothing() {
     let end_rss = rss_kib(pid_a);
     drop(redis);
 
-    // Failures: anything but a clean 200, outside what was in flight on the killed replica.
-    let failed: Vec<(usize, Option<u16>)> = outcomes
-        .iter()
-        .filter(|o| o.status != Some(200) || !o.clean)
-        .filter(|o| !lost_on_kill.contains(&o.i))
-        .map(|o| (o.i, o.status))
-        .collect();
+    let script = faulty_script(2 * n);
+    let met = met_by_request(&primary, &script);
+    let v = judge(&outcomes, &lost_on_kill, &met);
     // Bindings: a session's channel before the kill is the one that serves it after the
     // restart, until Redis is restarted (which forgets them: it keeps nothing on disk).
     let kill = killed_at.unwrap_or(0);
@@ -336,40 +409,12 @@ async fn two_replicas_under_faults_kills_and_restarts_lose_nothing() {
         .filter(|o| bound.contains_key(&(o.i % 60)))
         .map(|o| o.i)
         .collect();
-    // Every answered request has its log row and at least one ledger row, in PostgreSQL.
-    // Answered: in full. A stream in flight on the killed replica had its 200 and then lost
-    // its end with the process, and its row, which is made as the stream ends.
-    let answered = |o: &&Outcome| o.status == Some(200) && o.clean;
-    let ids: Vec<String> = outcomes
+    let rows = logged_rows(&pg.url, &v.acknowledged).await;
+    // (request, replica, protocol, streamed) of each acknowledged request without its row.
+    let missing: Vec<(usize, usize, usize, bool)> = v
+        .acknowledged
         .iter()
-        .filter(answered)
-        .filter(|o| !o.request_id.is_empty())
-        .map(|o| o.request_id.clone())
-        .collect();
-    // One row per request: no two requests, on either replica, share an id.
-    let distinct: HashSet<&String> = ids.iter().collect();
-    assert_eq!(distinct.len(), ids.len(), "request ids given twice");
-    let pool = sqlx::postgres::PgPool::connect(&pg.url).await.expect("pg");
-    // Rows are written in batches every 50 ms; those the killed replica had queued come back
-    // from its journal (written by the other replica, or by itself once restarted).
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let found: Vec<String> = loop {
-        let found: Vec<String> = sqlx::query_scalar("SELECT id FROM requests WHERE id = ANY($1)")
-            .bind(&ids)
-            .fetch_all(&pool)
-            .await
-            .expect("log query");
-        if found.len() == ids.len() || Instant::now() > deadline {
-            break found;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let found: HashSet<&str> = found.iter().map(String::as_str).collect();
-    // (request, replica, protocol, streamed) of each answered request without its row.
-    let missing: Vec<(usize, usize, usize, bool)> = outcomes
-        .iter()
-        .filter(answered)
-        .filter(|o| !found.contains(o.request_id.as_str()))
+        .filter(|o| !rows.outcomes.contains_key(o.request_id.as_str()))
         .map(|o| (o.i, o.replica, o.i % 4, streamed(o.i)))
         .collect();
     if !missing.is_empty() {
@@ -378,7 +423,195 @@ async fn two_replicas_under_faults_kills_and_restarts_lose_nothing() {
             eprintln!("replica {r} said:\n{}", log.unwrap_or_default());
         }
     }
-    let logged: Vec<String> = found.iter().map(|s| s.to_string()).collect();
+    // The log row says which: `stream_*` for a stream a fault struck after commit, and only
+    // for those.
+    let misread: Vec<(usize, String)> = v
+        .acknowledged
+        .iter()
+        .filter_map(|o| {
+            let outcome = rows.outcomes.get(o.request_id.as_str())?;
+            let struck = v.struck.contains(&o.i);
+            (outcome.starts_with("stream_") != struck).then(|| (o.i, outcome.clone()))
+        })
+        .collect();
+
+    let growth = end_rss as f64 / warm_rss.max(1) as f64;
+    // The faults the primary's answers carried (its script, in the order it was called).
+    let injected = script
+        .iter()
+        .take(primary.requests() as usize)
+        .filter(|f| !f.ok && f.slow_first_token_ms.is_none())
+        .count();
+    eprintln!(
+        "soak: {n} requests in {:.1} s | primary {} calls ({injected} faulted), backup {} | \
+         requests meeting a fault {} ({:.1} %): after commit {}, slow first token {} | \
+         lost on the killed replica {} | failures {} | struck streams ended wrong {} | \
+         slow failed over {} | bindings broken {} | acknowledged without a log row {} | \
+         log row misread {} | without ledger rows {} | replica A RSS {} -> {} KiB ({:.2}x)",
+        started.elapsed().as_secs_f64(),
+        primary.requests(),
+        backup.requests(),
+        v.faulted,
+        100.0 * v.faulted as f64 / n as f64,
+        v.struck.len(),
+        v.slow,
+        lost_on_kill.len(),
+        v.failed.len(),
+        v.ended_wrong.len(),
+        v.slow_failed_over.len(),
+        broken.len(),
+        missing.len(),
+        misread.len(),
+        rows.unledgered,
+        warm_rss,
+        end_rss,
+        growth
+    );
+    assert!(
+        v.failed.is_empty(),
+        "client-visible failures: {:?}",
+        v.failed
+    );
+    assert!(
+        v.ended_wrong.is_empty(),
+        "streams struck after commit that ended cleanly or without the error frame: {:?}",
+        v.ended_wrong
+    );
+    assert!(
+        v.slow_failed_over.is_empty(),
+        "slow first tokens failed over: {:?}",
+        v.slow_failed_over
+    );
+    assert!(
+        broken.is_empty(),
+        "bindings not honoured after the kill: {broken:?}"
+    );
+    assert!(
+        missing.is_empty(),
+        "acknowledged without a log row: {missing:?}"
+    );
+    assert!(misread.is_empty(), "log rows misread: {misread:?}");
+    assert_eq!(rows.unledgered, 0, "answered requests without ledger rows");
+    // The faults were met, at 5 % of requests or more, some of them after commit.
+    assert!(
+        v.faulted * 20 >= n,
+        "only {} of {n} requests met a fault",
+        v.faulted
+    );
+    assert!(
+        v.struck.len() * 200 >= n,
+        "only {} streams struck after commit",
+        v.struck.len()
+    );
+    assert!(v.slow * 400 >= n, "only {} slow first tokens", v.slow);
+    assert!(
+        growth <= 1.10,
+        "replica A grew {growth:.2}x from warm-up to the end"
+    );
+}
+
+/// The requests judged against what each met at the primary.
+struct Verdict<'a> {
+    /// Anything but a clean 200, outside what was in flight on the killed replica and the
+    /// streams a fault struck after commit: (request, status).
+    failed: Vec<(usize, Option<u16>)>,
+    /// Streams a fault struck after commit (outside the killed replica's).
+    struck: HashSet<usize>,
+    /// Of those, any that ended cleanly or without its protocol's error frame.
+    ended_wrong: Vec<usize>,
+    /// Requests whose primary answer was slow, and of them, any not answered by it.
+    slow: usize,
+    slow_failed_over: Vec<usize>,
+    /// Requests that met a fault at the primary.
+    faulted: usize,
+    /// What the client was answered, whole or ended by a fault after commit: each must have
+    /// its log row.
+    acknowledged: Vec<&'a Outcome>,
+}
+
+fn judge<'a>(
+    outcomes: &'a [Outcome],
+    lost: &HashSet<usize>,
+    met: &HashMap<usize, Vec<Met>>,
+) -> Verdict<'a> {
+    let met_any = |i: usize, m: Met| met.get(&i).is_some_and(|all| all.contains(&m));
+    let kept: Vec<&Outcome> = outcomes.iter().filter(|o| !lost.contains(&o.i)).collect();
+    let struck: HashSet<usize> = kept
+        .iter()
+        .filter(|o| met_any(o.i, Met::AfterCommit))
+        .map(|o| o.i)
+        .collect();
+    let failed = kept
+        .iter()
+        .filter(|o| !struck.contains(&o.i))
+        .filter(|o| o.status != Some(200) || !o.clean)
+        .map(|o| (o.i, o.status))
+        .collect();
+    let ended_wrong = kept
+        .iter()
+        .filter(|o| struck.contains(&o.i))
+        .filter(|o| o.status != Some(200) || !o.broke_right)
+        .map(|o| o.i)
+        .collect();
+    let slow: Vec<&&Outcome> = kept.iter().filter(|o| met_any(o.i, Met::Slow)).collect();
+    let slow_failed_over = slow
+        .iter()
+        .filter(|o| o.channel != "primary")
+        .map(|o| o.i)
+        .collect();
+    let faulted = met
+        .values()
+        .filter(|m| {
+            m.iter()
+                .any(|x| matches!(x, Met::BeforeCommit | Met::AfterCommit))
+        })
+        .count();
+    let acknowledged = kept
+        .iter()
+        .filter(|o| o.status == Some(200) && !o.request_id.is_empty())
+        .filter(|o| o.clean || (struck.contains(&o.i) && o.broke_right))
+        .copied()
+        .collect();
+    Verdict {
+        failed,
+        struck,
+        ended_wrong,
+        slow: slow.len(),
+        slow_failed_over,
+        faulted,
+        acknowledged,
+    }
+}
+
+/// The log rows of `acknowledged` in PostgreSQL (request id to outcome), waited for, and how
+/// many of them have no ledger row.
+struct Rows {
+    outcomes: HashMap<String, String>,
+    unledgered: i64,
+}
+
+async fn logged_rows(pg: &str, acknowledged: &[&Outcome]) -> Rows {
+    let ids: Vec<String> = acknowledged.iter().map(|o| o.request_id.clone()).collect();
+    // One row per request: no two requests, on either replica, share an id.
+    let distinct: HashSet<&String> = ids.iter().collect();
+    assert_eq!(distinct.len(), ids.len(), "request ids given twice");
+    let pool = sqlx::postgres::PgPool::connect(pg).await.expect("pg");
+    // Rows are written in batches every 50 ms; those the killed replica had queued come back
+    // from its journal (written by the other replica, or by itself once restarted).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let found: Vec<(String, String)> = loop {
+        let found: Vec<(String, String)> =
+            sqlx::query_as("SELECT id, outcome FROM requests WHERE id = ANY($1)")
+                .bind(&ids)
+                .fetch_all(&pool)
+                .await
+                .expect("log query");
+        if found.len() == ids.len() || Instant::now() > deadline {
+            break found;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let logged: Vec<String> = found.iter().map(|(id, _)| id.clone()).collect();
     let unledgered: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM unnest($1::text[]) AS r(id) \
          WHERE NOT EXISTS (SELECT 1 FROM ledger l WHERE l.request_id = r.id)",
@@ -388,44 +621,8 @@ async fn two_replicas_under_faults_kills_and_restarts_lose_nothing() {
     .await
     .expect("ledger query");
     pool.close().await;
-
-    let growth = end_rss as f64 / warm_rss.max(1) as f64;
-    // The faults the primary's answers carried (its script, in the order it was called).
-    let injected = faulty_script(2 * n)
-        .iter()
-        .take(primary.requests() as usize)
-        .filter(|f| !f.ok)
-        .count();
-    eprintln!(
-        "soak: {n} requests in {:.1} s | primary {} calls ({injected} faulted), backup {} | lost on the killed replica {} | \
-         failures {} | unclean streams counted in failures | bindings broken {} | answered without a log row {} | \
-         without ledger rows {} | replica A RSS {} -> {} KiB ({:.2}x)",
-        started.elapsed().as_secs_f64(),
-        primary.requests(),
-        backup.requests(),
-        lost_on_kill.len(),
-        failed.len(),
-        broken.len(),
-        missing.len(),
+    Rows {
+        outcomes: found.into_iter().collect(),
         unledgered,
-        warm_rss,
-        end_rss,
-        growth
-    );
-    assert!(failed.is_empty(), "client-visible failures: {failed:?}");
-    assert!(
-        broken.is_empty(),
-        "bindings not honoured after the kill: {broken:?}"
-    );
-    assert!(
-        missing.is_empty(),
-        "answered without a log row: {missing:?}"
-    );
-    assert_eq!(unledgered, 0, "answered requests without ledger rows");
-    // The faults were met: a 429's cooldown keeps the primary aside for a second each time.
-    assert!(injected >= 20, "only {injected} faults injected");
-    assert!(
-        growth <= 1.10,
-        "replica A grew {growth:.2}x from warm-up to the end"
-    );
+    }
 }

@@ -226,3 +226,103 @@ async fn answers_without_usage_and_embeddings_are_charged_too() {
     let v: Value = resp.json().await.unwrap();
     assert_eq!(cost, 10 * n(&v, "/usage/prompt_tokens"));
 }
+
+/// A streamed request of client protocol `proto` for model `m`.
+fn stream_request(gw: &Gateway, proto: &str) -> reqwest::RequestBuilder {
+    let msgs = serde_json::json!([{"role": "user", "content": "what does it cost"}]);
+    let (path, body) = match proto {
+        "openai" => (
+            "/v1/chat/completions".to_string(),
+            serde_json::json!({"model": "m", "stream": true, "messages": msgs,
+                "stream_options": {"include_usage": true}}),
+        ),
+        "anthropic" => (
+            "/v1/messages".into(),
+            serde_json::json!({"model": "m", "max_tokens": 64, "stream": true, "messages": msgs}),
+        ),
+        "gemini" => (
+            "/v1beta/models/m:streamGenerateContent?alt=sse".into(),
+            serde_json::json!({"contents": [{"role": "user", "parts": [{"text": "what does it cost"}]}]}),
+        ),
+        _ => (
+            "/v1/responses".into(),
+            serde_json::json!({"model": "m", "stream": true, "input": "what does it cost", "store": false}),
+        ),
+    };
+    client()
+        .post(format!("{}{path}", gw.url))
+        .bearer_auth(KEY)
+        .header("x-goog-api-key", KEY)
+        .json(&body)
+}
+
+/// (event name, data) of each event of an SSE body.
+fn events(body: &str) -> Vec<(String, Value)> {
+    body.split("\n\n")
+        .filter_map(|ev| {
+            let name = ev.lines().find_map(|l| l.strip_prefix("event: "));
+            let data = ev.lines().find_map(|l| l.strip_prefix("data: "))?;
+            Some((
+                name.unwrap_or("").to_string(),
+                serde_json::from_str(data).ok()?,
+            ))
+        })
+        .collect()
+}
+
+/// Where each client protocol's stream carries its cost: beside the usage of the event that
+/// ends it (Chat's usage chunk, Anthropic's `message_delta`, Gemini's last chunk, Responses'
+/// `response.completed` response). The event, and the cost.
+fn cost_in(proto: &str, evs: &[(String, Value)]) -> Option<(Value, u64)> {
+    let (ev, path) = match proto {
+        "openai" => (
+            evs.iter().rev().find(|(_, v)| v["usage"].is_object())?,
+            "/switchyard/cost_micros",
+        ),
+        "anthropic" => (
+            evs.iter().find(|(n, _)| n == "message_delta")?,
+            "/switchyard/cost_micros",
+        ),
+        "gemini" => (evs.last()?, "/switchyard/cost_micros"),
+        _ => (
+            evs.iter().find(|(n, _)| n == "response.completed")?,
+            "/response/switchyard/cost_micros",
+        ),
+    };
+    Some((ev.1.clone(), ev.1.pointer(path)?.as_u64()?))
+}
+
+#[tokio::test]
+async fn every_client_protocols_stream_carries_its_cost_beside_the_final_usage() {
+    let up = mock(text_spec("four chunks of text")).await;
+    let root = up.base_url().trim_end_matches("/v1").to_string();
+    // Each client protocol from an OpenAI channel (translated) and from a channel of its own
+    // protocol (the upstream's events as they came).
+    for proto in ["openai", "anthropic", "gemini", "responses"] {
+        for upstream in ["openai", proto] {
+            let (provider, base, more) = match upstream {
+                "gemini" => ("gemini", format!("{root}/v1beta"), ""),
+                "responses" => ("openai", up.base_url(), "responses = true\n"),
+                other => (other, up.base_url(), ""),
+            };
+            let gw = gateway(&format!(
+                "[[channels]]\nname = \"up\"\nprovider = \"{provider}\"\nbase_url = \"{base}\"\n\
+                 api_keys = [\"{UPSTREAM_KEY}\"]\nmodels = [\"m\"]\n{more}{DEAR}\n\n"
+            ))
+            .await;
+            let resp = stream_request(&gw, proto).send().await.unwrap();
+            assert_eq!(resp.status(), 200, "{proto} from {upstream}");
+            let id = header(&resp, "x-request-id").to_string();
+            let body = resp.text().await.unwrap();
+            let evs = events(&body);
+            let (ev, cost) = cost_in(proto, &evs)
+                .unwrap_or_else(|| panic!("{proto} from {upstream}: no cost in\n{body}"));
+            let u = usage_of(&gw, &id).await;
+            assert!(cost > 0, "{proto} from {upstream}: {ev}");
+            assert_eq!(n(&u, "/cost_micros"), cost, "{proto} from {upstream}: {ev}");
+            if proto == "gemini" {
+                assert!(ev["usageMetadata"].is_object(), "{ev}");
+            }
+        }
+    }
+}

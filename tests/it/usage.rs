@@ -127,3 +127,37 @@ async fn a_streamed_usage_chunk_is_complete_for_an_openai_client() {
         assert_complete("openai", &usage);
     }
 }
+
+/// A request's charge is readable within a second of its answer, with no flush forced: the
+/// log writer's tick, not a test hook, puts it there.
+#[tokio::test]
+async fn a_charge_is_readable_within_a_second_of_the_answer() {
+    let up = mock(text_spec("priced words")).await;
+    let gw = gateway_full(
+        "",
+        "",
+        &openai_channel("a", &up.base_url(), 1, "price = { input = 1, output = 1 }"),
+    )
+    .await;
+    let resp = gw.chat(chat_body(false)).await;
+    assert_eq!(resp.status(), 200);
+    let id = header(&resp, "x-request-id").to_string();
+    let answered = std::time::Instant::now();
+    let url = format!("{}/admin/usage/requests/{id}", gw.url);
+    until(
+        "the charge is readable",
+        std::time::Duration::from_secs(1),
+        async || {
+            client()
+                .get(&url)
+                .bearer_auth(ADMIN)
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200)
+        },
+    )
+    .await;
+    assert!(answered.elapsed() < std::time::Duration::from_secs(1));
+    let v = get_json(&url, Some(ADMIN)).await;
+    assert!(v["cost_micros"].as_u64().unwrap_or(0) > 0, "{v}");
+}

@@ -8,6 +8,7 @@ mod assets;
 mod forms;
 mod pages;
 mod parts;
+mod sso;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
@@ -35,6 +36,8 @@ pub fn routes() -> Router<AdminState> {
         .route("/console/sign-in", post(sign_in))
         .route("/console/sign-out", post(sign_out))
         .route("/console/activity", post(activity))
+        .route("/console/sso/login", get(sso::login))
+        .route("/console/sso/callback", get(sso::callback))
         .route("/console/assets/{file}", get(assets::serve))
         .route("/console/{page}", get(page))
 }
@@ -71,7 +74,7 @@ fn guarded(status: StatusCode, body: String) -> Response {
 
 /// The sign-in form again, saying why.
 fn refused(status: StatusCode, why: &str) -> Response {
-    guarded(status, pages::sign_in(Some(why)).into_string())
+    guarded(status, pages::sign_in(Some(why), false).into_string())
 }
 
 fn redirect(to: &'static str) -> Response {
@@ -90,9 +93,9 @@ fn with_cookie(mut r: Response, cookie: &str) -> Response {
 
 /// The session the request carries, if any, opened against `snap` (the snapshot the handler
 /// reads the admin from: its index is into that snapshot's admins).
-fn current(ops: &AdminState, snap: &Snapshot, headers: &HeaderMap) -> Option<Session> {
+async fn current(ops: &AdminState, snap: &Snapshot, headers: &HeaderMap) -> Option<Session> {
     let value = session::cookie(headers)?;
-    session::open(snap, value, now_s(), &ops.signed_out)
+    ops.session(snap, value, now_s()).await
 }
 
 /// Without an admin configured there is no console, as there is no admin API.
@@ -102,9 +105,12 @@ async fn home(State(ops): State<AdminState>, headers: HeaderMap) -> Response {
     if snap.server.admins.is_empty() {
         return ApiError::NotFound("/console".into()).into_response();
     }
-    match current(&ops, &snap, &headers) {
+    match current(&ops, &snap, &headers).await {
         Some(_) => redirect("/console/channels"),
-        None => guarded(StatusCode::OK, pages::sign_in(None).into_string()),
+        None => {
+            let sso = snap.server.sso.is_some();
+            guarded(StatusCode::OK, pages::sign_in(None, sso).into_string())
+        }
     }
 }
 
@@ -139,7 +145,7 @@ async fn sign_in(
             return refused(StatusCode::UNAUTHORIZED, m);
         }
     };
-    let Some(value) = session::issue(admin, now_s()) else {
+    let Some(value) = session::issue(admin, None, now_s()) else {
         return refused(
             StatusCode::SERVICE_UNAVAILABLE,
             "No randomness for a session; try again.",
@@ -167,15 +173,26 @@ async fn sign_out(
     let state = &ops.app;
     let snap = state.live.load();
     let secure = session::secure(&snap, &headers, peer(conn));
-    if let (Some(s), Ok(Form(f))) = (current(&ops, &snap, &headers), form) {
+    let mut to = None;
+    if let (Some(s), Ok(Form(f))) = (current(&ops, &snap, &headers).await, form) {
         // A sign-out is a write: it needs the session's CSRF token like any other.
         if !s.csrf_matches(&f.csrf) {
             let m = "Sign-out refused: stale page; reload and try again.";
             return refused(StatusCode::FORBIDDEN, m);
         }
-        ops.signed_out.add(&s);
+        session::revoke(&ops.app.state, &ops.signed_out, &s).await;
+        // Signed in through SSO: signed out at the provider too, when it offers it.
+        if let (Some(_), Some(sso)) = (&s.person, &snap.server.sso) {
+            to = sso::provider_logout(&ops, sso).await;
+        }
     }
-    with_cookie(redirect("/console"), &session::set_cookie("", 0, secure))
+    // On to the provider by a page, not a redirect: the form's own answer may only lead back
+    // here (the CSP's `form-action 'self'` holds for redirects too).
+    let r = match to {
+        Some(to) => guarded(StatusCode::OK, sso::onward("Signed out", &to).into_string()),
+        None => redirect("/console"),
+    };
+    with_cookie(r, &session::set_cookie("", 0, secure))
 }
 
 /// A page for a signed-in admin, its session's cookie re-signed when due (using the console
@@ -191,7 +208,7 @@ async fn page(
     if snap.server.admins.is_empty() {
         return ApiError::NotFound(format!("/console/{slug}")).into_response();
     }
-    let Some(s) = current(&ops, &snap, &headers) else {
+    let Some(s) = current(&ops, &snap, &headers).await else {
         return redirect("/console");
     };
     let Some(admin) = snap.server.admins.get(s.admin) else {
@@ -199,7 +216,7 @@ async fn page(
     };
     let csrf = s.csrf();
     let who = pages::Viewer {
-        name: &admin.name,
+        name: s.person.as_deref().unwrap_or(&admin.name),
         admin: admin.role == Role::Admin,
         csrf: &csrf,
     };
@@ -242,7 +259,7 @@ async fn activity(
 ) -> Response {
     let state = &ops.app;
     let snap = state.live.load();
-    let Some(s) = current(&ops, &snap, &headers) else {
+    let Some(s) = current(&ops, &snap, &headers).await else {
         return StatusCode::UNAUTHORIZED.into_response();
     };
     resigned(

@@ -96,12 +96,14 @@ fn lone(title: &str, body: Markup) -> Markup {
 }
 
 /// The sign-in page: one secret field, `type=password`.
-pub fn sign_in(message: Option<&str>) -> Markup {
+/// The sign-in page; with `sso`, a link to sign in through the identity provider first.
+pub fn sign_in(message: Option<&str>, sso: bool) -> Markup {
     lone(
         "Sign in",
         html! {
             p.lede { "Switchyard console. Use an admin or viewer token from " code { "[[admins]]" } "." }
             @if let Some(m) = message { p.error role="alert" { (m) } }
+            @if sso { p { a.button #sso href="/console/sso/login" { "Sign in with single sign-on" } } }
             form method="post" action="/console/sign-in" {
                 label for="token" { "Token" }
                 input id="token" name="token" type="password" autocomplete="current-password" required autofocus;
@@ -250,8 +252,14 @@ fn usage() -> Markup {
                     option value="day" selected { "Day" }
                     option value="key" { "Key" }
                     option value="model" { "Model" }
-                    option value="channel" { "Channel" }
+                                        option value="channel" { "Channel" }
+                    option value="team" { "Team" }
+                    option value="user" { "End user" }
                 }
+            }
+            div.field {
+                label for="u-team" { "Team" }
+                select id="u-team" name="team" { option value="" selected { "Every team" } }
             }
             (field("u-from", "From", "date", ""))
             (field("u-to", "To", "date", ""))

@@ -18,6 +18,7 @@ pub fn compile(
     list: &[KeyConfig],
     source: &Source,
     mcp: &crate::config::mcp::McpSettings,
+    teams: &crate::config::teams::Teams,
 ) -> Result<Vec<GatewayKey>, FieldError> {
     let mut names = HashSet::new();
     let mut values = HashSet::new();
@@ -72,11 +73,22 @@ pub fn compile(
             channel: false,
         })
         .map_err(|(f, m)| (format!("keys[{i}].mcp_{f}"), m))?;
+        let mut groups: Vec<Arc<str>> = k.groups.iter().map(|g| g.as_str().into()).collect();
+        let team = match &k.team {
+            None => None,
+            Some(name) => {
+                let t = teams
+                    .find(name)
+                    .ok_or_else(|| (at("team"), format!("no team named {name:?}")))?;
+                groups = team_groups(groups, teams.groups(t)).map_err(|m| (at("groups"), m))?;
+                Some(Arc::new(teams.membership(t)))
+            }
+        };
         keys.push(GatewayKey {
             name: k.name.as_str().into(),
             key,
             expires_at,
-            groups: k.groups.iter().map(|g| g.as_str().into()).collect(),
+            groups,
             redirects: Vec::new(),
             defaults: None,
             trim: k.trim,
@@ -87,9 +99,44 @@ pub fn compile(
             mcp: crate::config::mcp::access(k.mcp.as_ref(), mcp, &at("mcp"))?,
             mcp_quota,
             mcp_scope: format!("mcp:{}", k.name).into(),
+            team,
+            require_user: k.require_user,
         });
     }
     Ok(keys)
+}
+
+/// A key the gateway makes itself (a JWT client's): no secret, no limits of its own.
+pub fn made(name: &str) -> GatewayKey {
+    GatewayKey {
+        name: name.into(),
+        key: None,
+        expires_at: None,
+        groups: Vec::new(),
+        redirects: Vec::new(),
+        defaults: None,
+        trim: false,
+        expose_route: false,
+        quota: Default::default(),
+        scope: format!("key:{name}").into(),
+        cache: None,
+        mcp: Default::default(),
+        mcp_quota: Default::default(),
+        mcp_scope: format!("mcp:{name}").into(),
+        team: None,
+        require_user: false,
+    }
+}
+
+/// A team key's groups: its own, each one its team allows, or, naming none, the team's.
+fn team_groups(own: Vec<Arc<str>>, team: &[Arc<str>]) -> Result<Vec<Arc<str>>, String> {
+    if own.is_empty() {
+        return Ok(team.to_vec());
+    }
+    match own.iter().find(|g| !team.is_empty() && !team.contains(g)) {
+        Some(g) => Err(format!("{g:?} is not among its team's groups")),
+        None => Ok(own),
+    }
 }
 
 /// Why a gateway key given in plain is too short to take, if it is: the one rule for keys in the

@@ -63,6 +63,74 @@ fn cache_settings(
     super::cache::compile(&cfg.cache, cx)
 }
 
+/// With JWT issuers, each team's JWT key added to `keys` (the team's groups and levels, no
+/// limits of its own, never presented as a secret); team name → its place there.
+fn jwt_keys(
+    jwt: &[std::sync::Arc<crate::config::auth::JwtIssuer>],
+    teams: &crate::config::teams::Teams,
+    keys: &mut Vec<super::snapshot::GatewayKey>,
+) -> Result<std::collections::HashMap<String, usize>, FieldError> {
+    let mut at = std::collections::HashMap::new();
+    if jwt.is_empty() {
+        return Ok(at);
+    }
+    for (i, t) in teams.list.iter().enumerate() {
+        let mut k = keys::made(&crate::config::auth::key_name(&t.name));
+        if let Some(j) = keys.iter().position(|o| o.name == k.name) {
+            return Err((
+                format!("keys[{j}].name"),
+                format!("{:?} is the name of the team's JWT clients", k.name),
+            ));
+        }
+        k.groups = teams.groups(i).to_vec();
+        k.team = Some(std::sync::Arc::new(teams.membership(i)));
+        at.insert(t.name.to_string(), keys.len());
+        keys.push(k);
+    }
+    Ok(at)
+}
+
+/// Each team an admin is limited to must exist.
+fn admin_teams(
+    admins: &[super::file::AdminConfig],
+    sso: Option<&crate::config::sso::SsoConfig>,
+    teams: &crate::config::teams::Teams,
+) -> Result<(), FieldError> {
+    for (i, a) in admins.iter().enumerate() {
+        if let Some(t) = a.teams.iter().find(|t| teams.find(t).is_none()) {
+            return Err((format!("admins[{i}].teams"), format!("no team named {t:?}")));
+        }
+    }
+    let mappings = sso.map_or(&[][..], |s| &s.mappings[..]);
+    for (i, m) in mappings.iter().enumerate() {
+        if let Some(t) = m.teams.iter().find(|t| teams.find(t).is_none()) {
+            return Err((
+                format!("sso.mappings[{i}].teams"),
+                format!("no team named {t:?}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Each group a team names must hold a channel, as a key's must.
+fn teams_link(
+    teams: &crate::config::teams::Teams,
+    channels: &[super::snapshot::Channel],
+) -> Result<(), FieldError> {
+    for (i, t) in teams.list.iter().enumerate() {
+        for (j, g) in t.groups.iter().enumerate() {
+            if !channels.iter().any(|c| c.groups.contains(g)) {
+                return Err((
+                    format!("teams[{i}].groups[{j}]"),
+                    format!("no channel is in group {g:?}"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 pub(crate) fn compile(
     cfg: FileConfig,
     shown: &str,
@@ -80,13 +148,18 @@ pub(crate) fn compile(
         )));
     }
     let mcp = crate::config::mcp::compile(&cfg.mcp, &cfg.mcp_servers).map_err(err)?;
-    let mut keys = keys::compile(&cfg.keys, &source, &mcp).map_err(err)?;
+    let teams = crate::config::teams::compile(&cfg.teams).map_err(err)?;
+    let mut keys = keys::compile(&cfg.keys, &source, &mcp, &teams).map_err(err)?;
     let hashed = keys::hashed(&cfg.keys);
     let request_timeout_ms = cfg.server.request_timeout_ms.get();
     let (channels, mut models) =
         channels::compile(&cfg.channels, request_timeout_ms, clients).map_err(err)?;
     let redirects = redirects::compile(&cfg.redirects, "redirects", &models).map_err(err)?;
     keys::link(&cfg.keys, &mut keys, &channels, &models).map_err(err)?;
+    teams_link(&teams, &channels).map_err(err)?;
+    admin_teams(&cfg.admins, cfg.sso.as_ref(), &teams).map_err(err)?;
+    let jwt = crate::config::auth::compile(&cfg.auth).map_err(err)?;
+    let jwt_keys = jwt_keys(&jwt, &teams, &mut keys).map_err(err)?;
     let routers = routers::compile(&cfg.routers, &models, &channels).map_err(err)?;
     let catalog = catalog::compile(&cfg.models, &models).map_err(err)?;
     let routing = server::routing(
@@ -136,5 +209,8 @@ pub(crate) fn compile(
         telemetry,
         cache,
         mcp: std::sync::Arc::new(mcp),
+        teams: std::sync::Arc::new(teams),
+        jwt,
+        jwt_keys,
     })
 }

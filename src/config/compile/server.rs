@@ -113,6 +113,8 @@ fn admins(cfg: &FileConfig) -> Result<Vec<Admin>, FieldError> {
             token: Secret::new(t.as_str()),
             role: Role::Admin,
             groups: Vec::new(),
+            teams: Vec::new(),
+            session_only: false,
         });
     }
     for (i, a) in cfg.admins.iter().enumerate() {
@@ -134,6 +136,8 @@ fn admins(cfg: &FileConfig) -> Result<Vec<Admin>, FieldError> {
             token: Secret::new(a.token.as_str()),
             role: a.role,
             groups: a.groups.iter().map(|g| g.as_str().into()).collect(),
+            teams: a.teams.iter().map(|t| t.as_str().into()).collect(),
+            session_only: false,
         });
     }
     Ok(out)
@@ -147,7 +151,22 @@ fn server(cfg: &FileConfig) -> Result<ServerSettings, FieldError> {
             format!("expected host:port with an IP address, got {:?}", s.listen),
         )
     })?;
-    let admins = admins(cfg)?;
+    let mut admins = admins(cfg)?;
+    let sso = match &cfg.sso {
+        Some(s) => {
+            let (sso, mapped) = crate::config::sso::compile(s, admins.len())?;
+            admins.extend(mapped.into_iter().map(|m| Admin {
+                name: m.name,
+                token: m.token,
+                role: m.role,
+                groups: Vec::new(),
+                teams: m.teams,
+                session_only: true,
+            }));
+            Some(sso)
+        }
+        None => None,
+    };
     let admin_listen = match &cfg.admin.listen {
         Some(a) => Some(a.parse::<SocketAddr>().map_err(|_| {
             field(
@@ -184,6 +203,8 @@ fn server(cfg: &FileConfig) -> Result<ServerSettings, FieldError> {
         max_attempts: s.max_attempts.get(),
         max_retry_after: Duration::from_millis(s.max_retry_after_ms),
         admins,
+        drain_timeout: Duration::from_millis(s.drain_timeout_ms.get()),
+        sso,
         admin_listen,
         admin_max_failures: cfg.admin.max_failed_attempts.map_or(10, |n| n.get()),
         max_hops: s.max_hops,

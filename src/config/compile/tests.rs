@@ -246,3 +246,50 @@ fn a_cache_that_could_not_work_is_refused_by_its_field() {
     let p = snap.cache.unwrap().models["big"];
     assert_eq!(p.ttl, Some(std::time::Duration::from_secs(5)));
 }
+
+#[test]
+fn a_team_key_carries_its_levels_and_its_groups_stay_within_its_teams() {
+    let teams = r#"
+        [[teams]]
+        name = "org"
+        groups = ["g1", "g2"]
+        budget = { usd = 10 }
+        [[teams]]
+        name = "t"
+        parent = "org"
+        models = ["m"]
+        user_limits = { rpm = 5 }
+    "#;
+    let base = BASE
+        .replace("priority = 1", "priority = 1\ngroups = [\"g1\"]")
+        .replace("priority = 2", "priority = 2\ngroups = [\"g2\"]");
+    let key = |extra: &str| {
+        format!(
+            "[[keys]]\nname = \"k\"\nkey = \"sk-0123456789\"\nteam = \"t\"\n{extra}\n{teams}\n{base}"
+        )
+    };
+    let s = load(&key("")).unwrap();
+    let k = &s.keys[0];
+    let m = k.team.as_deref().unwrap();
+    // Only the levels with limits are counted; the organisation is the hash tag.
+    let levels: Vec<&str> = m.levels.iter().map(|(s, _)| &**s).collect();
+    assert_eq!((levels, &*m.tag), (vec!["team:org"], "team:org"));
+    assert_eq!(
+        k.groups.iter().map(|g| &**g).collect::<Vec<_>>(),
+        ["g1", "g2"]
+    );
+    assert!(m.allows_model("m") && !m.allows_model("big"));
+    let users = m.users.as_ref().unwrap();
+    assert_eq!(&*users.scope("bob"), "user:t/bob");
+    assert_eq!(users.limits.max_tracked, 100_000);
+    // (the key's extra lines, the field refused)
+    let cases = [
+        ("groups = [\"g3\"]", "keys[0].groups"),
+        ("team = \"nobody\"", "keys[0]"),
+    ];
+    for (extra, field) in cases {
+        let text = key(extra).replace("team = \"t\"\nteam = \"nobody\"", "team = \"nobody\"");
+        let err = load(&text).unwrap_err();
+        assert!(err.contains(field), "{extra}: {err}");
+    }
+}

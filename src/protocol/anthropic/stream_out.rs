@@ -3,6 +3,7 @@
 use serde_json::{Value, json};
 
 use super::{error_body, message_id, stop_reason, usage_json};
+use crate::protocol::ours::write_with_switchyard;
 use crate::protocol::{Protocol, StreamChunk};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -29,6 +30,8 @@ pub struct StreamEncoder {
     upstream_failed: bool,
     /// Each tool call's block: (OpenAI tool-call index, block index).
     tool_blocks: Vec<(u32, u32)>,
+    /// The gateway's own `switchyard` member for `message_delta` (the stream's cost).
+    ours: Option<Value>,
 }
 
 fn event(out: &mut Vec<u8>, name: &str, data: &Value) {
@@ -71,8 +74,16 @@ impl StreamEncoder {
         {
             self.passthrough = true;
             self.upstream_failed |= raw.event.as_deref() == Some("error");
-            raw.write(out);
+            match c.extra.get("switchyard") {
+                Some(ours) if raw.event.as_deref() == Some("message_delta") => {
+                    write_with_switchyard(raw, None, ours, out);
+                }
+                _ => raw.write(out),
+            }
             return;
+        }
+        if let Some(ours) = c.extra.get("switchyard").filter(|_| c.usage.is_some()) {
+            self.ours = Some(ours.clone());
         }
         if let Some(u) = &c.usage {
             self.input_tokens = u.input_tokens.unwrap_or(self.input_tokens);
@@ -167,13 +178,13 @@ impl StreamEncoder {
             return;
         }
         self.close(out);
-        event(
-            out,
-            "message_delta",
-            &json!({"type": "message_delta",
-                "delta": {"stop_reason": self.stop_reason.unwrap_or("end_turn"), "stop_sequence": null},
-                "usage": self.delta_usage()}),
-        );
+        let mut delta = json!({"type": "message_delta",
+            "delta": {"stop_reason": self.stop_reason.unwrap_or("end_turn"), "stop_sequence": null},
+            "usage": self.delta_usage()});
+        if let Some(ours) = self.ours.take() {
+            delta["switchyard"] = ours;
+        }
+        event(out, "message_delta", &delta);
         event(out, "message_stop", &json!({"type": "message_stop"}));
     }
 

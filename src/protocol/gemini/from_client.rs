@@ -249,12 +249,25 @@ fn turn(
             messages.push(Message {
                 tool_call_id: id,
                 name: Some(name.to_string()),
-                ..Message::new(Role::Tool, fr["response"].to_string())
+                ..Message::new(Role::Tool, response_text(&fr["response"]))
             });
         }
     }
     messages.extend(Message::from_blocks(role, parts, calls, reasoning));
     Ok(())
+}
+
+/// A function's response as a tool result's text: the JSON object, except the one wrapping
+/// the gateway writes for a result that is text (`{"result": text}`), which is that text again.
+fn response_text(r: &Value) -> String {
+    match r
+        .as_object()
+        .filter(|o| o.len() == 1)
+        .and_then(|o| o.get("result"))
+    {
+        Some(Value::String(text)) => text.clone(),
+        _ => r.to_string(),
+    }
 }
 
 /// `tools` → canonical tools: the function declarations of every tool.

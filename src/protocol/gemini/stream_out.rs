@@ -3,6 +3,7 @@
 use serde_json::{Value, json};
 
 use super::{error_body, finish_to, usage_to};
+use crate::protocol::ours::write_with_switchyard;
 use crate::protocol::{Protocol, StreamChunk, Usage};
 
 /// Canonical chunks → Gemini SSE events. Text goes out as it comes; a function call is held
@@ -17,6 +18,8 @@ pub struct StreamEncoder {
     passthrough: bool,
     /// The upstream's own error went out as it came: the fault that follows adds nothing.
     upstream_failed: bool,
+    /// The gateway's own `switchyard` member for the last event (the stream's cost).
+    ours: Option<Value>,
 }
 
 fn data(out: &mut Vec<u8>, v: &Value) {
@@ -32,11 +35,18 @@ impl StreamEncoder {
             // Only an error event has no candidates: look no further into the others.
             self.upstream_failed |= c.choices.is_empty()
                 && serde_json::from_str::<Value>(&raw.data).is_ok_and(|v| v.get("error").is_some());
-            raw.write(out);
+            // Beside each `usageMetadata`: the cost so far, as its counts are so far.
+            match c.extra.get("switchyard").filter(|_| c.usage.is_some()) {
+                Some(ours) => write_with_switchyard(raw, None, ours, out),
+                None => raw.write(out),
+            }
             return;
         }
         if let Some(u) = &c.usage {
             self.usage = Some(u.clone());
+            if let Some(ours) = c.extra.get("switchyard") {
+                self.ours = Some(ours.clone());
+            }
         }
         let Some(ch) = c.choices.first() else {
             return;
@@ -85,6 +95,9 @@ impl StreamEncoder {
             "finishReason": finish_to(self.finish.as_deref()), "index": 0}], "modelVersion": model});
         if let Some(u) = &self.usage {
             v["usageMetadata"] = usage_to(u);
+        }
+        if let Some(ours) = self.ours.take() {
+            v["switchyard"] = ours;
         }
         data(out, &v);
     }

@@ -107,22 +107,16 @@ fn usage_from(u: &Value) -> Option<Usage> {
 pub struct StreamDecoder {
     id: Option<String>,
     model: Option<String>,
-    /// The output index of each call so far: a call's chat tool index is its place here.
+    /// The output index of each call announced so far (`output_item.added`): a call's chat
+    /// tool index is its place here.
     calls: Vec<u64>,
-    /// The calls whose `output_item.added` came: a repeat of it is not a second name.
-    announced: Vec<u64>,
 }
 
 impl StreamDecoder {
-    /// The chat tool-call index of the call at `output_index` (new calls take the next one).
-    fn tool_index(&mut self, output_index: u64) -> u32 {
-        match self.calls.iter().position(|o| *o == output_index) {
-            Some(i) => i as u32,
-            None => {
-                self.calls.push(output_index);
-                (self.calls.len() - 1) as u32
-            }
-        }
+    /// The chat tool-call index of the call announced at `output_index`.
+    fn tool_index(&self, output_index: u64) -> Option<u32> {
+        let i = self.calls.iter().position(|o| *o == output_index)?;
+        Some(i as u32)
     }
 }
 
@@ -165,11 +159,11 @@ impl StreamDecoder {
                 ) =>
             {
                 // Found by fuzzing: a repeated announcement gave the call its name twice.
-                if self.announced.contains(&output_index) {
+                if self.tool_index(output_index).is_some() {
                     return Decoded::Nothing;
                 }
-                self.announced.push(output_index);
-                let index = self.tool_index(output_index);
+                self.calls.push(output_index);
+                let index = (self.calls.len() - 1) as u32;
                 let item = &data["item"];
                 let call = ToolCallDelta {
                     index,
@@ -187,7 +181,12 @@ impl StreamDecoder {
                 ))
             }
             "response.function_call_arguments.delta" | "response.custom_tool_call_input.delta" => {
-                let index = self.tool_index(output_index);
+                // Found by fuzzing: arguments of a call never announced (no name, no id) were
+                // a call of their own, which a late announcement then named; no client could
+                // run it, so they belong to no call.
+                let Some(index) = self.tool_index(output_index) else {
+                    return Decoded::Nothing;
+                };
                 let call = ToolCallDelta {
                     index,
                     id: None,

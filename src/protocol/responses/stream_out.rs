@@ -4,6 +4,7 @@ use serde_json::{Value, json};
 
 use super::echo::{Kept, skeleton};
 use super::{Echo, message_item, reasoning_item, status_of, usage_json};
+use crate::protocol::ours::write_with_switchyard;
 use crate::protocol::{Protocol, StreamChunk, ToolCallDelta, Usage};
 
 /// The text item being streamed (reasoning or message): one at a time.
@@ -54,6 +55,8 @@ pub struct StreamEncoder {
     passthrough: bool,
     /// In passthrough, the upstream sent its own `response.failed` (or `error`).
     upstream_failed: bool,
+    /// The gateway's own `switchyard` member for the last event's response (the cost).
+    ours: Option<Value>,
 }
 
 impl StreamEncoder {
@@ -71,6 +74,7 @@ impl StreamEncoder {
             finish: None,
             passthrough: false,
             upstream_failed: false,
+            ours: None,
         }
     }
 
@@ -213,11 +217,21 @@ impl StreamEncoder {
             if matches!(raw.event.as_deref(), Some("response.failed" | "error")) {
                 self.upstream_failed = true;
             }
-            raw.write(out);
+            let last = matches!(
+                raw.event.as_deref(),
+                Some("response.completed" | "response.incomplete")
+            );
+            match c.extra.get("switchyard").filter(|_| last) {
+                Some(ours) => write_with_switchyard(raw, Some("response"), ours, out),
+                None => raw.write(out),
+            }
             return;
         }
         if let Some(u) = &c.usage {
             self.usage = Some(u.clone());
+            if let Some(ours) = c.extra.get("switchyard") {
+                self.ours = Some(ours.clone());
+            }
         }
         if let Some(m) = &c.model {
             self.model.clone_from(m);
@@ -364,7 +378,10 @@ impl StreamEncoder {
         self.start(out);
         self.close_text(out);
         self.close_calls(out);
-        let r = self.whole();
+        let mut r = self.whole();
+        if let (Some(ours), Some(m)) = (self.ours.take(), r.as_object_mut()) {
+            crate::protocol::ours::merge_switchyard(m, &ours);
+        }
         let ty = if r["status"] == "incomplete" {
             "response.incomplete"
         } else {

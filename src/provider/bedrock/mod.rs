@@ -6,7 +6,7 @@
 //! exceptions are read by type (`errors.rs`).
 
 mod errors;
-mod events;
+pub(crate) mod events;
 pub mod sign;
 
 use std::fmt;

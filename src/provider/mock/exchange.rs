@@ -17,6 +17,8 @@ use super::spec::MockSpec;
 /// What the mock server received: path, headers and JSON body of one request.
 #[derive(Debug, Clone)]
 pub struct Received {
+    /// Which request this was, from 0 (the script's index: what fault it met).
+    pub call: u64,
     /// The route that answered (`/chat/completions`, `/embeddings`).
     pub path: String,
     /// The request's path and query as sent.
@@ -89,6 +91,7 @@ pub(super) fn begin(
         && let Ok(mut r) = state.received.lock()
     {
         r.push(Received {
+            call: n,
             path: path.to_string(),
             uri: req.uri.to_string(),
             version: req.version,

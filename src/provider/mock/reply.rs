@@ -185,8 +185,17 @@ pub(super) fn reply_chunks(
 pub(super) enum Item {
     Chunk(Duration, Box<StreamChunk>),
     Break(Duration),
+    /// An event that is not JSON, and the end of the body.
+    Garbage(Duration),
     Hang,
 }
+
+/// What a `malformed` stream sends after its first content chunk.
+pub(super) const GARBAGE: &[u8] = b"data: {\"choices\": [{oops\n\n";
+
+/// What a `malformed` answer is: the start of a completion, then nothing.
+pub(super) const MALFORMED_BODY: &str =
+    "{\"id\":\"chatcmpl-mock\",\"object\":\"chat.completion\",\"choices\":[";
 
 /// The schedule of a streamed answer under a behaviour.
 pub(super) fn schedule(spec: &MockSpec, b: Behaviour, chunks: Vec<StreamChunk>) -> Vec<Item> {
@@ -208,6 +217,10 @@ pub(super) fn schedule(spec: &MockSpec, b: Behaviour, chunks: Vec<StreamChunk>) 
                 }
                 Behaviour::StallAfter(k) if content_sent == k => {
                     out.push(Item::Hang);
+                    return out;
+                }
+                Behaviour::Malformed if content_sent == 1 => {
+                    out.push(Item::Garbage(gap));
                     return out;
                 }
                 _ => {}
@@ -287,6 +300,7 @@ pub(super) async fn pause(d: Duration) {
 
 pub(super) enum Paced {
     Chunk(Box<StreamChunk>),
+    Garbage,
     Break,
 }
 
@@ -304,6 +318,10 @@ pub(super) fn paced(items: Vec<Item>) -> impl Stream<Item = Paced> + Send {
                 // a cut connection has delivered what came before the cut.
                 tokio::task::yield_now().await;
                 Some((Paced::Break, it))
+            }
+            Item::Garbage(d) => {
+                pause(d).await;
+                Some((Paced::Garbage, it))
             }
             Item::Hang => std::future::pending().await,
         }

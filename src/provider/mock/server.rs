@@ -288,7 +288,8 @@ async fn answer(state: Arc<MockState>, incoming: Incoming, proto: Proto) -> Resp
         state: state.clone(),
         done: false,
     };
-    let behaviour = spec.behaviour_for(n, bearer.as_deref(), &model);
+    let b = spec.behaviour_for(n, bearer.as_deref(), &model);
+    let (spec, behaviour) = spec.applying(b);
     match behaviour {
         Behaviour::Status(s, ra) => {
             guard.done = true;
@@ -308,6 +309,15 @@ async fn answer(state: Arc<MockState>, incoming: Incoming, proto: Proto) -> Resp
                 Err(std::io::Error::other("mock cut the connection")),
             ]);
             return Response::new(Body::from_stream(broken));
+        }
+        Behaviour::Malformed if !req.stream => {
+            guard.done = true;
+            pause(spec.total_time()).await;
+            return (
+                [(header::CONTENT_TYPE, "application/json")],
+                super::reply::MALFORMED_BODY,
+            )
+                .into_response();
         }
         _ => {}
     }
@@ -355,6 +365,7 @@ fn stream_answer(
     let body = paced(items)
         .map(move |p| match p {
             Paced::Chunk(c) => Ok(frames.frame(&c)),
+            Paced::Garbage => Ok(Bytes::from_static(super::reply::GARBAGE)),
             Paced::Break => Err(std::io::Error::other("mock cut the stream")),
         })
         .chain(stream::iter(end.map(Ok::<_, std::io::Error>)))

@@ -161,6 +161,11 @@ pub struct Fault {
     pub stall_after: Option<u32>,
     /// Stream a role chunk, then `[DONE]`: no content, no finish reason.
     pub empty: bool,
+    /// Answer 200 with a body that is not JSON; a stream sends one content chunk, then an
+    /// event that is not JSON, then ends.
+    pub malformed: bool,
+    /// A normal answer whose first token takes this long (`ttft_ms` for this request only).
+    pub slow_first_token_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -171,6 +176,8 @@ pub(super) enum Behaviour {
     CutAfter(u32),
     StallAfter(u32),
     Empty,
+    Malformed,
+    SlowFirst(u64),
 }
 
 impl Fault {
@@ -185,6 +192,10 @@ impl Fault {
             Behaviour::StallAfter(k)
         } else if self.empty {
             Behaviour::Empty
+        } else if self.malformed {
+            Behaviour::Malformed
+        } else if let Some(ms) = self.slow_first_token_ms {
+            Behaviour::SlowFirst(ms)
         } else {
             Behaviour::Normal
         }
@@ -198,13 +209,16 @@ impl Fault {
             self.cut_after.is_some(),
             self.stall_after.is_some(),
             self.empty,
+            self.malformed,
+            self.slow_first_token_ms.is_some(),
         ]
         .iter()
         .filter(|b| **b)
         .count();
         if set != 1 {
             return Err(
-                "a fault sets exactly one of ok, status, hang, cut_after, stall_after, empty"
+                "a fault sets exactly one of ok, status, hang, cut_after, stall_after, empty, \
+                 malformed, slow_first_token_ms"
                     .into(),
             );
         }
@@ -275,6 +289,18 @@ impl MockSpec {
         cuts.windows(2)
             .map(|w| source[w[0]..w[1]].to_string())
             .collect()
+    }
+
+    /// A slow first token is a normal answer with this request's own `ttft_ms`.
+    pub(super) fn applying(&self, b: Behaviour) -> (std::borrow::Cow<'_, Self>, Behaviour) {
+        match b {
+            Behaviour::SlowFirst(ms) => {
+                let mut slow = self.clone();
+                slow.ttft_ms = ms;
+                (std::borrow::Cow::Owned(slow), Behaviour::Normal)
+            }
+            b => (std::borrow::Cow::Borrowed(self), b),
+        }
     }
 
     pub(super) fn total_time(&self) -> Duration {

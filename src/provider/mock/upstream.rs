@@ -51,22 +51,27 @@ impl MockUpstream {
     ) -> Result<ChatResponse, UpstreamError> {
         let _waiting = waited.start();
         let (n, b) = self.next();
+        let (spec, b) = self.spec.applying(b);
         match b {
             Behaviour::Status(s, ra) => Err(Self::status_error(s, ra)),
             Behaviour::Hang => std::future::pending().await,
             Behaviour::CutAfter(_) => {
-                pause(Duration::from_millis(self.spec.ttft_ms)).await;
+                pause(Duration::from_millis(spec.ttft_ms)).await;
                 Err(UpstreamError::Broken("mock cut the connection".into()))
             }
             Behaviour::StallAfter(_) => std::future::pending().await,
             Behaviour::Empty => {
-                let mut r = reply(&self.spec, model, req, n);
+                let mut r = reply(&spec, model, req, n);
                 r.choices.clear();
                 Ok(r)
             }
-            Behaviour::Normal => {
-                pause(self.spec.total_time()).await;
-                Ok(reply(&self.spec, model, req, n))
+            Behaviour::Malformed => {
+                pause(spec.total_time()).await;
+                Err(garbled())
+            }
+            Behaviour::Normal | Behaviour::SlowFirst(_) => {
+                pause(spec.total_time()).await;
+                Ok(reply(&spec, model, req, n))
             }
         }
     }
@@ -77,13 +82,15 @@ impl MockUpstream {
         model: &str,
     ) -> Result<ChunkStream, UpstreamError> {
         let (n, b) = self.next();
+        let (spec, b) = self.spec.applying(b);
         if let Behaviour::Status(s, ra) = b {
             return Err(Self::status_error(s, ra));
         }
-        let items = schedule(&self.spec, b, reply_chunks(&self.spec, model, req, n));
+        let items = schedule(&spec, b, reply_chunks(&spec, model, req, n));
         Ok(Box::pin(paced(items).filter_map(|item| async move {
             match item {
                 Paced::Chunk(c) => Some(Ok(c)),
+                Paced::Garbage => Some(Err(garbled())),
                 Paced::Break => Some(Err(UpstreamError::Broken("mock cut the stream".into()))),
             }
         })))
@@ -110,10 +117,21 @@ impl MockUpstream {
             Behaviour::Hang => std::future::pending().await,
             Behaviour::CutAfter(_) => Err(UpstreamError::Broken("mock cut the connection".into())),
             Behaviour::StallAfter(_) => std::future::pending().await,
-            Behaviour::Empty | Behaviour::Normal => {
+            Behaviour::Empty
+            | Behaviour::Normal
+            | Behaviour::Malformed
+            | Behaviour::SlowFirst(_) => {
                 pause(Duration::from_millis(self.spec.ttft_ms)).await;
                 Ok(embeddings_reply(&self.spec, model, &req.input))
             }
         }
     }
+}
+
+/// What a `malformed` answer comes to without HTTP: a body the protocol cannot read.
+fn garbled() -> UpstreamError {
+    UpstreamError::Invalid(crate::protocol::InvalidUpstream {
+        what: "answer",
+        message: "the mock sent a body that is not JSON".into(),
+    })
 }

@@ -183,13 +183,23 @@ pub fn collect<D: Decoder>(
     raw: Option<Protocol>,
     pieces: &[&[u8]],
 ) -> Vec<Result<Box<StreamChunk>, UpstreamError>> {
-    let frames = pieces.iter().map(|p| {
+    collect_framed(Frames::default(), decoder, raw, pieces)
+}
+
+/// As [`collect`], for events cut by other `frames` than SSE's (Bedrock's event stream).
+pub fn collect_framed<F: Framing, D: Decoder>(
+    frames: F,
+    decoder: D,
+    raw: Option<Protocol>,
+    pieces: &[&[u8]],
+) -> Vec<Result<Box<StreamChunk>, UpstreamError>> {
+    let data = pieces.iter().map(|p| {
         Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(bytes::Bytes::copy_from_slice(
             p,
         )))
     });
-    let body = http_body_util::StreamBody::new(futures_util::stream::iter(frames));
-    let mut events = Events::over(body, decoder, raw);
+    let body = http_body_util::StreamBody::new(futures_util::stream::iter(data));
+    let mut events = Events::framed(body, frames, decoder, raw);
     let mut cx = Context::from_waker(std::task::Waker::noop());
     let mut out = Vec::new();
     while let Poll::Ready(Some(item)) = Pin::new(&mut events).poll_next(&mut cx) {

@@ -20,6 +20,7 @@ impl Codec for Anthropic {
     type Extra = ();
     type Encoder = AnthropicEncoder;
     const ENDPOINT: &'static str = "messages";
+    const PROTOCOL: crate::protocol::Protocol = crate::protocol::Protocol::AnthropicMessages;
 
     fn envelope(&self) -> &'static dyn Envelope {
         &AnthropicEnvelope

@@ -58,6 +58,7 @@ impl Codec for Gemini {
     type Extra = ();
     type Encoder = GeminiEncoder;
     const ENDPOINT: &'static str = "generateContent";
+    const PROTOCOL: crate::protocol::Protocol = crate::protocol::Protocol::Gemini;
 
     fn envelope(&self) -> &'static dyn Envelope {
         &GeminiEnvelope

@@ -65,6 +65,8 @@ pub trait Codec: Send + Sync + 'static {
     type Encoder: Encode;
     /// The request log's name for the endpoint.
     const ENDPOINT: &'static str;
+    /// The protocol the client speaks (where it names its end user).
+    const PROTOCOL: crate::protocol::Protocol;
     /// Requests may continue a kept response (`previous_response_id`).
     const CONTINUES: bool = false;
 

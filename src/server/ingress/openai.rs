@@ -1,13 +1,14 @@
 //! OpenAI Chat Completions (`POST /v1/chat/completions`): the canonical form's own shape,
 //! so reading and writing are direct; its error envelope is shared by the Responses API.
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 pub use super::super::envelope::OpenAiEnvelope;
 use super::{Answer, Codec, Encode, Envelope, Parsed, Rendered, StreamStart};
 use crate::exec::OutcomeClass;
 use crate::protocol::chain::{self, ChainSpec};
 use crate::protocol::openai::{ChunkBody, ResponseBody, error_body, request_from_value};
+use crate::protocol::ours::{append_switchyard, data_frame, edited, merge_switchyard};
 use crate::protocol::{ChatRequest, ChatResponse, InvalidRequest, Protocol, RawEvent, StreamChunk};
 use crate::server::continuation::{Keep, Keeping};
 use crate::server::error::ApiError;
@@ -41,6 +42,7 @@ impl Codec for OpenAiChat {
     type Extra = ();
     type Encoder = OpenAiEncoder;
     const ENDPOINT: &'static str = "chat.completions";
+    const PROTOCOL: crate::protocol::Protocol = crate::protocol::Protocol::OpenAiChat;
 
     fn envelope(&self) -> &'static dyn Envelope {
         &OpenAiEnvelope
@@ -81,42 +83,6 @@ impl Codec for OpenAiChat {
         (enc, None)
     }
 }
-
-/// An upstream's JSON object with the gateway's own fields written into it: parsed, edited,
-/// written again (`None`: not an object, left as it came).
-fn edited(json: &[u8], edit: impl FnOnce(&mut Map<String, Value>)) -> Option<Vec<u8>> {
-    let Ok(Value::Object(mut m)) = serde_json::from_slice::<Value>(json) else {
-        return None;
-    };
-    edit(&mut m);
-    serde_json::to_vec(&m).ok()
-}
-
-/// `data`, a JSON object, written as a `data:` frame with `"switchyard": ours` added as its
-/// last member; false (nothing written) when it has a `switchyard` of its own, or spans lines.
-fn append_switchyard(data: &str, ours: &Value, out: &mut Vec<u8>) -> bool {
-    let Some(open) = data.trim_end().strip_suffix('}') else {
-        return false;
-    };
-    if open.contains('\n') || SWITCHYARD_KEY.find(open.as_bytes()).is_some() {
-        return false;
-    }
-    out.extend_from_slice(b"data: ");
-    out.extend_from_slice(open.as_bytes());
-    // Valid JSON ends an object's last member with a quote, a digit, a letter, `]` or `}`:
-    // only an empty object ends in `{`.
-    if !open.trim_end().ends_with('{') {
-        out.push(b',');
-    }
-    out.extend_from_slice(b"\"switchyard\":");
-    let _ = serde_json::to_writer(&mut *out, ours);
-    out.extend_from_slice(b"}\n\n");
-    true
-}
-
-/// `"switchyard"` as a key: an upstream's own object of that name, which ours is merged into.
-static SWITCHYARD_KEY: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
-    std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\"switchyard\""));
 
 /// `"usage"` as a key: what a passed event holds when the upstream answered our usage request.
 static USAGE_KEY: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
@@ -215,21 +181,12 @@ impl OpenAiEncoder {
                 m.shift_remove("usage");
             }
             // The gateway's own fields (the cost) join the upstream's `switchyard` object.
-            if let Some(Value::Object(ours)) = c.extra.get("switchyard") {
-                let entry = m
-                    .entry("switchyard")
-                    .or_insert_with(|| Value::Object(Default::default()));
-                if let Value::Object(theirs) = entry {
-                    theirs.extend(ours.iter().map(|(k, v)| (k.clone(), v.clone())));
-                }
+            if let Some(ours) = c.extra.get("switchyard") {
+                merge_switchyard(m, ours);
             }
         });
         match written {
-            Some(json) => {
-                out.extend_from_slice(b"data: ");
-                out.extend_from_slice(&json);
-                out.extend_from_slice(b"\n\n");
-            }
+            Some(json) => data_frame(&json, out),
             None => raw.write(out),
         }
     }

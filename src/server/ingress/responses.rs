@@ -22,6 +22,7 @@ impl Codec for Responses {
     type Extra = Box<Echo>;
     type Encoder = ResponsesEncoder;
     const ENDPOINT: &'static str = "responses";
+    const PROTOCOL: crate::protocol::Protocol = crate::protocol::Protocol::OpenAiResponses;
     const CONTINUES: bool = true;
 
     fn envelope(&self) -> &'static dyn Envelope {

@@ -24,7 +24,7 @@ use crate::telemetry::Answered;
 /// A side call without a body (a list, a read, a delete): the key authenticated and its `rpm`
 /// held.
 async fn admit(state: &AppState, headers: &HeaderMap, ctx: &mut Ctx) -> Result<(), ApiError> {
-    ctx.authenticate(headers)?;
+    ctx.authenticate(headers).await?;
     admit_key(state, ctx).await
 }
 

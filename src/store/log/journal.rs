@@ -39,7 +39,7 @@ const ADOPT_BYTES: u64 = 16 << 20;
 const EXT: &str = "rows";
 
 /// A segment's first bytes: the record format. A new `LogRow` field means a new version.
-const HEADER: &[u8; 8] = b"SYJRNL02";
+const HEADER: &[u8; 8] = b"SYJRNL03";
 
 #[derive(Debug, thiserror::Error)]
 #[error("request log journal {path}: {source}")]

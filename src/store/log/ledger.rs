@@ -43,13 +43,22 @@ pub enum GroupBy {
     Key,
     Model,
     Channel,
+    Team,
+    User,
     Day,
 }
 
 impl GroupBy {
-    const ALL: [GroupBy; 4] = [GroupBy::Key, GroupBy::Model, GroupBy::Channel, GroupBy::Day];
+    const ALL: [GroupBy; 6] = [
+        GroupBy::Key,
+        GroupBy::Model,
+        GroupBy::Channel,
+        GroupBy::Team,
+        GroupBy::User,
+        GroupBy::Day,
+    ];
 
-    /// `key`, `model`, `channel` or `day`.
+    /// `key`, `model`, `channel`, `team`, `user` or `day`.
     pub fn named(name: &str) -> Option<GroupBy> {
         GroupBy::ALL.into_iter().find(|g| g.as_str() == name)
     }
@@ -59,6 +68,8 @@ impl GroupBy {
             GroupBy::Key => "key",
             GroupBy::Model => "model",
             GroupBy::Channel => "channel",
+            GroupBy::Team => "team",
+            GroupBy::User => "user",
             GroupBy::Day => "day",
         }
     }
@@ -71,10 +82,12 @@ pub struct Window {
     pub to_ms: i64,
 }
 
-/// One `(key, group)` sum as a backend returns it.
+/// One `(key, team, group)` sum as a backend returns it.
 #[derive(Debug, Clone, Default)]
 pub struct Sum {
     pub key: Option<String>,
+    /// The key's team when the rows were written.
+    pub team: Option<String>,
     pub group: Option<String>,
     /// Requests whose first attempt is in the group (so that the groups' requests add up).
     pub requests: i64,
@@ -135,12 +148,12 @@ pub fn usd(micros: i64) -> String {
     format!("{sign}{}.{:06}", m / 1_000_000, m % 1_000_000)
 }
 
-/// The grouped sums of the keys `visible` lets the caller see, merged by group, largest cost
-/// first, and their total.
-pub fn report(by: GroupBy, sums: Vec<Sum>, visible: impl Fn(Option<&str>) -> bool) -> Value {
+/// The grouped sums `visible` lets the caller see (by key and team), merged by group, largest
+/// cost first, and their total.
+pub fn report(by: GroupBy, sums: Vec<Sum>, visible: impl Fn(&Sum) -> bool) -> Value {
     let mut groups: BTreeMap<Option<String>, Sum> = BTreeMap::new();
     let mut total = Sum::default();
-    for s in sums.iter().filter(|s| visible(s.key.as_deref())) {
+    for s in sums.iter().filter(|s| visible(s)) {
         groups.entry(s.group.clone()).or_default().add(s);
         total.add(s);
     }
@@ -255,7 +268,7 @@ mod tests {
             s("a", "m2", 30),
             s("c", "m2", 99),
         ];
-        let v = report(GroupBy::Model, sums, |k| k != Some("c"));
+        let v = report(GroupBy::Model, sums, |s| s.key.as_deref() != Some("c"));
         assert_eq!(v["rows"][0]["model"], "m2");
         assert_eq!(v["rows"][0]["cost_micros"], 30);
         assert_eq!(v["rows"][1]["requests"], 2);

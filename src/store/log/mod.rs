@@ -94,6 +94,9 @@ pub struct LogRow {
     pub response_bytes: Option<u64>,
     /// With `[log] mcp_bodies`: an MCP tool call's arguments and result, as JSON.
     pub bodies: Option<String>,
+    /// The key's team, and the end user the request named: each ledger row carries them.
+    pub team: Option<std::sync::Arc<str>>,
+    pub end_user: Option<std::sync::Arc<str>>,
     /// The ledger's rows for this request, one per upstream attempt.
     pub charges: Vec<Charge>,
 }

@@ -158,11 +158,11 @@ const INSERT_CHARGES: &str = "
 INSERT INTO ledger (request_id, attempt, ts_ms, key_name, channel, credential, model,
     upstream_model, input_tokens, cached_input_tokens, cache_write_tokens, output_tokens,
     reasoning_tokens, cost_micros, price_version, outcome, estimated, first_choice_micros,
-    cache_saved_micros)
+        cache_saved_micros, team, end_user)
 SELECT * FROM UNNEST($1::text[], $2::int[], $3::bigint[], $4::text[], $5::text[], $6::text[],
     $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[],
     $13::bigint[], $14::bigint[], $15::text[], $16::text[], $17::bool[], $18::bigint[],
-    $19::bigint[])
+    $19::bigint[], $20::text[], $21::text[])
 ON CONFLICT DO NOTHING";
 
 const INSERT_PRICES: &str = "
@@ -240,6 +240,16 @@ async fn write_charges(tx: &mut Tx, rows: &[LogRow]) -> Result<(), sqlx::Error> 
         .bind(
             all.iter()
                 .map(|(_, c)| c.cache_saved_micros)
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            all.iter()
+                .map(|(r, _)| r.team.as_deref())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            all.iter()
+                .map(|(r, _)| r.end_user.as_deref())
                 .collect::<Vec<_>>(),
         )
         .execute(&mut **tx)
@@ -399,16 +409,18 @@ pub(super) async fn usage(pool: &PgPool, by: GroupBy, w: Window) -> Result<Vec<S
         GroupBy::Key => "key_name",
         GroupBy::Model => "model",
         GroupBy::Channel => "channel",
+        GroupBy::Team => "team",
+        GroupBy::User => "end_user",
         GroupBy::Day => "to_char(to_timestamp(ts_ms / 1000) AT TIME ZONE 'UTC', 'YYYY-MM-DD')",
     };
     let sql = format!(
-        "SELECT key_name, {group} AS grp, count(*) FILTER (WHERE attempt = 1) AS requests,
+        "SELECT key_name, team, {group} AS grp, count(*) FILTER (WHERE attempt = 1) AS requests,
                 count(*) AS attempts, sum(input_tokens)::bigint AS input,
                 sum(cached_input_tokens)::bigint AS cached, sum(output_tokens)::bigint AS output,
                 sum(reasoning_tokens)::bigint AS reasoning, sum(cost_micros)::bigint AS cost,
                 sum(cache_write_tokens)::bigint AS written,
                 sum(cache_saved_micros)::bigint AS saved
-         FROM ledger WHERE ts_ms >= $1 AND ts_ms < $2 GROUP BY 1, 2"
+                  FROM ledger WHERE ts_ms >= $1 AND ts_ms < $2 GROUP BY 1, 2, 3"
     );
     // Built only from the constant columns above: no input reaches the text.
     let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
@@ -419,6 +431,7 @@ pub(super) async fn usage(pool: &PgPool, by: GroupBy, w: Window) -> Result<Vec<S
     let sum = |r: &PgRow| -> Result<Sum, sqlx::Error> {
         Ok(Sum {
             key: r.try_get("key_name")?,
+            team: r.try_get("team")?,
             group: r.try_get("grp")?,
             requests: r.try_get("requests")?,
             attempts: r.try_get("attempts")?,

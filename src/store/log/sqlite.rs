@@ -77,7 +77,7 @@ CREATE TABLE IF NOT EXISTS prices (
 
 /// Columns added after the first schema, for databases created before them: (table, column,
 /// the statement that adds it).
-const MIGRATIONS: [(&str, &str, &str); 14] = [
+const MIGRATIONS: [(&str, &str, &str); 16] = [
     (
         "requests",
         "translation",
@@ -147,6 +147,12 @@ const MIGRATIONS: [(&str, &str, &str); 14] = [
         "ledger",
         "cache_saved_micros",
         "ALTER TABLE ledger ADD COLUMN cache_saved_micros INTEGER NOT NULL DEFAULT 0",
+    ),
+    ("ledger", "team", "ALTER TABLE ledger ADD COLUMN team TEXT"),
+    (
+        "ledger",
+        "end_user",
+        "ALTER TABLE ledger ADD COLUMN end_user TEXT",
     ),
 ];
 
@@ -281,9 +287,9 @@ fn write_charges(
         "INSERT OR IGNORE INTO ledger (request_id, attempt, ts_ms, key_name, channel, credential,
             model, upstream_model, input_tokens, cached_input_tokens, cache_write_tokens,
             output_tokens, reasoning_tokens, cost_micros, price_version, outcome, estimated,
-            first_choice_micros, cache_saved_micros)
+                        first_choice_micros, cache_saved_micros, team, end_user)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
-            ?19)",
+            ?19, ?20, ?21)",
     )?;
     let mut price = tx.prepare_cached(
         "INSERT OR IGNORE INTO prices (version, rates, first_seen_ms) VALUES (?1, ?2, ?3)",
@@ -311,6 +317,8 @@ fn write_charges(
                 c.estimated,
                 c.first_choice_micros.map(|v| v as i64),
                 c.cache_saved_micros,
+                r.team.as_deref(),
+                r.end_user.as_deref(),
             ])?;
             if let Some(p) = &c.price
                 && !prices.contains(&p.version)
@@ -450,29 +458,32 @@ pub(super) fn usage(path: &Path, by: GroupBy, w: Window) -> Result<Vec<Sum>, Sto
         GroupBy::Key => "key_name",
         GroupBy::Model => "model",
         GroupBy::Channel => "channel",
+        GroupBy::Team => "team",
+        GroupBy::User => "end_user",
         GroupBy::Day => "date(ts_ms / 1000, 'unixepoch')",
     };
     let sql = format!(
-        "SELECT key_name, {group}, sum(attempt = 1), count(*), sum(input_tokens),
+                "SELECT key_name, team, {group}, sum(attempt = 1), count(*), sum(input_tokens),
                 sum(cached_input_tokens), sum(output_tokens), sum(reasoning_tokens), sum(cost_micros),
                 sum(cache_write_tokens), sum(cache_saved_micros)
-         FROM ledger WHERE ts_ms >= ?1 AND ts_ms < ?2 GROUP BY 1, 2"
+                  FROM ledger WHERE ts_ms >= ?1 AND ts_ms < ?2 GROUP BY 1, 2, 3"
     );
     let mut stmt = conn.prepare(&sql).map_err(&sqlite)?;
     let rows = stmt
         .query_map(params![w.from_ms, w.to_ms], |r| {
             Ok(Sum {
                 key: r.get(0)?,
-                group: r.get(1)?,
-                requests: r.get(2)?,
-                attempts: r.get(3)?,
-                input_tokens: r.get(4)?,
-                cached_input_tokens: r.get(5)?,
-                output_tokens: r.get(6)?,
-                reasoning_tokens: r.get(7)?,
-                cost_micros: r.get(8)?,
-                cache_write_tokens: r.get(9)?,
-                cache_saved_micros: r.get(10)?,
+                team: r.get(1)?,
+                group: r.get(2)?,
+                requests: r.get(3)?,
+                attempts: r.get(4)?,
+                input_tokens: r.get(5)?,
+                cached_input_tokens: r.get(6)?,
+                output_tokens: r.get(7)?,
+                reasoning_tokens: r.get(8)?,
+                cost_micros: r.get(9)?,
+                cache_write_tokens: r.get(10)?,
+                cache_saved_micros: r.get(11)?,
             })
         })
         .map_err(&sqlite)?;

@@ -25,6 +25,12 @@ pub async fn spawn_listening(
     spawn_listening_env(args, dir, marker, &[]).await
 }
 
+/// `switchyard serve --listen 127.0.0.1:0` (demo mode) in `dir`, and where it listens.
+pub async fn spawn_demo(dir: &std::path::Path) -> (Proc, String) {
+    let args = ["serve", "--listen", "127.0.0.1:0"];
+    spawn_listening(&args, dir, "switchyard listening on ").await
+}
+
 /// `switchyard serve --listen 127.0.0.1:0 --config <config>` in `dir`, and where it listens.
 pub async fn spawn_serve(config: &std::path::Path, dir: &std::path::Path) -> (Proc, String) {
     let config = config.to_str().expect("a UTF-8 path");
@@ -39,9 +45,20 @@ pub async fn spawn_listening_env(
     marker: &'static str,
     env: &[(&str, &str)],
 ) -> (Proc, String) {
+    spawn_bin_listening(std::path::Path::new(BIN), args, dir, marker, env).await
+}
+
+/// As [`spawn_listening_env`], for another build of the binary at `bin` (a previous release).
+pub async fn spawn_bin_listening(
+    bin: &std::path::Path,
+    args: &[&str],
+    dir: &std::path::Path,
+    marker: &'static str,
+    env: &[(&str, &str)],
+) -> (Proc, String) {
     // stderr goes to dir/stderr.log, for tests that read what the binary logged.
     let stderr = std::fs::File::create(dir.join("stderr.log")).expect("stderr file");
-    let mut child = Command::new(BIN)
+    let mut child = Command::new(bin)
         .args(args)
         .current_dir(dir)
         .env("SWITCHYARD_LOG", "warn")

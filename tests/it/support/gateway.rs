@@ -220,6 +220,17 @@ pub fn models_channel(name: &str, base_url: &str, models: &[&str], extra: &str) 
     )
 }
 
+/// The status of a plain chat request to the gateway at `url` with `key` (0: no answer).
+pub async fn chat_status(url: &str, key: &str) -> u16 {
+    client()
+        .post(format!("{url}/v1/chat/completions"))
+        .bearer_auth(key)
+        .json(&chat_body(false))
+        .send()
+        .await
+        .map_or(0, |r| r.status().as_u16())
+}
+
 pub fn chat_body(stream: bool) -> Value {
     json!({"model": "m", "stream": stream, "messages": [{"role": "user", "content": "hi"}]})
 }

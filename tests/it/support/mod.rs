@@ -3,6 +3,7 @@
 //!
 //! - [`gateway`]: the gateway under test, its config snippets, request and response helpers;
 //! - [`mock`]: upstreams for it to call (the mock server, canned and refusing upstreams);
+//! - [`shared`]: counters replicas share, in Redis or in PostgreSQL;
 //! - [`sse`]: reading streamed answers;
 //! - [`logs`]: the gateway's own log lines, captured for one test;
 //! - [`redis`]: replicas sharing state through the test Redis;
@@ -31,6 +32,7 @@ mod postgres;
 mod receiver;
 mod redis;
 mod scenario;
+mod shared;
 mod sse;
 mod wait;
 
@@ -48,5 +50,6 @@ pub use self::postgres::*;
 pub use self::receiver::*;
 pub use self::redis::*;
 pub use self::scenario::*;
+pub use self::shared::*;
 pub use self::sse::*;
 pub use self::wait::*;

@@ -157,6 +157,23 @@ impl Netns {
         ns
     }
 
+    /// TCP connections established from this side to the mock inside (`ss`): a request on
+    /// its way there holds one.
+    pub fn connections(&self) -> usize {
+        let host = self
+            .base_url
+            .split("://")
+            .nth(1)
+            .and_then(|r| r.split([':', '/']).next())
+            .unwrap_or_default()
+            .to_string();
+        let out = Command::new("ss")
+            .args(["-Htn", "state", "established", "dst", &host])
+            .output()
+            .expect("ss runs");
+        String::from_utf8_lossy(&out.stdout).lines().count()
+    }
+
     fn inner_addr(&self) -> String {
         let out = Command::new("ip")
             .args(["-4", "-o", "addr", "show", "dev", &self.host_if])

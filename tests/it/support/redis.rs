@@ -62,6 +62,28 @@ impl OwnRedis {
         OwnRedis { child, port }
     }
 
+    /// A redis-server that keeps what it holds in `dir` (an append-only file, written on every
+    /// change): killed and started again on the same port and dir, it has lost nothing.
+    pub fn start_kept(port: u16, dir: &std::path::Path) -> OwnRedis {
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args([
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+            ])
+            .arg("--dir")
+            .arg(dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server is installed");
+        OwnRedis { child, port }
+    }
+
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }

@@ -1,5 +1,5 @@
-// Usage: spend by key, model, channel or day over a range (chart and table, with what the
-// providers' prompt caches served and saved), every budget
+// Usage: spend by key, model, channel, team, end user or day over a range, for every team or
+// one (chart and table, with what the providers' prompt caches served and saved), every budget
 // with its headroom, and one request's charge explained attempt by attempt.
 "use strict";
 (function () {
@@ -7,7 +7,8 @@
   const form = document.getElementById("usage-form");
 
   async function load() {
-    const p = new URLSearchParams({ group_by: form.elements.group_by.value });
+        const p = new URLSearchParams({ group_by: form.elements.group_by.value });
+    if (form.elements.team.value) p.set("team", form.elements.team.value);
     if (form.elements.from.value) p.set("from", form.elements.from.value);
     if (form.elements.to.value) p.set("to", form.elements.to.value);
     try {
@@ -68,7 +69,17 @@
     } catch (e) { say(e.message, true); }
   }
 
+  // The teams the admin sees, to filter by (one admin limited to a team sees it and its own).
+  async function teams() {
+    try {
+      const t = await api("/admin/teams");
+      const pick = form.elements.team;
+      t.data.forEach((team) => pick.append(el("option", { value: team.name, text: team.name })));
+    } catch (e) { /* no teams to offer: the filter stays at every team */ }
+  }
+
   form.addEventListener("submit", (ev) => { ev.preventDefault(); load(); });
   document.getElementById("charge-form").addEventListener("submit", explain);
+  teams();
   load();
 })();

@@ -7,14 +7,17 @@
 //! `InvalidRequest` that answers 4xx; a stream decodes to the same items however its bytes are
 //! split; a decoded stream, encoded again in its protocol and decoded, says the same thing.
 
+mod shaped;
+
 use std::collections::BTreeMap;
 
-use serde_json::Value;
+use arbitrary::Unstructured;
+use serde_json::{Value, json};
 
 use crate::context::count::Tokenizer;
 use crate::protocol::openai::ChunkBody;
 use crate::protocol::{ChatRequest, InvalidRequest, Protocol, StreamChunk};
-use crate::provider::decode_stream;
+use crate::provider::{decode_bedrock, decode_stream};
 
 /// A client's request body in protocol `p`, as an ingress reads it; a request it accepts is
 /// then written for every upstream kind and counted, as routing would.
@@ -22,21 +25,92 @@ pub fn ingress(p: Protocol, data: &[u8]) {
     let Ok(body) = serde_json::from_slice::<Value>(data) else {
         return;
     };
-    let read: Result<ChatRequest, InvalidRequest> = match p {
-        Protocol::OpenAiChat => crate::protocol::openai::request_from_value(body),
-        Protocol::AnthropicMessages => crate::protocol::anthropic::request_from_value(body),
-        Protocol::Gemini => crate::protocol::gemini::request_from_value(body, "fuzz-model", false),
-        Protocol::OpenAiResponses => {
-            crate::protocol::responses::request_from_value(body).map(|(r, _)| r)
-        }
-    };
-    match read {
+    match read(p, body) {
         Ok(req) => onward(&req),
         Err(e) => {
             let status = crate::server::ApiError::from(e).status();
             assert!(status.is_client_error(), "a bad request answered {status}");
         }
     }
+}
+
+/// A client's request body as protocol `p`'s ingress reads it.
+fn read(p: Protocol, body: Value) -> Result<ChatRequest, InvalidRequest> {
+    match p {
+        Protocol::OpenAiChat => crate::protocol::openai::request_from_value(body),
+        Protocol::AnthropicMessages => crate::protocol::anthropic::request_from_value(body),
+        Protocol::Gemini => crate::protocol::gemini::request_from_value(body, "fuzz-model", false),
+        Protocol::OpenAiResponses => {
+            crate::protocol::responses::request_from_value(body).map(|(r, _)| r)
+        }
+    }
+}
+
+/// A client's request body in protocol `p`, built from `data` read as decisions: the
+/// protocol's top level (model, a message list of roles and content parts) with members
+/// whose keys and strings are mostly the protocol's own words (`shaped`). Then as [`ingress`].
+pub fn ingress_shaped(p: Protocol, data: &[u8]) {
+    if let Ok(body) = shaped_request(p, data) {
+        ingress(p, body.to_string().as_bytes());
+    }
+}
+
+fn shaped_request(p: Protocol, data: &[u8]) -> arbitrary::Result<Value> {
+    let shape = match p {
+        Protocol::OpenAiChat => &shaped::OPENAI_SHAPE,
+        Protocol::AnthropicMessages => &shaped::ANTHROPIC_SHAPE,
+        Protocol::Gemini => &shaped::GEMINI_SHAPE,
+        Protocol::OpenAiResponses => &shaped::RESPONSES_SHAPE,
+    };
+    shaped::request(&mut Unstructured::new(data), shape)
+}
+
+/// A Bedrock stream built from `data` read as decisions: ConverseStream events, or InvokeModel
+/// chunks carrying Anthropic events, with payloads shaped by their words, written as AWS
+/// event-stream messages (their CRCs right, so the decoders are reached). Decoded whole and
+/// in pieces of the size `data` chose, it gives the same items.
+pub fn stream_bedrock(data: &[u8]) {
+    let mut u = Unstructured::new(data);
+    let Ok((invoke, piece, bytes)) = bedrock_stream(&mut u) else {
+        return;
+    };
+    let whole = render(&decode_bedrock(invoke, &[&bytes]));
+    let pieces: Vec<&[u8]> = bytes.chunks(piece).collect();
+    let split = render(&decode_bedrock(invoke, &pieces));
+    assert_eq!(whole, split, "the stream decodes differently when split");
+}
+
+/// (InvokeModel's?, the piece size, the event-stream bytes).
+fn bedrock_stream(u: &mut Unstructured) -> arbitrary::Result<(bool, usize, Vec<u8>)> {
+    use aws_smithy_types::event_stream::{Header, HeaderValue, Message};
+    use base64::Engine as _;
+    let invoke: bool = u.arbitrary()?;
+    let piece = u.int_in_range(1..=64)?;
+    let mut out = Vec::new();
+    for _ in 0..u.int_in_range(0..=12)? {
+        let (kind, payload) = if invoke {
+            let event = shaped::object(u, shaped::ANTHROPIC_EVENTS, 3)?.to_string();
+            let b64 = base64::engine::general_purpose::STANDARD.encode(event);
+            ("chunk".to_string(), json!({ "bytes": b64 }).to_string())
+        } else {
+            let kind = u.choose(&shaped::CONVERSE[..6])?.to_string();
+            (kind, shaped::object(u, shaped::CONVERSE, 3)?.to_string())
+        };
+        let message_type = if u.ratio(1, 16)? {
+            "exception"
+        } else {
+            "event"
+        };
+        let header = |k: &str, v: String| Header::new(k.to_string(), HeaderValue::String(v.into()));
+        let m = Message::new(payload.into_bytes())
+            .add_header(header(":message-type", message_type.into()))
+            .add_header(header(":event-type", kind.clone()))
+            .add_header(header(":exception-type", kind));
+        if aws_smithy_eventstream::frame::write_message_to(&m, &mut out).is_err() {
+            return Err(arbitrary::Error::IncorrectFormat);
+        }
+    }
+    Ok((invoke, piece, out))
 }
 
 /// What happens to an accepted request on its way out: written for each upstream kind, and
@@ -117,7 +191,7 @@ fn round_trip(p: Protocol, items: Items) {
 }
 
 /// The chunks as the gateway's encoder for a client of `p` writes them, ended cleanly.
-fn encode(p: Protocol, chunks: &[Box<StreamChunk>]) -> Vec<u8> {
+pub(crate) fn encode(p: Protocol, chunks: &[Box<StreamChunk>]) -> Vec<u8> {
     use crate::protocol::{anthropic, gemini, responses};
     let mut out = Vec::new();
     let model = "fuzz-model";
@@ -161,14 +235,14 @@ fn encode(p: Protocol, chunks: &[Box<StreamChunk>]) -> Vec<u8> {
 
 /// What a client reads from a stream, per choice.
 #[derive(Debug, PartialEq, Default)]
-struct Facts {
-    text: BTreeMap<u32, String>,
-    reasoning: BTreeMap<u32, String>,
+pub(crate) struct Facts {
+    pub(crate) text: BTreeMap<u32, String>,
+    pub(crate) reasoning: BTreeMap<u32, String>,
     /// (choice, call) → (name, arguments).
-    calls: BTreeMap<(u32, u32), (String, String)>,
-    finish: BTreeMap<u32, String>,
+    pub(crate) calls: BTreeMap<(u32, u32), (String, String)>,
+    pub(crate) finish: BTreeMap<u32, String>,
     /// (input, output) tokens, as last reported.
-    usage: Option<(Option<u64>, Option<u64>)>,
+    pub(crate) usage: Option<(Option<u64>, Option<u64>)>,
 }
 
 impl Facts {
@@ -190,7 +264,7 @@ impl Facts {
             && count_kept(o1, o2)
     }
 
-    fn of(chunks: &[Box<StreamChunk>]) -> Facts {
+    pub(crate) fn of(chunks: &[Box<StreamChunk>]) -> Facts {
         let mut f = Facts::default();
         for c in chunks {
             for ch in &c.choices {
@@ -304,6 +378,47 @@ pub fn mcp_message(data: &[u8]) {
         }
         Ok(Message::Response { id, .. }) => {
             let _ = crate::mcp::relay::inward_id(&id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The shaped targets exist to reach past the readers' first checks: from random bytes,
+    /// a good share of what they build must be a request the protocol's ingress accepts.
+    #[test]
+    fn shaped_requests_are_often_accepted() {
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for p in [
+            Protocol::OpenAiChat,
+            Protocol::AnthropicMessages,
+            Protocol::Gemini,
+            Protocol::OpenAiResponses,
+        ] {
+            let (mut built, mut accepted) = (0, 0);
+            for _ in 0..400 {
+                let data: Vec<u8> = (0..512).map(|_| next() as u8).collect();
+                if let Ok(body) = shaped_request(p, &data) {
+                    built += 1;
+                    accepted += usize::from(read(p, body).is_ok());
+                }
+            }
+            assert!(
+                built >= 300,
+                "{p:?}: only {built} of 400 inputs built a request"
+            );
+            assert!(
+                accepted * 10 >= built,
+                "{p:?}: {accepted} of {built} accepted"
+            );
         }
     }
 }
