@@ -211,6 +211,23 @@ fn channel(p: ProviderKind) -> Channel {
     }
 }
 
+/// Writes the config's JSON Schema at `path` (what the `#:schema` line names), unless a file
+/// there is not one of ours (then `false`: it is left alone). Ours is refreshed: it is
+/// generated, and this binary's is the one that matches the config it checks.
+pub fn write_schema(path: &std::path::Path) -> std::io::Result<bool> {
+    let schema = crate::config::schema::schema();
+    if let Ok(old) = std::fs::read(path) {
+        let ours = serde_json::from_slice::<serde_json::Value>(&old)
+            .is_ok_and(|v| v["title"] == crate::config::schema::TITLE);
+        if !ours {
+            return Ok(false);
+        }
+    }
+    let text = serde_json::to_string_pretty(&schema).map_err(std::io::Error::other)?;
+    std::fs::write(path, text + "\n")?;
+    Ok(true)
+}
+
 /// The whole config for `providers`.
 pub fn render(providers: &[ProviderKind]) -> String {
     let mut s = String::from(HEAD);
@@ -258,7 +275,8 @@ fn chain_example(providers: &[ProviderKind]) -> String {
     quoted.join(", ")
 }
 
-const HEAD: &str = r#"# Switchyard config, written by `switchyard init`. Every secret is a ${VAR} read from the
+const HEAD: &str = r#"#:schema ./switchyard.schema.json
+# Switchyard config, written by `switchyard init`. Every secret is a ${VAR} read from the
 # environment when the gateway starts; none is written here. Reference: docs/config.md.
 #   switchyard check --config switchyard.toml     # what would be served, or what is wrong
 #   switchyard serve --config switchyard.toml     # run it (SIGHUP re-reads this file)

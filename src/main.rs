@@ -89,6 +89,9 @@ enum Command {
         /// Override the config's listen address (e.g. 127.0.0.1:0 for any free port).
         #[arg(long)]
         listen: Option<SocketAddr>,
+        /// Demo mode: send no demo traffic on start.
+        #[arg(long)]
+        no_demo_traffic: bool,
     },
     /// Write a commented config for the providers named (asked for on a terminal), reading
     /// every secret from the environment, and print a new gateway key once. Never overwrites.
@@ -150,6 +153,9 @@ enum Command {
         #[command(subcommand)]
         action: AuditAction,
     },
+    /// Print the config file's JSON Schema (draft 7) for editors: each field's doc line,
+    /// default and allowed values. `init` writes it beside the config.
+    Schema,
     /// Exit 0 when `url` answers 2xx within 3 s, else 1 saying why: a container's health check
     /// where the image has no curl (deploy/Dockerfile).
     Probe {
@@ -232,8 +238,17 @@ async fn run(cmd: Command) -> Result<(), Box<dyn std::error::Error>> {
             model,
             prompt,
         } => explain(config.as_deref(), &key, &model, prompt).await,
-        Command::Serve { config, listen } => serve(config.as_deref(), listen).await,
+        Command::Serve {
+            config,
+            listen,
+            no_demo_traffic,
+        } => serve(config.as_deref(), listen, !no_demo_traffic).await,
         Command::Probe { url } => probe(&url).await,
+        Command::Schema => {
+            let schema = switchyard::config::schema::schema();
+            println!("{}", serde_json::to_string_pretty(&schema)?);
+            Ok(())
+        }
         Command::Semantic {
             action:
                 SemanticAction::Eval {
@@ -318,6 +333,14 @@ fn init(provider: Option<String>, output: &Path) -> Result<(), Box<dyn std::erro
     file.write_all(switchyard::init::render(&providers).as_bytes())?;
     let path = output.display();
     println!("wrote {path}");
+    let schema = output.with_file_name(switchyard::config::schema::FILE_NAME);
+    match switchyard::init::write_schema(&schema)? {
+        true => println!("wrote {} (completion in editors)", schema.display()),
+        false => eprintln!(
+            "{} is not a Switchyard schema: left as it is",
+            schema.display()
+        ),
+    }
     println!(
         "the gateway key (shown once; the config reads it from ${}):",
         switchyard::init::KEY_VAR
@@ -531,12 +554,20 @@ async fn explain(
 async fn serve(
     config: Option<&Path>,
     listen: Option<SocketAddr>,
+    demo_traffic: bool,
 ) -> Result<(), Box<dyn std::error::Error>> {
+    use switchyard::app::demo::Demo;
     let clients = HttpClients::default();
-    let snap = switchyard::app::load(config, &clients)?;
-    let demo = snap.is_demo();
+    // Held to the end: the demo's store lives in its temporary directory.
+    let (snap, demo) = match config {
+        Some(_) => (switchyard::app::load(config, &clients)?, None),
+        None => {
+            let (demo, snap) = Demo::load(&clients)?;
+            (snap, Some(demo))
+        }
+    };
     let running = switchyard::app::start(snap, clients, listen).await?;
-    if demo {
+    if demo.is_some() {
         tracing::warn!(
             "DEMO MODE: no --config given. Serving model `demo` from two mock channels; \
              the public demo key `{}` is accepted, on loopback only.",
@@ -546,9 +577,15 @@ async fn serve(
     #[cfg(unix)]
     switchyard::app::reload_on_sighup(running.state.clone())?;
     print!("{}", running.state.live.load().describe());
+    if let Some(demo) = &demo {
+        println!("{}", demo.banner(running.addr));
+    }
     println!("switchyard listening on http://{}", running.addr);
     if let Some(a) = running.admin_addr {
         println!("switchyard admin API listening on http://{a}");
+    }
+    if demo.is_some() && demo_traffic {
+        Demo::traffic(running.addr);
     }
     stop_signal().await?;
     // Read now: a reload may have changed it since the start.

@@ -127,7 +127,7 @@ impl Price {
 
 /// `price = { input, output, cached_input, cache_write, reasoning, tiers }` as written: USD per
 /// 1M tokens.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PriceConfig {
     pub input: f64,
@@ -140,7 +140,7 @@ pub struct PriceConfig {
 }
 
 /// `{ above = 200_000, input, output, ... }`: the rates for prompts longer than `above` tokens.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TierConfig {
     pub above: u64,

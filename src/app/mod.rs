@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 
 mod bridge;
+pub mod demo;
 mod probe;
 mod watch;
 

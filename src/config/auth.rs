@@ -11,7 +11,7 @@ use serde::Deserialize;
 type FieldError = (String, String);
 
 /// `[auth]`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AuthSection {
     #[serde(default)]
@@ -19,7 +19,7 @@ pub struct AuthSection {
 }
 
 /// One `[[auth.jwt]]` issuer as written.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JwtConfig {
     /// The `iss` its tokens carry.

@@ -12,7 +12,7 @@ use super::file::EmbedderConfig;
 use super::snapshot::EmbedderSpec;
 
 /// `[cache]`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct CacheSection {
     pub enabled: bool,
@@ -41,14 +41,16 @@ pub struct CacheSection {
 }
 
 /// `cache = { mode, ttl_seconds }` on a gateway key or a `[[models]]` entry: over `[cache]`'s.
-#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CachePolicyConfig {
     pub mode: Option<PolicyMode>,
     pub ttl_seconds: Option<NonZeroU64>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum PolicyMode {
     Exact,
@@ -96,14 +98,14 @@ impl Default for CacheSection {
 /// with MiniLM (docs/cache.md).
 pub const DEFAULT_SIMILARITY: f64 = 0.9;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CacheMode {
     Exact,
     Semantic,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CacheBackend {
     Memory,
@@ -112,7 +114,7 @@ pub enum CacheBackend {
 
 /// Who may read an entry: the gateway key that stored it (`key`), any key sharing one of its
 /// groups (`group`), or every key (`global`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CacheScope {
     Key,

@@ -10,7 +10,7 @@ use super::settings::{BreakerSettings, ProbeKind, ProbeSettings};
 use crate::provider::ProviderKind;
 use crate::provider::mock::MockSpec;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ChannelConfig {
     pub name: String,
@@ -95,7 +95,7 @@ pub struct ChannelConfig {
 }
 
 /// `aws = { access_key_id, secret_access_key, session_token }`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AwsConfig {
     pub access_key_id: String,
@@ -107,7 +107,7 @@ fn default_credential_cooldown() -> u64 {
     60
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CredentialConfig {
     pub key: String,
@@ -173,12 +173,25 @@ pub enum ModelEntry {
     },
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct MappedModel {
     name: String,
     upstream: String,
     publisher: Option<String>,
+}
+
+impl schemars::JsonSchema for ModelEntry {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ModelEntry".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let mapped = generator.subschema_for::<MappedModel>();
+        schemars::json_schema!({
+            "description": "A model name, or { name, upstream } (on a vertex channel also publisher).",
+            "anyOf": [{"type": "string"}, mapped]
+        })
+    }
 }
 
 /// By hand rather than `untagged`, so a table keeps `deny_unknown_fields` and its error names
@@ -233,7 +246,7 @@ impl ModelEntry {
 }
 
 /// `[channels.circuit_breaker]`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct CircuitBreakerConfig {
     /// `false` ignores health for this channel entirely.
@@ -253,7 +266,7 @@ pub struct CircuitBreakerConfig {
 }
 
 /// `probe = { ... }` inside `[channels.circuit_breaker]`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProbeConfig {
     /// Off: a half-open circuit is tested by one live client request instead.
@@ -278,7 +291,7 @@ impl Default for ProbeConfig {
     }
 }
 
-#[derive(Debug, Clone, Copy, Deserialize)]
+#[derive(Debug, Clone, Copy, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ProbeKindConfig {
     Completion,
@@ -353,6 +366,19 @@ impl<T> std::ops::Deref for NonEmpty<T> {
     type Target = [T];
     fn deref(&self) -> &[T] {
         &self.0
+    }
+}
+
+impl<T: schemars::JsonSchema> schemars::JsonSchema for NonEmpty<T> {
+    fn inline_schema() -> bool {
+        true
+    }
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        format!("NonEmpty_{}", T::schema_name()).into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let items = generator.subschema_for::<T>();
+        schemars::json_schema!({"type": "array", "items": items, "minItems": 1})
     }
 }
 

@@ -11,7 +11,7 @@ pub use super::routers::{EmbedderConfig, InstanceConfig, RouterConfig, RouterFai
 /// The embedded demo: two mock channels for model `demo` on tiers 1 and 2, the demo key.
 pub(crate) const DEMO_TOML: &str = include_str!("demo.toml");
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
     #[serde(default)]
@@ -78,7 +78,7 @@ pub struct FileConfig {
 }
 
 /// `[[admins]]`: who may use the admin API, and how far.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AdminConfig {
     pub name: String,
@@ -93,7 +93,7 @@ pub struct AdminConfig {
 }
 
 /// `[admin]`: an address of its own for the admin API, off the public listener.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AdminSection {
     pub listen: Option<String>,
@@ -104,7 +104,7 @@ pub struct AdminSection {
 
 /// `[[models]]`: a model's limits and its route's context settings. `name` is an exact name or
 /// a glob; the window and output budget default to the built-in family's.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {
     pub name: String,
@@ -128,7 +128,7 @@ pub struct ModelConfig {
 
 /// `[routing]`: the strategy models use unless their `[[models]]` entry names one, and what
 /// the measured strategies read.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RoutingSection {
     pub default_strategy: crate::config::Strategy,
@@ -149,7 +149,7 @@ impl Default for RoutingSection {
 }
 
 /// `[affinity]`: keeping a conversation on the channel that served its first turn.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct AffinitySection {
     /// A binding lives this long after its last use.
@@ -182,6 +182,29 @@ pub enum Implicit {
     Off,
 }
 
+impl schemars::JsonSchema for Implicit {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Implicit".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "\"auto\" (requests a provider caches), true (all) or false (none).",
+            "anyOf": [{"type": "boolean"}, {"const": "auto"}]
+        })
+    }
+}
+
+/// As written: what the schema shows as the default.
+impl serde::Serialize for Implicit {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Implicit::Auto => s.serialize_str("auto"),
+            Implicit::On => s.serialize_bool(true),
+            Implicit::Off => s.serialize_bool(false),
+        }
+    }
+}
+
 impl<'de> Deserialize<'de> for Implicit {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         #[derive(Deserialize)]
@@ -202,7 +225,7 @@ impl<'de> Deserialize<'de> for Implicit {
 }
 
 /// `[store]`: the database the admin API writes to, `sqlite://<file>` or `postgres://...`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StoreSection {
     pub url: String,
@@ -233,7 +256,7 @@ fn default_retention() -> NonZeroU32 {
 }
 
 /// `[state]`: where shared runtime state lives (absent: in this process).
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StateSection {
     /// `redis://host:port[/db]`, or `rediss://` for TLS: shared by every replica that names it.
@@ -242,7 +265,7 @@ pub struct StateSection {
     pub prefix: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerSection {
     pub listen: String,
@@ -285,7 +308,7 @@ pub struct ServerSection {
 /// key) stay under `ratio` × requests over the window, with a floor of `min_per_second`, so a
 /// failing upstream never sees its load multiplied (Linkerd's budget, same defaults). A
 /// failover to a channel not yet called is not counted.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RetryBudgetConfig {
     pub ratio: f64,
@@ -327,7 +350,7 @@ impl Default for ServerSection {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct LogSection {
     pub sqlite_path: String,
@@ -355,7 +378,7 @@ impl Default for LogSection {
 }
 
 /// How channel health is scored (`[health]`).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct HealthSection {
     /// Verdicts older than this leave a channel's window.
@@ -373,7 +396,7 @@ pub struct HealthSection {
     pub balance: Balance,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Balance {
     Random,
@@ -393,7 +416,7 @@ impl Default for HealthSection {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KeyConfig {
     pub name: String,
@@ -442,7 +465,7 @@ pub struct KeyConfig {
 /// `{ from = "gpt-4*", to = "gpt-4o" }`: `from` is an exact name, or a glob when it holds `*`
 /// or `?`; `kind = "regex"` makes it a regular expression matched against the whole name
 /// (`to` may then use `$1`).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RedirectConfig {
     /// Given by the admin API on creation.
@@ -452,7 +475,7 @@ pub struct RedirectConfig {
     pub kind: Option<RedirectKind>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum RedirectKind {
     Exact,
@@ -461,7 +484,7 @@ pub enum RedirectKind {
 }
 
 /// A key's chain when the caller names one model: `{ models, timeout_ms, first_token_timeout_ms, on }`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FailoverDefaultsConfig {
     #[serde(default)]

@@ -18,7 +18,7 @@ use crate::secret::Secret;
 type FieldError = (String, String);
 
 /// `[mcp]`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct McpSection {
     /// Between a server's name and its item's in the merged lists: `github__create_issue`.
@@ -43,7 +43,7 @@ impl Default for McpSection {
 }
 
 /// How the gateway speaks to a server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Transport {
     /// MCP's Streamable HTTP (2025-03-26 and later).
@@ -56,7 +56,7 @@ pub enum Transport {
 }
 
 /// `[[mcp_servers]]`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct McpServerConfig {
     pub name: String,
@@ -92,7 +92,7 @@ pub struct McpServerConfig {
 }
 
 /// A key's `mcp = { servers = [...], tools = [...] }`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KeyMcpConfig {
     #[serde(default)]

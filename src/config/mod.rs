@@ -20,6 +20,7 @@ mod read;
 mod read_tests;
 mod role;
 pub mod routers;
+pub mod schema;
 mod settings;
 mod snapshot;
 pub mod sso;
@@ -85,7 +86,9 @@ impl ConfigError {
 #[derive(Debug, Clone)]
 pub enum Source {
     File(PathBuf),
-    Demo,
+    /// The embedded demo (or text given whole). With its full text, the served demo's
+    /// console and store: a store write recompiles that text with the store's entries.
+    Demo(Option<Arc<str>>),
 }
 
 /// Reads, interpolates, validates and compiles a config file.
@@ -117,9 +120,41 @@ pub fn demo(clients: &HttpClients) -> Result<Snapshot, ConfigError> {
         "<demo>",
         &none,
         &Overlay::default(),
-        Source::Demo,
+        Source::Demo(None),
         clients,
     )
+}
+
+/// The served demo: the embedded demo with a store at `store_url` sealed by `master_key`
+/// and an admin with `admin_token`, so that the console signs in and its writes work.
+pub fn demo_with_console(
+    clients: &HttpClients,
+    store_url: &str,
+    master_key: &str,
+    admin_token: &str,
+) -> Result<Snapshot, ConfigError> {
+    // TOML basic strings: the values are generated (a path, base64, letters), but a temp dir's
+    // path may hold anything a string must escape.
+    let quote = |v: &str| toml::Value::String(v.to_string()).to_string();
+    let text: Arc<str> = format!(
+        "{}\n[store]\nurl = {}\nmaster_key = {}\n\n[[admins]]\nname = \"demo\"\ntoken = {}\nrole = \"admin\"\n",
+        file::DEMO_TOML,
+        quote(store_url),
+        quote(master_key),
+        quote(admin_token),
+    )
+    .into();
+    demo_text_with(text, &Overlay::default(), clients)
+}
+
+fn demo_text_with(
+    text: Arc<str>,
+    overlay: &Overlay,
+    clients: &HttpClients,
+) -> Result<Snapshot, ConfigError> {
+    let none = |_: &str| None;
+    let source = Source::Demo(Some(text.clone()));
+    build(&text, "<demo>", &none, overlay, source, clients)
 }
 
 /// Parses and compiles config text with a caller-supplied environment (tests, `check`).
@@ -129,7 +164,14 @@ pub fn load_str(
     env: &dyn Fn(&str) -> Option<String>,
     clients: &HttpClients,
 ) -> Result<Snapshot, ConfigError> {
-    build(text, shown, env, &Overlay::default(), Source::Demo, clients)
+    build(
+        text,
+        shown,
+        env,
+        &Overlay::default(),
+        Source::Demo(None),
+        clients,
+    )
 }
 
 fn build(
@@ -177,18 +219,19 @@ impl Live {
         self.overlay.load().version
     }
 
-    /// The file the running config came from.
-    fn file(&self) -> Result<PathBuf, ReloadError> {
+    /// The running config's source compiled again with `overlay`: the file read again, or
+    /// the served demo's text.
+    fn rebuild(&self, overlay: &Overlay) -> Result<Snapshot, ReloadError> {
         match &self.current.load().source {
-            Source::File(p) => Ok(p.clone()),
-            Source::Demo => Err(ReloadError::NoFile),
+            Source::File(p) => Ok(load_file_with(p, overlay, &self.clients)?),
+            Source::Demo(Some(text)) => Ok(demo_text_with(text.clone(), overlay, &self.clients)?),
+            Source::Demo(None) => Err(ReloadError::NoFile),
         }
     }
 
     /// Whether the file with these store entries compiles (what an admin write is checked by).
     pub fn check(&self, overlay: &Overlay) -> Result<(), ReloadError> {
-        let path = self.file()?;
-        load_file_with(&path, overlay, &self.clients)?;
+        self.rebuild(overlay)?;
         Ok(())
     }
 
@@ -199,13 +242,12 @@ impl Live {
             .reloading
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let path = self.file()?;
         // The store is the truth, even at a lower version (a store restored from a backup).
         let overlay = match overlay {
             Some(o) => Arc::new(o),
             None => self.overlay.load_full(),
         };
-        let next = Arc::new(load_file_with(&path, &overlay, &self.clients)?);
+        let next = Arc::new(self.rebuild(&overlay)?);
         self.current.store(next.clone());
         self.overlay.store(overlay);
         Ok(next)

@@ -7,7 +7,7 @@ use std::num::{NonZeroU32, NonZeroU64};
 use serde::Deserialize;
 
 /// The window a budget's spend is summed over (UTC).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Period {
     Day,
@@ -75,7 +75,7 @@ fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
 }
 
 /// What happens when the counter every replica shares cannot be reached.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Fail {
     /// Refuse (503 `budget_unavailable`): the default for money.
@@ -85,7 +85,7 @@ pub enum Fail {
     Open,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OnExhausted {
     #[default]
@@ -94,7 +94,7 @@ pub enum OnExhausted {
 
 /// `budget = { usd, period = "day" | "week" | "month" | "total", on_exhausted = "block",
 /// soft, fail }`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BudgetConfig {
     pub usd: f64,

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use super::file::NonEmpty;
 
 /// `[[routers]]`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RouterConfig {
     pub model: String,
@@ -44,6 +44,27 @@ pub enum Threshold {
     Fixed(f64),
 }
 
+impl schemars::JsonSchema for Threshold {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Threshold".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A similarity level: a number in [-1, 1], or \"auto\".",
+            "anyOf": [{"type": "number", "minimum": -1, "maximum": 1}, {"const": "auto"}]
+        })
+    }
+}
+
+impl serde::Serialize for Threshold {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Threshold::Auto => s.serialize_str("auto"),
+            Threshold::Fixed(n) => s.serialize_f64(*n),
+        }
+    }
+}
+
 impl<'de> Deserialize<'de> for Threshold {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         #[derive(Deserialize)]
@@ -65,7 +86,7 @@ impl<'de> Deserialize<'de> for Threshold {
 /// What a semantic decision becomes: `ranked` = the winner, the other instances that cleared
 /// their thresholds (or are too close to call) by score, then the catchall; `catchall` = the
 /// winner then the catchall; `none` = the winner alone.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum RouterFailover {
     #[default]
@@ -74,7 +95,7 @@ pub enum RouterFailover {
     None,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, tag = "kind", rename_all = "lowercase")]
 pub enum EmbedderConfig {
     /// A sentence-embedding model run in-process.
@@ -87,7 +108,7 @@ pub enum EmbedderConfig {
 
 /// One instance: the model it routes to and examples of its prompts. The catchall serves when
 /// no instance wins; with examples of its own it can also win by similarity.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct InstanceConfig {
     pub name: String,

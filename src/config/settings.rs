@@ -227,7 +227,17 @@ pub struct Limits {
 
 /// How the first try inside a tier is chosen (`strategy` on a `[[models]]` entry,
 /// `[routing] default_strategy`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    serde::Deserialize,
+    serde::Serialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Strategy {
     /// P = w·h / Σ w·h.

@@ -282,7 +282,7 @@ impl Snapshot {
     }
 
     pub fn is_demo(&self) -> bool {
-        matches!(self.source, Source::Demo)
+        matches!(self.source, Source::Demo(_))
     }
 
     /// The key a client presented, compared against every key without an early exit; then,

@@ -16,7 +16,7 @@ type FieldError = (String, String);
 pub const CALLBACK: &str = "/console/sso/callback";
 
 /// `[sso]` as written.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SsoConfig {
     /// The provider's issuer; its discovery document is `{issuer}/.well-known/openid-configuration`.
@@ -38,7 +38,7 @@ fn default_groups_claim() -> String {
 }
 
 /// `[[sso.mappings]]`: a group of the provider's and what its members may do.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MappingConfig {
     pub group: String,

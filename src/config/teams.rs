@@ -17,7 +17,7 @@ type FieldError = (String, String);
 pub const MAX_DEPTH: usize = 3;
 
 /// `[[teams]]` as written.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TeamConfig {
     pub name: String,
@@ -41,7 +41,7 @@ pub struct TeamConfig {
 }
 
 /// `[teams.user_limits]`: the budget and limits each end user gets.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UserLimitsConfig {
     pub budget: Option<BudgetConfig>,

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use crate::secret::Secret;
 
 /// `[metrics]`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct MetricsSection {
     /// `GET /metrics` is served and requests are counted (off: neither).
@@ -33,7 +33,7 @@ impl Default for MetricsSection {
 }
 
 /// `[telemetry]`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct TelemetrySection {
     /// OTLP/HTTP base URL (as `OTEL_EXPORTER_OTLP_ENDPOINT`): spans go to `<it>/v1/traces`.

@@ -14,7 +14,7 @@ use serde::Deserialize;
 use crate::secret::Secret;
 
 /// `[events]`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct EventsSection {
     /// Failovers of one (requested model, served channel, reason) after the first, within
@@ -40,7 +40,7 @@ impl Default for EventsSection {
 }
 
 /// A `[[webhooks]]` entry as written.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WebhookConfig {
     pub name: String,

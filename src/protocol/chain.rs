@@ -17,7 +17,7 @@ pub const TIMEOUT_MS: RangeInclusive<u64> = 1_000..=300_000;
 pub const FIRST_TOKEN_MS: RangeInclusive<u64> = 500..=60_000;
 
 /// The failure classes that move a chain on to its next model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FailOn {
     ConnectionError,

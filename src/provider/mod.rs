@@ -33,7 +33,7 @@ pub use side::KeptCall;
 pub use sse::{Frame, Frames, NotUtf8};
 pub use via::{TraceContext, TraceHeaders, Via, Waited};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ProviderKind {
     /// Any OpenAI-compatible base URL (OpenAI, vLLM, Ollama, OpenRouter...).

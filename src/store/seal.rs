@@ -175,6 +175,15 @@ impl Pepper {
     }
 }
 
+/// A new master key: 32 random bytes, base64 (what `[store] master_key` takes).
+pub fn generate_master_key() -> Result<String, SealError> {
+    let mut bytes = [0u8; 32];
+    SystemRandom::new()
+        .fill(&mut bytes)
+        .map_err(|_| SealError::Random)?;
+    Ok(B64.encode(bytes))
+}
+
 /// A new gateway key: `sk-sy-` and 32 random base62 characters (about 190 bits).
 pub fn generate_key() -> Result<String, SealError> {
     const ALPHABET: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";

@@ -20,6 +20,8 @@ import time
 from openai import OpenAI
 from playwright.sync_api import expect, sync_playwright
 
+from pages import Problems, api
+
 BASE = os.environ["SY_BASE"]
 ADMIN = os.environ["SY_ADMIN"]
 VIEWER = os.environ["SY_VIEWER"]
@@ -36,21 +38,6 @@ TITLES = {
 expect.set_options(timeout=10_000)
 
 
-class Problems:
-    """Console errors and failed requests seen by a page, which must stay empty."""
-
-    def __init__(self, page):
-        self.seen = []
-        page.on("console", lambda m: m.type == "error" and self.seen.append("console: " + m.text))
-        page.on("pageerror", lambda e: self.seen.append("page error: " + str(e)))
-        # A load cut short by leaving the page is the browser's doing, not a failure.
-        page.on("requestfailed", lambda r: "ERR_ABORTED" not in (r.failure or "")
-                and self.seen.append(f"request failed: {r.url} ({r.failure})"))
-
-    def none(self, where):
-        assert not self.seen, f"{where}: {self.seen}"
-
-
 def sign_in(context, token):
     page = context.new_page()
     problems = Problems(page)
@@ -62,21 +49,6 @@ def sign_in(context, token):
     page.get_by_role("button", name="Sign in").click()
     expect(page).to_have_url(re.compile(r"/console/channels$"))
     return page, problems
-
-
-def api(page, path, method="GET", body=None, csrf=True):
-    """An admin API call from the page, with its session cookie (and CSRF token when asked)."""
-    return page.evaluate(
-        """async ([path, method, body, csrf]) => {
-            const token = document.querySelector('meta[name="csrf-token"]').content;
-            const headers = {"content-type": "application/json"};
-            if (csrf) headers["x-csrf-token"] = token;
-            const r = await fetch(path, {method, headers, body: body === null ? undefined : JSON.stringify(body)});
-            let json = null; try { json = await r.json(); } catch (_) {}
-            return {status: r.status, body: json};
-        }""",
-        [path, method, body, csrf],
-    )
 
 
 def controls_are_labelled(page, where):

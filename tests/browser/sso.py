@@ -16,23 +16,11 @@ import time
 
 from playwright.sync_api import expect, sync_playwright
 
+from pages import api
+
 A = os.environ["SY_A"]
 B = os.environ["SY_B"]
 expect.set_options(timeout=10_000)
-
-
-def api(page, path, method="GET", body=None):
-    """An admin API call from a console page, with its session and CSRF token."""
-    return page.evaluate(
-        """async ([path, method, body]) => {
-            const token = document.querySelector('meta[name="csrf-token"]').content;
-            const r = await fetch(path, {method, headers: {"content-type": "application/json",
-                "x-csrf-token": token}, body: body === null ? undefined : JSON.stringify(body)});
-            let json = null; try { json = await r.json(); } catch (_) {}
-            return {status: r.status, body: json};
-        }""",
-        [path, method, body],
-    )
 
 
 def log_in_at_the_provider(page, person):

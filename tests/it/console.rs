@@ -536,22 +536,9 @@ async fn stats_count_each_channels_calls_and_the_preview_and_budgets_answer_for_
 /// `.ci/run` sets).
 #[tokio::test]
 async fn console_in_a_browser() {
-    let py = std::env::var("SWITCHYARD_PY").unwrap_or_default();
-    let ready = !py.is_empty()
-        && std::path::Path::new("/usr/bin/chromium").exists()
-        && std::process::Command::new(&py)
-            .args(["-c", "import playwright, openai"])
-            .status()
-            .is_ok_and(|s| s.success());
-    if !ready {
-        assert!(
-            std::env::var_os("SWITCHYARD_BROWSER_REQUIRED").is_none()
-                && std::env::var_os("CI").is_none(),
-            "the browser test cannot run here"
-        );
-        eprintln!("skipped: SWITCHYARD_PY with playwright and /usr/bin/chromium are needed");
+    let Some(py) = browser_python() else {
         return;
-    }
+    };
     let up = mock(text_spec("hello from the mock")).await;
     let broken = mock(faulty("x", status(500))).await;
     let channels = format!(

@@ -26,7 +26,7 @@ const SECRETS: &[(&str, &str)] = &[
 ];
 
 /// The config the ConfigMap carries under `switchyard.toml: |`, unindented, written in `dir`.
-fn configmap_config(dir: &std::path::Path) -> PathBuf {
+pub(crate) fn configmap_config(dir: &std::path::Path) -> PathBuf {
     let yaml = std::fs::read_to_string(format!("{ROOT}/deploy/kubernetes/configmap.yaml")).unwrap();
     let mut lines = yaml
         .lines()

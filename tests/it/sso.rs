@@ -125,19 +125,9 @@ async fn sso_in_a_browser() {
     let logout = [format!("{}/console", a.url), format!("{}/console", b.url)];
     let p = provider(&dir, port, &callback, &logout).await;
     assert_eq!(p.issuer, issuer);
-    let out = tokio::process::Command::new(&py)
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/browser/sso.py"))
-        .env("SY_A", &a.url)
-        .env("SY_B", &b.url)
-        .output()
-        .await
-        .expect("python runs");
-    let text = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "{text}");
+    let env = [("SY_A", a.url.as_str()), ("SY_B", b.url.as_str())];
+    let (ok, _, text) = run_browser_script(&py, "sso.py", 600, &env).await;
+    assert!(ok, "{text}");
     assert!(text.contains("sso: every step passed"), "{text}");
 }
 

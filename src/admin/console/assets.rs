@@ -6,7 +6,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 /// Name, content type, bytes.
-const FILES: [(&str, &str, &[u8]); 15] = [
+const FILES: [(&str, &str, &[u8]); 16] = [
     (
         "console.css",
         "text/css",
@@ -57,6 +57,11 @@ const FILES: [(&str, &str, &[u8]); 15] = [
         "audit.js",
         "text/javascript",
         include_bytes!("assets/audit.js"),
+    ),
+    (
+        "signin.js",
+        "text/javascript",
+        include_bytes!("assets/signin.js"),
     ),
     (
         "uPlot.iife.min.js",

@@ -109,6 +109,7 @@ pub fn sign_in(message: Option<&str>, sso: bool) -> Markup {
                 input id="token" name="token" type="password" autocomplete="current-password" required autofocus;
                 button type="submit" { "Sign in" }
             }
+            script src="/console/assets/signin.js" defer {}
         },
     )
 }

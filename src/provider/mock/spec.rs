@@ -8,7 +8,7 @@ use serde::Deserialize;
 use crate::protocol::{ChatRequest, Role};
 
 /// How a mock channel or server answers.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct MockSpec {
     /// The reply text, split into `chunks` pieces when streamed.
@@ -34,7 +34,7 @@ pub struct MockSpec {
     pub script: Vec<Fault>,
     /// Standalone server only: a fault for requests bearing this API key (wins over the rest).
     pub per_key: std::collections::HashMap<String, Fault>,
-    /// Standalone server only: a fault for requests naming this (upstream) model.
+    /// A fault for requests naming this (upstream) model.
     pub per_model: std::collections::HashMap<String, Fault>,
     /// Standalone server only: what its token-counting endpoints answer (else the prompt as
     /// its usage counts it).
@@ -49,7 +49,7 @@ pub struct MockSpec {
 /// What a mock refuses, as an OpenAI-compatible provider that takes less than OpenAI does:
 /// request fields, fields of a message, tool choices, response formats, tool call ids that
 /// are not 9 letters and digits (Mistral), a request without some header.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Refuse {
     pub fields: Vec<String>,
@@ -135,7 +135,7 @@ impl Default for MockSpec {
 }
 
 /// A function call the mock answers with.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MockToolCall {
     pub name: String,
@@ -144,7 +144,7 @@ pub struct MockToolCall {
 }
 
 /// One scripted behaviour. Exactly one of the fields is set.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Fault {
     /// A normal answer (useful inside a script).

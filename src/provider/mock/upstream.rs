@@ -28,9 +28,10 @@ impl MockUpstream {
         }
     }
 
-    fn next(&self) -> (u64, Behaviour) {
+    /// The request's number and behaviour; `model` (the upstream's name) picks `per_model`.
+    fn next(&self, model: &str) -> (u64, Behaviour) {
         let n = self.seen.fetch_add(1, Ordering::Relaxed);
-        (n, self.spec.behaviour(n))
+        (n, self.spec.behaviour_for(n, None, model))
     }
 
     fn status_error(status: u16, retry_after: Option<u64>) -> UpstreamError {
@@ -50,7 +51,7 @@ impl MockUpstream {
         waited: &Waited,
     ) -> Result<ChatResponse, UpstreamError> {
         let _waiting = waited.start();
-        let (n, b) = self.next();
+        let (n, b) = self.next(model);
         let (spec, b) = self.spec.applying(b);
         match b {
             Behaviour::Status(s, ra) => Err(Self::status_error(s, ra)),
@@ -81,7 +82,7 @@ impl MockUpstream {
         req: &ChatRequest,
         model: &str,
     ) -> Result<ChunkStream, UpstreamError> {
-        let (n, b) = self.next();
+        let (n, b) = self.next(model);
         let (spec, b) = self.spec.applying(b);
         if let Behaviour::Status(s, ra) = b {
             return Err(Self::status_error(s, ra));
@@ -97,7 +98,7 @@ impl MockUpstream {
     }
 
     pub async fn models(&self) -> Result<(), UpstreamError> {
-        match self.next().1 {
+        match self.next("").1 {
             Behaviour::Status(s, ra) => Err(Self::status_error(s, ra)),
             Behaviour::Hang | Behaviour::StallAfter(_) => std::future::pending().await,
             _ => Ok(()),
@@ -111,7 +112,7 @@ impl MockUpstream {
         waited: &Waited,
     ) -> Result<Value, UpstreamError> {
         let _waiting = waited.start();
-        let (_, b) = self.next();
+        let (_, b) = self.next(model);
         match b {
             Behaviour::Status(s, ra) => Err(Self::status_error(s, ra)),
             Behaviour::Hang => std::future::pending().await,

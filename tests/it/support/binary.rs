@@ -27,8 +27,30 @@ pub async fn spawn_listening(
 
 /// `switchyard serve --listen 127.0.0.1:0` (demo mode) in `dir`, and where it listens.
 pub async fn spawn_demo(dir: &std::path::Path) -> (Proc, String) {
-    let args = ["serve", "--listen", "127.0.0.1:0"];
-    spawn_listening(&args, dir, "switchyard listening on ").await
+    let (proc, url, _) = spawn_demo_with(dir, &[]).await;
+    (proc, url)
+}
+
+/// `switchyard serve --listen 127.0.0.1:0` (the demo) with `extra` arguments in `dir`: where
+/// it listens, and the URL its banner gives for the console.
+pub async fn spawn_demo_with(dir: &std::path::Path, extra: &[&str]) -> (Proc, String, String) {
+    let mut args = vec!["serve", "--listen", "127.0.0.1:0"];
+    args.extend_from_slice(extra);
+    let (proc, url, before) = spawn_reading(
+        std::path::Path::new(BIN),
+        &args,
+        dir,
+        "switchyard listening on ",
+        &[],
+    )
+    .await;
+    let console = before
+        .iter()
+        .find_map(|l| l.strip_prefix("switchyard console: "))
+        .and_then(|l| l.split_whitespace().next())
+        .expect("the demo's banner gives the console's URL")
+        .to_string();
+    (proc, url, console)
 }
 
 /// `switchyard serve --listen 127.0.0.1:0 --config <config>` in `dir`, and where it listens.
@@ -56,6 +78,18 @@ pub async fn spawn_bin_listening(
     marker: &'static str,
     env: &[(&str, &str)],
 ) -> (Proc, String) {
+    let (proc, url, _) = spawn_reading(bin, args, dir, marker, env).await;
+    (proc, url)
+}
+
+/// As [`spawn_bin_listening`], also returning the lines printed before the marker's.
+async fn spawn_reading(
+    bin: &std::path::Path,
+    args: &[&str],
+    dir: &std::path::Path,
+    marker: &'static str,
+    env: &[(&str, &str)],
+) -> (Proc, String, Vec<String>) {
     // stderr goes to dir/stderr.log, for tests that read what the binary logged.
     let stderr = std::fs::File::create(dir.join("stderr.log")).expect("stderr file");
     let mut child = Command::new(bin)
@@ -70,20 +104,22 @@ pub async fn spawn_bin_listening(
     let stdout = child.stdout.take().expect("stdout");
     let proc = Proc(child);
     let read = tokio::task::spawn_blocking(move || {
+        let mut before = Vec::new();
         for line in BufReader::new(stdout).lines() {
             let line = line.ok()?;
             if let Some(rest) = line.split(marker).nth(1) {
-                return Some(rest.trim().to_string());
+                return Some((rest.trim().to_string(), before));
             }
+            before.push(line);
         }
         None
     });
-    let url = tokio::time::timeout(std::time::Duration::from_secs(30), read)
+    let (url, before) = tokio::time::timeout(std::time::Duration::from_secs(30), read)
         .await
         .expect("the binary starts within 30 s")
         .unwrap()
         .expect("the binary prints where it listens");
-    (proc, url)
+    (proc, url, before)
 }
 
 /// What a run of the binary said: whether it succeeded, its stdout and its stderr.
@@ -105,4 +141,52 @@ pub fn run_bin(args: &[&str], env: &[(&str, &str)]) -> Finished {
         out: String::from_utf8_lossy(&o.stdout).into_owned(),
         err: String::from_utf8_lossy(&o.stderr).into_owned(),
     }
+}
+
+/// The Python with Playwright and the OpenAI SDK (`SWITCHYARD_PY`) when it and
+/// `/usr/bin/chromium` are here, for the browser tests. Without them: `None`, said on stderr,
+/// and a failure under `CI` or `SWITCHYARD_BROWSER_REQUIRED`, where they must be.
+pub fn browser_python() -> Option<String> {
+    let py = std::env::var("SWITCHYARD_PY").unwrap_or_default();
+    let ready = !py.is_empty()
+        && std::path::Path::new("/usr/bin/chromium").exists()
+        && Command::new(&py)
+            .args(["-c", "import playwright, openai"])
+            .status()
+            .is_ok_and(|s| s.success());
+    if !ready {
+        assert!(
+            std::env::var_os("SWITCHYARD_BROWSER_REQUIRED").is_none()
+                && std::env::var_os("CI").is_none(),
+            "the browser test cannot run here"
+        );
+        eprintln!("skipped: SWITCHYARD_PY with playwright and /usr/bin/chromium are needed");
+        return None;
+    }
+    Some(py)
+}
+
+/// What a browser test's script (`tests/browser/<script>`) said: whether it passed, its
+/// stdout (the last line its JSON summary, by convention), and stdout with stderr for a failure
+/// message. Bounded by `timeout` `secs`; the test's own runtime keeps serving meanwhile.
+pub async fn run_browser_script(
+    py: &str,
+    script: &str,
+    secs: u32,
+    env: &[(&str, &str)],
+) -> (bool, String, String) {
+    let out = tokio::process::Command::new("timeout")
+        .arg(secs.to_string())
+        .arg(py)
+        .arg(format!(
+            "{}/tests/browser/{script}",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .envs(env.iter().copied())
+        .output()
+        .await
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let all = format!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), stdout, all)
 }

@@ -3,6 +3,8 @@
 // auto-refresh and charts. Each page's own script uses `window.SY`.
 "use strict";
 (function () {
+  // Already signed in when the demo's URL was opened: its token leaves the address bar.
+  if (location.hash.startsWith("#token=")) history.replaceState(null, "", location.pathname + location.search);
   const csrf = document.querySelector('meta[name="csrf-token"]')?.content || "";
   const isAdmin = document.body.dataset.role === "admin";
 
