@@ -192,10 +192,19 @@ fn main() -> ExitCode {
         .init();
     install_crypto_provider();
     raise_open_file_limit();
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    // On one core (a pinned process, a one-CPU container) the work-stealing scheduler only adds
+    // cross-thread wake-ups: its one worker is not the thread that runs `block_on`. There, one
+    // current-thread runtime runs everything (the tests run the gateway that way too).
+    let one_core = std::thread::available_parallelism().is_ok_and(|n| n.get() == 1);
+    let mut builder = if one_core {
+        // Its other threads are all the blocking pool's (SQLite, files): named for what they are.
+        let mut b = tokio::runtime::Builder::new_current_thread();
+        b.thread_name("sy-blocking");
+        b
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    let rt = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");

@@ -233,13 +233,17 @@ pub enum Shared {
     },
 }
 
+type Entries = HashMap<Key, Entry, foldhash::fast::RandomState>;
+
 pub struct Health {
     clock: Arc<dyn Clock>,
     /// Where changes to share go (set when shared state runs); never waited on.
     shared: std::sync::OnceLock<tokio::sync::mpsc::Sender<Shared>>,
     /// Where circuit and credential events go (a default emitter discards them).
     events: crate::events::Emitter,
-    entries: Mutex<HashMap<Key, Entry>>,
+    /// Hashed by foldhash: every attempt looks its key up here (SipHash was 0.3 % of a
+    /// request's instructions, `bench/instructions.sh`).
+    entries: Mutex<Entries>,
     /// The channels' credentials (their own locks; never held with `entries`).
     pub pools: Pools,
     /// Retries and failovers against requests, process-wide.
@@ -259,7 +263,7 @@ impl Health {
             shared: std::sync::OnceLock::new(),
             events: crate::events::Emitter::default(),
             clock,
-            entries: Mutex::new(HashMap::new()),
+            entries: Mutex::new(Entries::default()),
             rr: Mutex::new(HashMap::new()),
         }
     }
@@ -389,7 +393,7 @@ impl Health {
         best
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<Key, Entry>> {
+    fn lock(&self) -> MutexGuard<'_, Entries> {
         // A panic elsewhere while holding the lock leaves plain numbers: keep using them.
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -658,3 +658,53 @@ async fn get_explain(gw: &Gateway, prompt: &str) -> Value {
     .await
     .unwrap()
 }
+
+/// Pinned to one core (as the shared bench harness pins it) the gateway runs everything on one
+/// current-thread runtime, with no worker thread to hand wake-ups to, and serves as ever.
+#[tokio::test]
+async fn on_one_core_the_gateway_runs_on_one_thread_and_serves_whole_and_streamed_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "-c",
+        "0",
+        BIN,
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--no-demo-traffic",
+    ];
+    let marker = "switchyard listening on ";
+    let (p, url) = spawn_bin_listening(
+        std::path::Path::new("taskset"),
+        &args,
+        dir.path(),
+        marker,
+        &[],
+    )
+    .await;
+    let threads: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", p.0.id()))
+        .unwrap()
+        .map(|t| std::fs::read_to_string(t.unwrap().path().join("comm")).unwrap())
+        .collect();
+    assert!(
+        !threads.iter().any(|t| t.trim() == "tokio-rt-worker"),
+        "{threads:?}"
+    );
+    let ask = |stream: bool| {
+        client()
+            .post(format!("{url}/v1/chat/completions"))
+            .bearer_auth("sk-switchyard-demo")
+            .json(&json!({"model": "demo", "stream": stream,
+                "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+    };
+    let whole: Value = ask(false).await.unwrap().json().await.unwrap();
+    assert!(
+        whole["choices"][0]["message"]["content"]
+            .as_str()
+            .is_some_and(|c| c.contains("demo")),
+        "{whole}"
+    );
+    let streamed = ask(true).await.unwrap().text().await.unwrap();
+    assert!(streamed.trim_end().ends_with("data: [DONE]"), "{streamed}");
+}
