@@ -72,6 +72,17 @@ pub fn hex(bytes: &[u8]) -> String {
     s
 }
 
+/// The bytes lowercase or uppercase hex text spells; `None` for anything else.
+pub fn unhex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
 /// A secret for one purpose derived from another (HMAC-SHA-256 of `purpose`, hex): what signs
 /// one thing says nothing of what signs another.
 pub fn derive(root: &Secret, purpose: &str) -> String {

@@ -144,14 +144,7 @@ pub fn open(snap: &Snapshot, cookie: &str, now: u64, out: &SignedOut) -> Option<
 
 /// Lower-case hex back to text (`None`: not hex of UTF-8).
 fn unhex(h: &str) -> Option<String> {
-    if !h.len().is_multiple_of(2) {
-        return None;
-    }
-    let bytes: Option<Vec<u8>> = (0..h.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(h.get(i..i + 2)?, 16).ok())
-        .collect();
-    String::from_utf8(bytes?).ok()
+    String::from_utf8(crate::secret::unhex(h)?).ok()
 }
 
 /// The session cookie's value among the request's cookies.

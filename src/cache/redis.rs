@@ -288,13 +288,7 @@ impl Shared {
 }
 
 fn unhex(b: &[u8]) -> Option<Key> {
-    let s = std::str::from_utf8(b).ok()?;
-    if s.len() != 64 {
-        return None;
-    }
-    let mut k = [0u8; 32];
-    for (i, out) in k.iter_mut().enumerate() {
-        *out = u8::from_str_radix(s.get(i * 2..i * 2 + 2)?, 16).ok()?;
-    }
-    Some(k)
+    crate::secret::unhex(std::str::from_utf8(b).ok()?)?
+        .try_into()
+        .ok()
 }

@@ -138,6 +138,14 @@ impl Budget {
 }
 
 impl Quota {
+    /// Whether it refuses while the shared counter does not answer: a budget that fails
+    /// closed, or rate limits that do.
+    pub fn fails_closed(&self) -> bool {
+        let rates = self.rpm.is_some() || self.tpm.is_some() || self.max_concurrency.is_some();
+        self.budget.is_some_and(|b| b.fail == Fail::Closed)
+            || (rates && self.rate_fail == Fail::Closed)
+    }
+
     pub fn is_empty(&self) -> bool {
         self.budget.is_none()
             && self.rpm.is_none()

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Ask, Backend, Hold, Meter, Refusal};
-use crate::config::quota::{Fail, Quota};
+use crate::config::quota::Quota;
 
 /// The levels one request must fit.
 #[derive(Debug)]
@@ -22,11 +22,7 @@ pub struct Levels<'a> {
 impl Levels<'_> {
     /// Whether a level refuses when the shared counter does not answer.
     fn fails_closed(&self) -> bool {
-        self.levels.iter().any(|(_, q)| {
-            let rates = q.rpm.is_some() || q.tpm.is_some() || q.max_concurrency.is_some();
-            q.budget.is_some_and(|b| b.fail == Fail::Closed)
-                || (rates && q.rate_fail == Fail::Closed)
-        })
+        self.levels.iter().any(|(_, q)| q.fails_closed())
     }
 }
 

@@ -25,7 +25,7 @@ pub use memory::Meters as MemoryMeters;
 pub use postgres::Meters as PostgresMeters;
 pub use redis::Meters as RedisMeters;
 
-use crate::config::quota::{Fail, Quota};
+use crate::config::quota::Quota;
 
 /// What one request asks of a scope: its worst-case cost and its estimated tokens.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -422,10 +422,7 @@ fn fallback(
     ttl: Duration,
     now: i64,
 ) -> Verdict {
-    let rates = quota.rpm.is_some() || quota.tpm.is_some() || quota.max_concurrency.is_some();
-    let closed = quota.budget.is_some_and(|b| b.fail == Fail::Closed)
-        || (rates && quota.rate_fail == Fail::Closed);
-    if closed {
+    if quota.fails_closed() {
         return Verdict::Unavailable;
     }
     match local.admit(scope, quota, ask, ttl, now) {

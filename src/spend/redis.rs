@@ -25,28 +25,26 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local n = tonumber(ARGV[1])
 local id, ask, tokens, hold = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local reserved, wtok, spent, lim = {}, {}, {}, {}
+-- Drops the ids zset `z` scores up to `upto` (at most `most`) with their amounts in hash `h`:
+-- what they held, summed.
+local function expire(z, h, upto, most)
+  local sum = 0
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', z, '-inf', upto, 'LIMIT', 0, most)) do
+    local v = redis.call('HGET', h, id)
+    if v then
+      sum = sum + tonumber(v)
+      redis.call('HDEL', h, id)
+    end
+    redis.call('ZREM', z, id)
+  end
+  return sum
+end
 for i = 1, n do
   local k, a = (i - 1) * 6, 9 + (i - 1) * 4
   local r = tonumber(redis.call('HGET', KEYS[k + 1], 'reserved') or '0')
-  for _, h in ipairs(redis.call('ZRANGEBYSCORE', KEYS[k + 3], '-inf', '(' .. now, 'LIMIT', 0, 256)) do
-    local m = redis.call('HGET', KEYS[k + 2], h)
-    if m then
-      r = r - tonumber(m)
-      redis.call('HDEL', KEYS[k + 2], h)
-    end
-    redis.call('ZREM', KEYS[k + 3], h)
-  end
-  if r < 0 then r = 0 end
+  r = math.max(0, r - expire(KEYS[k + 3], KEYS[k + 2], '(' .. now, 256))
   local w = tonumber(redis.call('HGET', KEYS[k + 1], 'wtok') or '0')
-  for _, h in ipairs(redis.call('ZRANGEBYSCORE', KEYS[k + 4], '-inf', now - 60000, 'LIMIT', 0, 1024)) do
-    local tk = redis.call('HGET', KEYS[k + 6], h)
-    if tk then
-      w = w - tonumber(tk)
-      redis.call('HDEL', KEYS[k + 6], h)
-    end
-    redis.call('ZREM', KEYS[k + 4], h)
-  end
-  if w < 0 then w = 0 end
+  w = math.max(0, w - expire(KEYS[k + 4], KEYS[k + 6], now - 60000, 1024))
   redis.call('HSET', KEYS[k + 1], 'reserved', r, 'wtok', w)
   reserved[i], wtok[i] = r, w
   lim[i] = {tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])}
@@ -394,4 +392,26 @@ fn head(
         period,
     ]);
     args
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The script deletes an evicted end user's keys by their suffixes, written out in Lua: they
+    /// must be every key admission writes for a scope, or an eviction leaves counters behind.
+    #[test]
+    fn an_evicted_end_users_keys_are_every_key_admission_writes() {
+        let mut keys = Vec::new();
+        push_keys(&mut keys, "B", Some("P"));
+        for key in &keys {
+            let suffix = key.strip_prefix('B').unwrap_or(key);
+            let written = match suffix.strip_suffix('P') {
+                Some(spent) => format!("b .. '{spent}' .. ARGV[9]"),
+                None => format!("b .. '{suffix}'"),
+            };
+            assert!(ADMIT.contains(&written), "{written} is not deleted");
+        }
+        assert_eq!(keys.len(), 6);
+    }
 }

@@ -171,12 +171,5 @@ async fn insert_meta(db: &Db, k: &str, v: &str) -> Result<(), DbError> {
 }
 
 pub(crate) fn unhex(s: &str) -> Option<[u8; 32]> {
-    if s.len() != 64 {
-        return None;
-    }
-    let mut out = [0u8; 32];
-    for (i, o) in out.iter_mut().enumerate() {
-        *o = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(out)
+    crate::secret::unhex(s)?.try_into().ok()
 }
