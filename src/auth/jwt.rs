@@ -53,11 +53,32 @@ pub fn looks_like_jwt(token: &str) -> bool {
     token.starts_with("eyJ") && token.bytes().filter(|b| *b == b'.').count() == 2
 }
 
-/// One issuer's keys as last fetched, and when a fetch was last tried.
+/// One issuer's keys as last fetched, each decoded once when fetched (not per token), and
+/// when a fetch was last tried.
 #[derive(Default)]
 struct Held {
-    keys: Option<Arc<JwkSet>>,
+    keys: Option<Arc<[HeldKey]>>,
     tried: Option<Instant>,
+}
+
+/// A key of a fetched JWKS: its `kid`, and the key or why it could not be read.
+struct HeldKey {
+    kid: Option<String>,
+    key: Result<Arc<DecodingKey>, String>,
+}
+
+impl HeldKey {
+    fn all(set: &JwkSet) -> Arc<[HeldKey]> {
+        set.keys
+            .iter()
+            .map(|jwk| HeldKey {
+                kid: jwk.common.key_id.clone(),
+                key: DecodingKey::from_jwk(jwk)
+                    .map(Arc::new)
+                    .map_err(|e| e.to_string()),
+            })
+            .collect()
+    }
 }
 
 /// The JWKS of every issuer, by URL.
@@ -122,7 +143,7 @@ impl Jwks {
         &self,
         jwks: &reqwest::Url,
         kid: Option<&str>,
-    ) -> Result<DecodingKey, TokenError> {
+    ) -> Result<Arc<DecodingKey>, TokenError> {
         let url = jwks.as_str();
         if let Some(k) = self.find(url, kid) {
             return k;
@@ -144,7 +165,7 @@ impl Jwks {
             let h = held.entry(url.to_string()).or_default();
             h.tried = Some(self.clock.now());
             match fetched {
-                Ok(set) => h.keys = Some(Arc::new(set)),
+                Ok(set) => h.keys = Some(HeldKey::all(&set)),
                 Err(e) => tracing::warn!(url, error = e, "could not fetch a JWT issuer's keys"),
             }
         }
@@ -152,15 +173,15 @@ impl Jwks {
     }
 
     /// The key from what is held (`None`: not held).
-    fn find(&self, url: &str, kid: Option<&str>) -> Option<Result<DecodingKey, TokenError>> {
+    fn find(&self, url: &str, kid: Option<&str>) -> Option<Result<Arc<DecodingKey>, TokenError>> {
         let held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        let set = held.get(url)?.keys.clone()?;
-        let jwk = match kid {
-            Some(kid) => set.find(kid)?,
-            None if set.keys.len() == 1 => &set.keys[0],
+        let keys = held.get(url)?.keys.as_deref()?;
+        let found = match kid {
+            Some(kid) => keys.iter().find(|k| k.kid.as_deref() == Some(kid))?,
+            None if keys.len() == 1 => &keys[0],
             None => return None,
         };
-        Some(DecodingKey::from_jwk(jwk).map_err(|e| TokenError::Invalid(e.to_string())))
+        Some(found.key.clone().map_err(TokenError::Invalid))
     }
 
     async fn fetch(&self, url: &reqwest::Url) -> Result<JwkSet, String> {

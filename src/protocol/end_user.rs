@@ -1,8 +1,8 @@
 //! Who a request's end user is (issue 38, being built), as each client protocol says it: the
 //! `user` of OpenAI Chat and the Responses API (or its `safety_identifier`), Anthropic's
 //! `metadata.user_id`, the `user` label of a Gemini request's `labels`, and from any client the
-//! `x-switchyard-user` header, which wins. Pure; not yet reachable from a request (the team's
-//! per-user limits will read it).
+//! `x-switchyard-user` header, which wins. Pure: borrowed from the request, so a request that
+//! names one costs no copy until its team counts it.
 
 use serde_json::Value;
 
@@ -15,11 +15,11 @@ pub const MAX_CHARS: usize = 256;
 
 /// The request's end user, if it names one; a name that cannot be an id (empty, too long,
 /// control characters) is the client's mistake, naming where it was.
-pub fn end_user(
+pub fn end_user<'a>(
     p: Protocol,
-    body: &Value,
-    header: Option<&[u8]>,
-) -> Result<Option<String>, InvalidRequest> {
+    body: &'a Value,
+    header: Option<&'a [u8]>,
+) -> Result<Option<&'a str>, InvalidRequest> {
     if let Some(h) = header {
         let text =
             std::str::from_utf8(h).map_err(|_| InvalidRequest::new(HEADER, "must be UTF-8"))?;
@@ -41,7 +41,7 @@ pub fn end_user(
     }
 }
 
-fn checked(id: &str, param: &str) -> Result<String, InvalidRequest> {
+fn checked<'a>(id: &'a str, param: &str) -> Result<&'a str, InvalidRequest> {
     let id = id.trim();
     if id.is_empty() {
         return Err(InvalidRequest::new(param, "must not be empty"));
@@ -58,7 +58,7 @@ fn checked(id: &str, param: &str) -> Result<String, InvalidRequest> {
             "must not hold control characters",
         ));
     }
-    Ok(id.to_string())
+    Ok(id)
 }
 
 #[cfg(test)]
@@ -153,7 +153,7 @@ mod tests {
         for (p, body, header, want) in cases {
             let got = end_user(p, &body, header.map(str::as_bytes));
             match want {
-                Ok(u) => assert_eq!(got.unwrap().as_deref(), u, "{p:?} {body}"),
+                Ok(u) => assert_eq!(got.unwrap(), u, "{p:?} {body}"),
                 Err(param) => {
                     assert_eq!(
                         got.unwrap_err().param.as_deref(),
