@@ -87,6 +87,18 @@ fn store(cfg: &FileConfig) -> Result<Option<StoreSettings>, FieldError> {
             "must be at least 31: the ledger is kept for the longest budget period, a month",
         ));
     }
+    // Checked here too (the store checks it again as it opens), so that `check` refuses a
+    // key that would stop the gateway at start, such as an empty `${VAR}`.
+    if let Some(k) = &s.master_key {
+        use base64::Engine;
+        let decoded = base64::engine::general_purpose::STANDARD.decode(k.trim());
+        if !decoded.is_ok_and(|b| b.len() == 32) {
+            return Err(field(
+                "store.master_key",
+                "must be 32 bytes, base64-encoded",
+            ));
+        }
+    }
     let days = |n: std::num::NonZeroU32| Duration::from_secs(u64::from(n.get()) * 86_400);
     Ok(Some(StoreSettings {
         url: Secret::new(s.url.as_str()),
