@@ -8,32 +8,9 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use crate::support::run_bin;
+use crate::support::{run_bin, skipping};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-
-/// Every provider kind `init` knows.
-const PROVIDERS: [&str; 19] = [
-    "openai",
-    "anthropic",
-    "gemini",
-    "azure",
-    "bedrock",
-    "vertex",
-    "groq",
-    "together",
-    "fireworks",
-    "deepseek",
-    "mistral",
-    "xai",
-    "openrouter",
-    "cerebras",
-    "perplexity",
-    "ollama",
-    "vllm",
-    "lmstudio",
-    "mock",
-];
 
 /// `switchyard init --provider <provider> --output <out>`, which must succeed; what it said on
 /// stderr.
@@ -99,7 +76,7 @@ fn configs(dir: &Path) -> Vec<PathBuf> {
     all.push(format!("{ROOT}/src/config/demo.toml").into());
     all.push(format!("{ROOT}/deploy/compose/switchyard.toml").into());
     all.push(crate::deploy::configmap_config(dir));
-    for p in PROVIDERS {
+    for p in switchyard::init::PROVIDERS.iter().map(|p| p.as_str()) {
         let out = dir.join(format!("init-{p}.toml"));
         init(p, &out);
         all.push(out);
@@ -110,7 +87,7 @@ fn configs(dir: &Path) -> Vec<PathBuf> {
 #[test]
 fn the_schema_accepts_every_config_here_and_refuses_a_misspelt_key() {
     let Some(venv) = std::env::var_os("SWITCHYARD_DEPLOY_VENV").map(PathBuf::from) else {
-        eprintln!("skipped: SWITCHYARD_DEPLOY_VENV is not set (.ci/run makes it)");
+        skipping("SWITCHYARD_DEPLOY_VENV is not set (.ci/run makes it)");
         return;
     };
     let dir = tempfile::tempdir().unwrap();

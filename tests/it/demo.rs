@@ -16,26 +16,9 @@ fn token_of(console: &str) -> &str {
 }
 
 /// The demo's request log through the admin API, with the demo's admin token.
-async fn log_rows(url: &str, token: &str, query: &str) -> Vec<Value> {
-    let v: Value = client()
-        .get(format!("{url}/admin/requests?limit=100{query}"))
-        .bearer_auth(token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+async fn log_rows(url: &str, token: &str) -> Vec<Value> {
+    let v = get_json(&format!("{url}/admin/requests?limit=100"), Some(token)).await;
     v["data"].as_array().cloned().unwrap_or_default()
-}
-
-/// A row's attempts, whether the API gives them as JSON or as its text.
-fn attempts(row: &Value) -> Vec<Value> {
-    match &row["attempts"] {
-        Value::String(s) => serde_json::from_str(s).unwrap_or_default(),
-        Value::Array(a) => a.clone(),
-        _ => Vec::new(),
-    }
 }
 
 #[tokio::test]
@@ -52,7 +35,7 @@ async fn the_demo_sends_itself_traffic_with_a_failover_and_streams_in_every_prot
         "the demo traffic in the log",
         Duration::from_secs(30),
         async || {
-            let rows = log_rows(&url, token, "").await;
+            let rows = log_rows(&url, token).await;
             if rows.len() >= 13 {
                 Ok(rows)
             } else {
@@ -67,7 +50,9 @@ async fn the_demo_sends_itself_traffic_with_a_failover_and_streams_in_every_prot
         .filter(|r| r["requested_model"] == "demo-failover")
         .collect();
     assert_eq!(failover.len(), 1, "{rows:?}");
-    let tried: Vec<(String, String)> = attempts(failover[0])
+    let tried: Vec<(String, String)> = failover[0]["attempts"]
+        .as_array()
+        .expect("the attempts, as JSON")
         .iter()
         .map(|a| {
             (
@@ -121,27 +106,37 @@ async fn without_demo_traffic_the_log_holds_only_what_clients_sent() {
     let dir = tempfile::tempdir().unwrap();
     let (_p, url, console) = spawn_demo_with(dir.path(), &["--no-demo-traffic"]).await;
     let token = token_of(&console);
-    let resp = client()
-        .post(format!("{url}/v1/chat/completions"))
-        .bearer_auth("sk-switchyard-demo")
-        .json(
-            &serde_json::json!({"model": "demo", "messages": [{"role": "user", "content": "hi"}]}),
+    // Two requests, the second sent once the first is in the log: by then demo traffic, which
+    // starts at once and sends a request every 150 ms, would have rows of its own.
+    let mut ours = Vec::new();
+    for _ in 0..2 {
+        let resp = client()
+            .post(format!("{url}/v1/chat/completions"))
+            .bearer_auth("sk-switchyard-demo")
+            .json(&serde_json::json!({"model": "demo",
+                "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        ours.push(header(&resp, "x-request-id").to_string());
+        let id = ours.last().cloned().unwrap_or_default();
+        until(
+            "our request in the log",
+            Duration::from_secs(10),
+            async || {
+                log_rows(&url, token)
+                    .await
+                    .iter()
+                    .any(|r| r["id"] == id.as_str())
+            },
         )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    let id = header(&resp, "x-request-id").to_string();
-    let rows = until(
-        "our request in the log",
-        Duration::from_secs(10),
-        async || {
-            let rows = log_rows(&url, token, "").await;
-            rows.iter().any(|r| r["id"] == id.as_str()).then_some(rows)
-        },
-    )
-    .await;
-    assert_eq!(rows.len(), 1, "{rows:?}");
+        .await;
+    }
+    let rows = log_rows(&url, token).await;
+    let ids: Vec<&str> = rows.iter().filter_map(|r| r["id"].as_str()).collect();
+    assert_eq!(ids.len(), 2, "{rows:?}");
+    assert!(ours.iter().all(|o| ids.contains(&o.as_str())), "{rows:?}");
 }
 
 /// Needs the Python with Playwright (`SWITCHYARD_PY`) and `/usr/bin/chromium`; without them it

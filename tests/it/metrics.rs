@@ -477,11 +477,7 @@ async fn both_forms_pass_their_reference_parsers() {
         .ok()
         .filter(|p| !p.is_empty())
     else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "SWITCHYARD_PY is needed under CI"
-        );
-        eprintln!("skipped: SWITCHYARD_PY (with prometheus_client) is needed");
+        skipping("SWITCHYARD_PY (with prometheus_client) is needed");
         return;
     };
     let (_mocks, gw) = traffic_gateway("").await;

@@ -89,18 +89,12 @@ async fn call_back_to(gw: &Gateway, callback: &str) {
 /// passes, except under `CI` or `SWITCHYARD_BROWSER_REQUIRED`.
 #[tokio::test]
 async fn sso_in_a_browser() {
-    let py = std::env::var("SWITCHYARD_PY").unwrap_or_default();
+    let Some(py) = browser_python() else {
+        return;
+    };
     let dir = std::env::var("SWITCHYARD_OIDC_DIR").unwrap_or_default();
-    let ready = !py.is_empty()
-        && std::path::Path::new(&format!("{dir}/node_modules/oidc-provider")).exists()
-        && std::path::Path::new("/usr/bin/chromium").exists();
-    if !ready {
-        assert!(
-            std::env::var_os("SWITCHYARD_BROWSER_REQUIRED").is_none()
-                && std::env::var_os("CI").is_none(),
-            "the SSO test cannot run here"
-        );
-        eprintln!("skipped: SWITCHYARD_OIDC_DIR, SWITCHYARD_PY and /usr/bin/chromium are needed");
+    if !std::path::Path::new(&format!("{dir}/node_modules/oidc-provider")).exists() {
+        skipping("SWITCHYARD_OIDC_DIR with oidc-provider installed is needed");
         return;
     }
     let port = free_port();

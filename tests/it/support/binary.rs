@@ -155,15 +155,21 @@ pub fn browser_python() -> Option<String> {
             .status()
             .is_ok_and(|s| s.success());
     if !ready {
-        assert!(
-            std::env::var_os("SWITCHYARD_BROWSER_REQUIRED").is_none()
-                && std::env::var_os("CI").is_none(),
-            "the browser test cannot run here"
-        );
-        eprintln!("skipped: SWITCHYARD_PY with playwright and /usr/bin/chromium are needed");
+        skipping("SWITCHYARD_PY with playwright and /usr/bin/chromium are needed");
         return None;
     }
     Some(py)
+}
+
+/// A test that cannot run here says why and passes, except where everything it needs must be
+/// (under `CI` or `SWITCHYARD_BROWSER_REQUIRED`, which `.ci/run` sets): there it fails.
+pub fn skipping(why: &str) {
+    assert!(
+        std::env::var_os("SWITCHYARD_BROWSER_REQUIRED").is_none()
+            && std::env::var_os("CI").is_none(),
+        "this test must run here, but: {why}"
+    );
+    eprintln!("skipped: {why}");
 }
 
 /// What a browser test's script (`tests/browser/<script>`) said: whether it passed, its
