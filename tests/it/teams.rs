@@ -464,3 +464,25 @@ async fn an_admin_scoped_to_a_team_sees_and_changes_only_its_keys_and_spend() {
     let (_, v) = admin(&gw, "GET", "/admin/keys", PLATFORM_ADMIN, None).await;
     assert_eq!(names(&v, "name"), ["k-plat", "k-sub", "team-a"], "{v}");
 }
+
+/// A team's own rate limit holds for the keys of its sub-teams: the third request in a minute
+/// of a key two levels down is refused at the team, naming it, and never failed over.
+#[tokio::test]
+async fn a_teams_rpm_bounds_the_keys_of_its_sub_teams_and_names_the_team() {
+    let up = mock(text_spec("ok")).await;
+    let tree = "team = \"sub\"\n\n[[teams]]\nname = \"org\"\n\n[[teams]]\nname = \"team\"\n\
+                parent = \"org\"\nrpm = 2\n\n[[teams]]\nname = \"sub\"\nparent = \"team\"\n";
+    let gw = gateway_full("", tree, &openai_channel("a", &up.base_url(), 1, "")).await;
+    let ask = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+    for want in [200, 200, 429] {
+        let resp = gw.chat(ask.clone()).await;
+        let status = resp.status().as_u16();
+        let v: Value = resp.json().await.unwrap();
+        assert_eq!(status, want, "{v}");
+        if want == 429 {
+            assert_eq!(v["error"]["code"], "rate_limit_exceeded", "{v}");
+            assert_eq!(v["error"]["param"], "team:team", "{v}");
+        }
+    }
+    assert_eq!(up.requests(), 2, "the refusal reached no upstream");
+}
