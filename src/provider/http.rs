@@ -10,7 +10,6 @@ use bytes::Bytes;
 use http::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Uri};
 use http_body_util::{BodyExt, Full};
-use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use reqwest::Url;
@@ -34,15 +33,15 @@ const MAX_ERROR_BODY: usize = 64 * 1024;
 /// Largest non-streaming upstream answer read; a larger one is a broken upstream.
 const MAX_RESPONSE_BODY: usize = 64 * 1024 * 1024;
 
-/// The upstream HTTP client: hyper's pooled client under rustls, with nothing between (no
-/// redirect or retry layer, no URL re-parsed per call: reqwest's cost ~20k instructions a
-/// request, docs/benchmarks.md). Redirects are never followed: a 3xx is the attempt's failure.
-/// Shared (its settings are large, and every channel of a transport uses the one pool).
-pub type Client =
-    Arc<hyper_util::client::legacy::Client<Within<HttpsConnector<HttpConnector>>, Full<Bytes>>>;
+/// The upstream HTTP client: hyper under rustls, with nothing between (no redirect or retry
+/// layer, no URL re-parsed per call: reqwest's cost ~20k instructions a request,
+/// docs/benchmarks.md). Redirects are never followed: a 3xx is the attempt's failure. HTTP/1.1
+/// connections are kept in our own pool ([`super::pool`]). Shared (its settings are large, and
+/// every channel of a transport uses the one pool).
+pub type Client = Arc<super::pool::Client>;
 
 /// An upstream's answer, its body still to read.
-pub type Response = http::Response<hyper::body::Incoming>;
+pub type Response = http::Response<super::pool::Body>;
 
 /// Shared pooled HTTP clients, one per distinct transport setting, kept across reloads so a
 /// config swap does not drop warm connections.
@@ -112,54 +111,19 @@ fn build_client(mode: Transport, connect: Duration) -> Result<Client, String> {
     };
     // The connect timeout covers the TLS handshake too, not only TCP: an upstream that accepts
     // and then says nothing fails its attempt in time.
-    let conn = Within {
+    let conn = super::pool::Within {
         inner: conn,
         limit: connect,
     };
+    if mode == Transport::Http1 {
+        return Ok(Arc::new(super::pool::Client::inline(conn)));
+    }
     let mut cb = hyper_util::client::legacy::Client::builder(TokioExecutor::new());
     cb.pool_idle_timeout(Duration::from_secs(90))
         .pool_timer(TokioTimer::new())
         .timer(TokioTimer::new())
         .http2_only(mode == Transport::H2c);
-    Ok(Arc::new(cb.build(conn)))
-}
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// A connector whose whole connection (TCP and TLS) is bounded by `limit`.
-#[derive(Clone)]
-pub struct Within<C> {
-    inner: C,
-    limit: Duration,
-}
-
-impl<C> tower_service::Service<Uri> for Within<C>
-where
-    C: tower_service::Service<Uri>,
-    C::Future: Send + 'static,
-    C::Error: Into<BoxError>,
-{
-    type Response = C::Response;
-    type Error = BoxError;
-    type Future =
-        std::pin::Pin<Box<dyn std::future::Future<Output = Result<C::Response, BoxError>> + Send>>;
-
-    fn poll_ready(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), BoxError>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
-    }
-
-    fn call(&mut self, dst: Uri) -> Self::Future {
-        let (connecting, limit) = (self.inner.call(dst), self.limit);
-        Box::pin(async move {
-            match tokio::time::timeout(limit, connecting).await {
-                Ok(done) => done.map_err(Into::into),
-                Err(_) => Err("connection (TCP and TLS) timed out".into()),
-            }
-        })
-    }
+    Ok(Arc::new(super::pool::Client::shared(cb.build(conn))))
 }
 
 /// rustls needs one process-wide crypto provider; we use ring (no C toolchain needed beyond cc).
@@ -356,7 +320,7 @@ pub async fn answer(client: &Client, req: Request<Full<Bytes>>) -> Result<Respon
     client
         .request(req)
         .await
-        .map_err(|e| UpstreamError::Connect(error_chain(&e)))
+        .map_err(|e| UpstreamError::Connect(error_chain(&*e)))
 }
 
 /// A whole upstream answer as JSON, never more than [`MAX_RESPONSE_BODY`] bytes of it.

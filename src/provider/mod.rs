@@ -9,6 +9,7 @@ mod gemini;
 mod http;
 pub mod mock;
 mod openai;
+mod pool;
 pub mod presets;
 mod side;
 mod sse;

@@ -60,5 +60,6 @@ mod teams;
 mod tools;
 mod traces;
 mod upgrade;
+mod upstream_pool;
 mod usage;
 mod vertex;

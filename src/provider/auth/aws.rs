@@ -333,7 +333,7 @@ async fn call(
     let resp = tokio::time::timeout(std::time::Duration::from_secs(10), client.request(req))
         .await
         .map_err(|_| format!("{} did not answer in 10 s", http::redact_url(url)))?
-        .map_err(|e| format!("{}: {}", http::redact_url(url), http::error_chain(&e)))?;
+        .map_err(|e| format!("{}: {}", http::redact_url(url), http::error_chain(&*e)))?;
     let status = resp.status();
     let body = resp
         .into_body()

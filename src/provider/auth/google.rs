@@ -128,7 +128,7 @@ impl Fetch for TokenSource {
         let resp = tokio::time::timeout(Duration::from_secs(10), client.request(req))
             .await
             .map_err(|_| format!("{where_} did not answer in 10 s"))?
-            .map_err(|e| format!("{where_}: {}", http::error_chain(&e)))?;
+            .map_err(|e| format!("{where_}: {}", http::error_chain(&*e)))?;
         let status = resp.status();
         let body = resp
             .into_body()

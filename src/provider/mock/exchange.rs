@@ -40,6 +40,8 @@ pub(super) struct MockState {
     /// Requests being answered now, and the most there ever were at once.
     pub(super) in_flight: AtomicU64,
     pub(super) max_in_flight: AtomicU64,
+    /// Connections accepted (a gateway that keeps its connections opens one for many requests).
+    pub(super) connections: AtomicU64,
     pub(super) changed: Notify,
     pub(super) cache: super::cache::PromptCache,
 }

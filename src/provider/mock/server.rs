@@ -40,7 +40,7 @@ impl Drop for MockServer {
 /// `axum::serve`, with HTTP/2's limit of streams a connection lifted (hyper's default is 200):
 /// a gateway whose channel has `http2 = true` carries `bench/streams.sh`'s 10,000 streams on a
 /// few connections, where HTTP/1 would need a socket each.
-async fn serve(listener: TcpListener, app: axum::Router) {
+async fn serve(listener: TcpListener, app: axum::Router, state: Arc<MockState>) {
     let mut b = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     b.http2().max_concurrent_streams(None);
     loop {
@@ -54,6 +54,7 @@ async fn serve(listener: TcpListener, app: axum::Router) {
             }
         };
         let _ = tcp.set_nodelay(true);
+        state.connections.fetch_add(1, Ordering::SeqCst);
         let app = app.clone();
         let service =
             hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
@@ -87,6 +88,7 @@ impl MockServer {
             completed: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
             max_in_flight: AtomicU64::new(0),
+            connections: AtomicU64::new(0),
             changed: Notify::new(),
             cache: Default::default(),
         });
@@ -127,7 +129,7 @@ impl MockServer {
             .route("/responses/{id}/input_items", get(side::input_items))
             .route("/mcp", post(super::mcp::post))
             .with_state(state.clone());
-        let task = tokio::spawn(serve(listener, app));
+        let task = tokio::spawn(serve(listener, app, state.clone()));
         Ok(MockServer { addr, state, task })
     }
 
@@ -155,6 +157,11 @@ impl MockServer {
 
     pub fn aborted(&self) -> u64 {
         self.state.aborted.load(Ordering::SeqCst)
+    }
+
+    /// Connections accepted so far.
+    pub fn connections(&self) -> u64 {
+        self.state.connections.load(Ordering::SeqCst)
     }
 
     pub fn completed(&self) -> u64 {

@@ -44,9 +44,9 @@ impl Framing for Frames {
     }
 }
 
-/// A decoder's events over an upstream body (`Incoming` in the gateway; any body of bytes for
+/// A decoder's events over an upstream body ([`super::pool::Body`] in the gateway; any body of bytes for
 /// the fuzz targets, which drive this very code), cut by `F` (SSE unless said).
-pub struct Events<D, B = hyper::body::Incoming, F = Frames> {
+pub struct Events<D, B = super::pool::Body, F = Frames> {
     body: B,
     frames: F,
     /// The upstream's bytes ended.

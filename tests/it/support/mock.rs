@@ -190,3 +190,68 @@ pub async fn endless_stream() -> Endless {
         closed,
     }
 }
+
+/// What a [`closing_upstream`] has done so far.
+pub struct Closing {
+    pub addr: std::net::SocketAddr,
+    /// Connections accepted, and connections it has closed after answering.
+    pub accepted: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    pub closed: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// An upstream that answers one request per connection with `answer` (a JSON chat completion,
+/// with a length and without `connection: close`, so the connection looks reusable) and then
+/// closes it: every kept connection the gateway holds is dead by its next request.
+pub async fn closing_upstream(answer: Value) -> Closing {
+    use std::sync::atomic::Ordering;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = l.local_addr().expect("addr");
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let closed = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (a, c) = (accepted.clone(), closed.clone());
+    let body = answer.to_string();
+    let reply = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = l.accept().await {
+            a.fetch_add(1, Ordering::SeqCst);
+            let (reply, c) = (reply.clone(), c.clone());
+            tokio::spawn(async move {
+                // The whole request: its head, then as many bytes as its length says.
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 8192];
+                loop {
+                    let Ok(n @ 1..) = tcp.read(&mut chunk).await else {
+                        return;
+                    };
+                    buf.extend_from_slice(&chunk[..n]);
+                    let text = String::from_utf8_lossy(&buf).to_ascii_lowercase();
+                    if let Some(end) = text.find("\r\n\r\n") {
+                        let len = text[..end]
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse::<usize>().ok())
+                            .unwrap_or(0);
+                        if buf.len() >= end + 4 + len {
+                            break;
+                        }
+                    }
+                }
+                let _ = tcp.write_all(reply.as_bytes()).await;
+                let _ = tcp.shutdown().await;
+                drop(tcp);
+                c.fetch_add(1, Ordering::SeqCst);
+            });
+        }
+    });
+    Closing {
+        addr,
+        accepted,
+        closed,
+    }
+}

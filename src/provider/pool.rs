@@ -1,0 +1,390 @@
+//! Upstream HTTP/1.1 connections kept here and driven by the task that uses them.
+//!
+//! hyper-util's pooled client runs every connection on a task of its own: the request reaches
+//! it through a channel, and the answer's body comes back one chunk per hop between the two
+//! tasks (a one-slot channel). A 20-event stream read from the upstream in one `read` took 20
+//! task switches, and its frames reached the client in two or three writes. Here the request's
+//! own task polls the connection: while waiting for the answer's head, and before each read of
+//! its body. A burst read at once is handed over without leaving the task, and written to the
+//! client at once. HTTP/2 (one connection shared by many requests) stays on hyper-util.
+//!
+//! An idle connection is polled by no one. It is looked at when it is taken (a peer that closed
+//! it is seen then, from the readiness the reactor already recorded), a request it had no
+//! chance to send goes again on a new connection (as hyper-util does), and one idle longer
+//! than [`IDLE`] is closed by a sweep.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::header::HOST;
+use http::uri::{Authority, Parts, Scheme};
+use http::{HeaderValue, Request, Uri};
+use http_body_util::Full;
+use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
+use hyper::client::conn::{TrySendError, http1};
+use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tower_service::Service;
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// How long a connection is kept idle (as hyper-util's pool was set).
+const IDLE: Duration = Duration::from_secs(90);
+/// How often idle connections past [`IDLE`] are closed.
+const SWEEP: Duration = Duration::from_secs(30);
+
+type Connector = Within<HttpsConnector<HttpConnector>>;
+type Io = MaybeHttpsStream<TokioIo<TcpStream>>;
+type Shared = hyper_util::client::legacy::Client<Connector, Full<Bytes>>;
+
+/// The upstream client: HTTP/1.1 connections driven inline, or hyper-util's client for HTTP/2.
+pub struct Client {
+    how: How,
+}
+
+enum How {
+    Inline(Arc<Pool>),
+    Shared(Box<Shared>),
+}
+
+impl Client {
+    pub fn inline(connector: Connector) -> Client {
+        let pool = Arc::new(Pool {
+            connector,
+            hosts: Mutex::new(Vec::new()),
+        });
+        sweep_later(Arc::downgrade(&pool));
+        Client {
+            how: How::Inline(pool),
+        }
+    }
+
+    pub fn shared(client: Shared) -> Client {
+        Client {
+            how: How::Shared(Box::new(client)),
+        }
+    }
+
+    /// Sends `req` (an absolute URI) and gives the answer's head, its body still to read.
+    pub async fn request(
+        &self,
+        req: Request<Full<Bytes>>,
+    ) -> Result<http::Response<Body>, BoxError> {
+        match &self.how {
+            How::Shared(c) => Ok(c.request(req).await?.map(Body::plain)),
+            How::Inline(pool) => pool.request(req).await,
+        }
+    }
+}
+
+/// An answer's body. Reading it drives its connection, which goes back to the pool when the
+/// body has been read to its end; a body dropped before that closes the connection.
+pub struct Body {
+    inner: Incoming,
+    lease: Option<Box<Lease>>,
+}
+
+impl Body {
+    fn plain(inner: Incoming) -> Body {
+        Body { inner, lease: None }
+    }
+
+    /// The answer is read: the connection reads past its end and, when it can take another
+    /// request, is kept.
+    fn release(&mut self) {
+        let Some(mut lease) = self.lease.take() else {
+            return;
+        };
+        // A no-op waker: from here on no task waits on this connection.
+        lease.drive(&mut Context::from_waker(Waker::noop()));
+        if lease.closed || !lease.send.is_ready() {
+            return;
+        }
+        if let Some(pool) = lease.pool.upgrade() {
+            pool.put(lease);
+        }
+    }
+}
+
+impl Drop for Body {
+    /// A reader that stopped at its protocol's own end (`[DONE]`, `message_stop`) leaves the
+    /// body's end unread. When that end is already here, the connection is still kept.
+    fn drop(&mut self) {
+        let mut cx = Context::from_waker(Waker::noop());
+        while let Some(lease) = self.lease.as_mut() {
+            lease.drive(&mut cx);
+            match Pin::new(&mut self.inner).poll_frame(&mut cx) {
+                Poll::Ready(None) => self.release(),
+                Poll::Ready(Some(Ok(f))) if f.data_ref().is_some_and(|d| d.is_empty()) => {}
+                // More bytes (or none yet): the connection is closed with the body.
+                _ => return,
+            }
+        }
+    }
+}
+
+impl HttpBody for Body {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let this = &mut *self;
+        if let Some(lease) = this.lease.as_mut() {
+            lease.drive(cx);
+        }
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(None) => this.release(),
+            Poll::Ready(Some(Ok(_))) if this.inner.is_end_stream() => this.release(),
+            _ => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// One HTTP/1.1 connection: the side requests go in by, and the connection itself, polled by
+/// whoever holds the lease.
+struct Lease {
+    send: http1::SendRequest<Full<Bytes>>,
+    conn: http1::Connection<Io, Full<Bytes>>,
+    /// The connection future finished (closed, or failed): it is never polled again.
+    closed: bool,
+    host: usize,
+    idle_since: Instant,
+    pool: Weak<Pool>,
+}
+
+impl Lease {
+    fn drive(&mut self, cx: &mut Context<'_>) {
+        if !self.closed && Pin::new(&mut self.conn).poll(cx).is_ready() {
+            self.closed = true;
+        }
+    }
+}
+
+/// The connections kept, by upstream host.
+struct Pool {
+    connector: Connector,
+    /// Few hosts per pool (one per upstream): a short list compared by authority, no hashing.
+    /// A host once seen keeps its index, which its leases carry.
+    hosts: Mutex<Vec<Host>>,
+}
+
+struct Host {
+    https: bool,
+    authority: Authority,
+    /// Where to connect (scheme and authority) and the `Host` header, made once.
+    dst: Uri,
+    header: HeaderValue,
+    /// Boxed: a lease moves between the pool and answers' bodies without copying.
+    #[allow(clippy::vec_box)]
+    idle: Vec<Box<Lease>>,
+}
+
+impl Pool {
+    async fn request(
+        self: &Arc<Self>,
+        mut req: Request<Full<Bytes>>,
+    ) -> Result<http::Response<Body>, BoxError> {
+        let (host, dst, header) = self.host_of(req.uri())?;
+        req.headers_mut().entry(HOST).or_insert(header);
+        origin_form(req.uri_mut());
+        loop {
+            let (mut lease, reused) = match self.take(host) {
+                Some(lease) => (lease, true),
+                None => (self.connect(host, &dst).await?, false),
+            };
+            match exchange(&mut lease, req).await {
+                Ok(resp) => {
+                    return Ok(resp.map(|inner| Body {
+                        inner,
+                        lease: Some(lease),
+                    }));
+                }
+                // A kept connection the peer had closed before the request went out: the
+                // request goes again on a new one. A new connection's failure is the answer.
+                Err(mut e) => match e.take_message() {
+                    Some(back) if reused => req = back,
+                    _ => return Err(e.into_error().into()),
+                },
+            }
+        }
+    }
+
+    /// The host's index, where to connect, and its `Host` header.
+    fn host_of(&self, uri: &Uri) -> Result<(usize, Uri, HeaderValue), BoxError> {
+        let authority = uri.authority().ok_or("the upstream URI has no host")?;
+        let https = uri.scheme() == Some(&Scheme::HTTPS);
+        let mut hosts = self.hosts.lock().map_err(|_| "connection pool poisoned")?;
+        if let Some(i) = hosts
+            .iter()
+            .position(|h| h.https == https && h.authority == *authority)
+        {
+            let h = &hosts[i];
+            return Ok((i, h.dst.clone(), h.header.clone()));
+        }
+        let scheme = if https { Scheme::HTTPS } else { Scheme::HTTP };
+        let dst = Uri::builder()
+            .scheme(scheme)
+            .authority(authority.clone())
+            .path_and_query("/")
+            .build()?;
+        // The port only when it is not the scheme's own (as hyper-util writes it).
+        let default = if https { 443 } else { 80 };
+        let header = match authority.port_u16() {
+            Some(p) if p != default => HeaderValue::from_str(&format!("{}:{p}", authority.host())),
+            _ => HeaderValue::from_str(authority.host()),
+        }?;
+        hosts.push(Host {
+            https,
+            authority: authority.clone(),
+            dst: dst.clone(),
+            header: header.clone(),
+            idle: Vec::new(),
+        });
+        Ok((hosts.len() - 1, dst, header))
+    }
+
+    /// The connection used last (warmest), skipping those closed or idle too long.
+    fn take(&self, host: usize) -> Option<Box<Lease>> {
+        let mut hosts = self.hosts.lock().ok()?;
+        let idle = &mut hosts.get_mut(host)?.idle;
+        while let Some(mut lease) = idle.pop() {
+            if lease.idle_since.elapsed() > IDLE {
+                continue;
+            }
+            // A peer's close is seen here: the connection reads its end and finishes.
+            lease.drive(&mut Context::from_waker(Waker::noop()));
+            if !lease.closed && lease.send.is_ready() {
+                return Some(lease);
+            }
+        }
+        None
+    }
+
+    fn put(&self, mut lease: Box<Lease>) {
+        lease.idle_since = Instant::now();
+        if let Ok(mut hosts) = self.hosts.lock()
+            && let Some(h) = hosts.get_mut(lease.host)
+        {
+            h.idle.push(lease);
+        }
+    }
+
+    async fn connect(self: &Arc<Self>, host: usize, dst: &Uri) -> Result<Box<Lease>, BoxError> {
+        let mut connector = self.connector.clone();
+        std::future::poll_fn(|cx| connector.poll_ready(cx)).await?;
+        let io = connector.call(dst.clone()).await?;
+        let (send, conn) = http1::Builder::new().handshake(io).await?;
+        Ok(Box::new(Lease {
+            send,
+            conn,
+            closed: false,
+            host,
+            idle_since: Instant::now(),
+            pool: Arc::downgrade(self),
+        }))
+    }
+
+    /// Closes the connections idle past [`IDLE`].
+    fn sweep(&self) {
+        let Ok(mut hosts) = self.hosts.lock() else {
+            return;
+        };
+        for h in hosts.iter_mut() {
+            h.idle.retain(|l| l.idle_since.elapsed() <= IDLE);
+        }
+    }
+}
+
+/// Sends the request on the lease's connection, polling the connection until the answer's head
+/// is in.
+async fn exchange(
+    lease: &mut Lease,
+    req: Request<Full<Bytes>>,
+) -> Result<http::Response<Incoming>, TrySendError<Request<Full<Bytes>>>> {
+    let mut answer = std::pin::pin!(lease.send.try_send_request(req));
+    std::future::poll_fn(|cx| {
+        lease.drive(cx);
+        answer.as_mut().poll(cx)
+    })
+    .await
+}
+
+/// The request line's target as HTTP/1.1 to an origin writes it: the path and query only.
+fn origin_form(uri: &mut Uri) {
+    let mut parts = Parts::default();
+    parts.path_and_query = uri.path_and_query().cloned();
+    *uri = Uri::from_parts(parts).unwrap_or_else(|_| Uri::from_static("/"));
+}
+
+/// A task that closes idle connections past their time, for as long as the pool lives.
+fn sweep_later(pool: Weak<Pool>) {
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    rt.spawn(async move {
+        let mut every = tokio::time::interval(SWEEP);
+        every.tick().await;
+        loop {
+            every.tick().await;
+            match pool.upgrade() {
+                Some(p) => p.sweep(),
+                None => return,
+            }
+        }
+    });
+}
+
+/// A connector whose whole connection (TCP and TLS) is bounded by `limit`.
+#[derive(Clone)]
+pub struct Within<C> {
+    pub inner: C,
+    pub limit: Duration,
+}
+
+impl<C> tower_service::Service<Uri> for Within<C>
+where
+    C: tower_service::Service<Uri>,
+    C::Future: Send + 'static,
+    C::Error: Into<BoxError>,
+{
+    type Response = C::Response;
+    type Error = BoxError;
+    type Future =
+        std::pin::Pin<Box<dyn std::future::Future<Output = Result<C::Response, BoxError>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, dst: Uri) -> Self::Future {
+        let (connecting, limit) = (self.inner.call(dst), self.limit);
+        Box::pin(async move {
+            match tokio::time::timeout(limit, connecting).await {
+                Ok(done) => done.map_err(Into::into),
+                Err(_) => Err("connection (TCP and TLS) timed out".into()),
+            }
+        })
+    }
+}

@@ -1,0 +1,60 @@
+//! The gateway's own upstream connections (HTTP/1.1, `provider::pool`): one connection carries
+//! request after request of every kind, and a kept connection the upstream has closed is
+//! replaced, never answered with an error.
+
+use serde_json::json;
+
+use crate::support::*;
+
+#[tokio::test]
+async fn one_upstream_connection_carries_request_after_request() {
+    let up = mock(text_spec("kept")).await;
+    let gw = gateway(&openai_channel("up", &up.base_url(), 1, "")).await;
+    for i in 0..8 {
+        let stream = i % 2 == 1;
+        let resp = gw.chat(chat_body(stream)).await;
+        assert_eq!(resp.status(), 200, "request {i}");
+        let body = resp.text().await.expect("body");
+        let text = if stream {
+            sse_text(&body)
+        } else {
+            serde_json::from_str::<serde_json::Value>(&body).expect("json")["choices"][0]["message"]
+                ["content"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        };
+        assert_eq!(text, "kept", "request {i}: {body}");
+    }
+    assert_eq!(up.requests(), 8);
+    // Each answer was read to its end, so its connection went back and was taken again.
+    assert_eq!(up.connections(), 1);
+}
+
+#[tokio::test]
+async fn a_kept_connection_the_upstream_closed_is_replaced() {
+    use std::sync::atomic::Ordering;
+    let up = closing_upstream(json!({
+        "id": "c1", "object": "chat.completion", "created": 1, "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "fresh"},
+                     "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+    }))
+    .await;
+    let base = format!("http://{}/v1", up.addr);
+    let gw = gateway(&openai_channel("up", &base, 1, "")).await;
+    for i in 0..4u64 {
+        let resp = gw.chat(chat_body(false)).await;
+        assert_eq!(resp.status(), 200, "request {i}");
+        let body: serde_json::Value = resp.json().await.expect("json");
+        assert_eq!(body["choices"][0]["message"]["content"], "fresh");
+        // The upstream hangs up after answering: the connection the gateway kept is dead.
+        until(
+            "the upstream closed the connection",
+            std::time::Duration::from_secs(5),
+            async || up.closed.load(Ordering::SeqCst) > i,
+        )
+        .await;
+    }
+    assert_eq!(up.accepted.load(Ordering::SeqCst), 4);
+}
