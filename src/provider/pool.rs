@@ -84,15 +84,27 @@ impl Client {
 }
 
 /// An answer's body. Reading it drives its connection, which goes back to the pool when the
-/// body has been read to its end; a body dropped before that closes the connection.
+/// body has been read to its end. A body dropped before that is read on for a moment by a
+/// task of its own (see [`Drop`](#impl-Drop-for-Body)); past that its connection is closed.
 pub struct Body {
-    inner: Incoming,
+    /// Always there but while a drop hands it to the draining task.
+    inner: Option<Incoming>,
     lease: Option<Box<Lease>>,
+    /// Read by the draining task: dropped, it closes its connection.
+    draining: bool,
 }
+
+/// A body left unread is read on at most this long, and this far, to keep its connection.
+const DRAIN_WITHIN: Duration = Duration::from_millis(250);
+const DRAIN_BYTES: usize = 16 * 1024;
 
 impl Body {
     fn plain(inner: Incoming) -> Body {
-        Body { inner, lease: None }
+        Body {
+            inner: Some(inner),
+            lease: None,
+            draining: false,
+        }
     }
 
     /// The answer is read: the connection reads past its end and, when it can take another
@@ -110,22 +122,56 @@ impl Body {
             pool.put(lease);
         }
     }
+
+    /// Whether the rest of the body, read now without waiting, is its end (the connection is
+    /// then kept).
+    fn ends_now(&mut self) -> bool {
+        let mut cx = Context::from_waker(Waker::noop());
+        while let (Some(lease), Some(inner)) = (self.lease.as_mut(), self.inner.as_mut()) {
+            lease.drive(&mut cx);
+            match Pin::new(inner).poll_frame(&mut cx) {
+                Poll::Ready(None) => self.release(),
+                Poll::Ready(Some(Ok(f))) if f.data_ref().is_some_and(|d| d.is_empty()) => {}
+                _ => return false,
+            }
+        }
+        true
+    }
 }
 
 impl Drop for Body {
     /// A reader that stopped at its protocol's own end (`[DONE]`, `message_stop`) leaves the
-    /// body's end unread. When that end is already here, the connection is still kept.
+    /// body's own end unread: often it is already here; else it is read by a short-lived task
+    /// (the upstream writes it a moment later), so a stream's connection is kept too. A
+    /// reader that left half way (a client gone) costs the upstream at most [`DRAIN_BYTES`]
+    /// more before its connection is closed.
     fn drop(&mut self) {
-        let mut cx = Context::from_waker(Waker::noop());
-        while let Some(lease) = self.lease.as_mut() {
-            lease.drive(&mut cx);
-            match Pin::new(&mut self.inner).poll_frame(&mut cx) {
-                Poll::Ready(None) => self.release(),
-                Poll::Ready(Some(Ok(f))) if f.data_ref().is_some_and(|d| d.is_empty()) => {}
-                // More bytes (or none yet): the connection is closed with the body.
-                _ => return,
-            }
+        if self.lease.is_none() || self.ends_now() || self.draining {
+            return;
         }
+        let (Some(inner), Some(lease)) = (self.inner.take(), self.lease.take()) else {
+            return;
+        };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        rt.spawn(async move {
+            let mut body = Body {
+                inner: Some(inner),
+                lease: Some(lease),
+                draining: true,
+            };
+            let mut read = 0;
+            let _ = tokio::time::timeout(DRAIN_WITHIN, async {
+                while let Some(Ok(f)) = http_body_util::BodyExt::frame(&mut body).await {
+                    read += f.data_ref().map_or(0, Bytes::len);
+                    if read > DRAIN_BYTES {
+                        return;
+                    }
+                }
+            })
+            .await;
+        });
     }
 }
 
@@ -141,21 +187,26 @@ impl HttpBody for Body {
         if let Some(lease) = this.lease.as_mut() {
             lease.drive(cx);
         }
-        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        let Some(inner) = this.inner.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let polled = Pin::new(&mut *inner).poll_frame(cx);
         match &polled {
             Poll::Ready(None) => this.release(),
-            Poll::Ready(Some(Ok(_))) if this.inner.is_end_stream() => this.release(),
+            Poll::Ready(Some(Ok(_))) if inner.is_end_stream() => this.release(),
             _ => {}
         }
         polled
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.inner.as_ref().is_none_or(Incoming::is_end_stream)
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        self.inner
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), Incoming::size_hint)
     }
 }
 
@@ -214,8 +265,9 @@ impl Pool {
             match exchange(&mut lease, req).await {
                 Ok(resp) => {
                     return Ok(resp.map(|inner| Body {
-                        inner,
+                        inner: Some(inner),
                         lease: Some(lease),
+                        draining: false,
                     }));
                 }
                 // A kept connection the peer had closed before the request went out: the

@@ -2,6 +2,8 @@
 //! request after request of every kind, and a kept connection the upstream has closed is
 //! replaced, never answered with an error.
 
+use std::time::Duration;
+
 use serde_json::json;
 
 use crate::support::*;
@@ -31,18 +33,32 @@ async fn one_upstream_connection_carries_request_after_request() {
     assert_eq!(up.connections(), 1);
 }
 
-#[tokio::test]
-async fn a_kept_connection_the_upstream_closed_is_replaced() {
-    use std::sync::atomic::Ordering;
-    let up = closing_upstream(json!({
+/// An OpenAI chat completion answering "fresh", as a whole HTTP/1.1 response.
+fn completion_response() -> String {
+    let body = json!({
         "id": "c1", "object": "chat.completion", "created": 1, "model": "m",
         "choices": [{"index": 0, "message": {"role": "assistant", "content": "fresh"},
                      "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
-    }))
+    })
+    .to_string();
+    format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+#[tokio::test]
+async fn a_kept_connection_the_upstream_closed_is_replaced() {
+    use std::sync::atomic::Ordering;
+    let up = raw_upstream(vec![completion_response()], Duration::ZERO, true).await;
+    let gw = gateway(&openai_channel(
+        "up",
+        &format!("http://{}/v1", up.addr),
+        1,
+        "",
+    ))
     .await;
-    let base = format!("http://{}/v1", up.addr);
-    let gw = gateway(&openai_channel("up", &base, 1, "")).await;
     for i in 0..4u64 {
         let resp = gw.chat(chat_body(false)).await;
         assert_eq!(resp.status(), 200, "request {i}");
@@ -51,10 +67,50 @@ async fn a_kept_connection_the_upstream_closed_is_replaced() {
         // The upstream hangs up after answering: the connection the gateway kept is dead.
         until(
             "the upstream closed the connection",
-            std::time::Duration::from_secs(5),
-            async || up.closed.load(Ordering::SeqCst) > i,
+            Duration::from_secs(5),
+            async || up.answered.load(Ordering::SeqCst) > i,
         )
         .await;
     }
     assert_eq!(up.accepted.load(Ordering::SeqCst), 4);
+}
+
+#[tokio::test]
+async fn a_stream_whose_body_ends_after_its_done_event_keeps_its_connection() {
+    use std::sync::atomic::Ordering;
+    // The events and `[DONE]` in one chunk; the chunked body's end 50 ms later. The gateway
+    // has finished the client's stream by then, and reads that end on its own.
+    let events = "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\
+                  \"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"late\"},\
+                  \"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+    let head = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n\
+         {:x}\r\n{events}\r\n",
+        events.len()
+    );
+    let up = raw_upstream(
+        vec![head, "0\r\n\r\n".into()],
+        Duration::from_millis(50),
+        false,
+    )
+    .await;
+    let gw = gateway(&openai_channel(
+        "up",
+        &format!("http://{}/v1", up.addr),
+        1,
+        "",
+    ))
+    .await;
+    for i in 0..3u64 {
+        let resp = gw.chat(chat_body(true)).await;
+        assert_eq!(resp.status(), 200, "request {i}");
+        assert_eq!(sse_text(&resp.text().await.expect("body")), "late");
+        until(
+            "the upstream wrote the body's end",
+            Duration::from_secs(5),
+            async || up.answered.load(Ordering::SeqCst) > i,
+        )
+        .await;
+    }
+    assert_eq!(up.accepted.load(Ordering::SeqCst), 1);
 }

@@ -191,67 +191,82 @@ pub async fn endless_stream() -> Endless {
     }
 }
 
-/// What a [`closing_upstream`] has done so far.
-pub struct Closing {
+/// What a [`raw_upstream`] has done so far.
+pub struct Raw {
     pub addr: std::net::SocketAddr,
-    /// Connections accepted, and connections it has closed after answering.
+    /// Connections accepted, and answers written to their end.
     pub accepted: std::sync::Arc<std::sync::atomic::AtomicU64>,
-    pub closed: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    pub answered: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
-/// An upstream that answers one request per connection with `answer` (a JSON chat completion,
-/// with a length and without `connection: close`, so the connection looks reusable) and then
-/// closes it: every kept connection the gateway holds is dead by its next request.
-pub async fn closing_upstream(answer: Value) -> Closing {
+/// An upstream that answers each request with `parts` (a whole HTTP/1.1 response between
+/// them), written one by one `gap` apart. With `close` it then closes the connection, though
+/// the answer looked reusable (a length, no `connection: close`), else it waits for the
+/// connection's next request.
+pub async fn raw_upstream(parts: Vec<String>, gap: std::time::Duration, close: bool) -> Raw {
     use std::sync::atomic::Ordering;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
     let l = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let addr = l.local_addr().expect("addr");
     let accepted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let closed = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let (a, c) = (accepted.clone(), closed.clone());
-    let body = answer.to_string();
-    let reply = format!(
-        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    );
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (a, done) = (accepted.clone(), answered.clone());
     tokio::spawn(async move {
         while let Ok((mut tcp, _)) = l.accept().await {
             a.fetch_add(1, Ordering::SeqCst);
-            let (reply, c) = (reply.clone(), c.clone());
+            let (parts, done) = (parts.clone(), done.clone());
             tokio::spawn(async move {
-                // The whole request: its head, then as many bytes as its length says.
                 let mut buf = Vec::new();
-                let mut chunk = [0u8; 8192];
-                loop {
-                    let Ok(n @ 1..) = tcp.read(&mut chunk).await else {
-                        return;
-                    };
-                    buf.extend_from_slice(&chunk[..n]);
-                    let text = String::from_utf8_lossy(&buf).to_ascii_lowercase();
-                    if let Some(end) = text.find("\r\n\r\n") {
-                        let len = text[..end]
-                            .lines()
-                            .find_map(|l| l.strip_prefix("content-length:"))
-                            .and_then(|v| v.trim().parse::<usize>().ok())
-                            .unwrap_or(0);
-                        if buf.len() >= end + 4 + len {
-                            break;
+                while read_request(&mut tcp, &mut buf).await {
+                    for (i, part) in parts.iter().enumerate() {
+                        if i > 0 {
+                            tokio::time::sleep(gap).await;
+                        }
+                        if tcp.write_all(part.as_bytes()).await.is_err() {
+                            return;
                         }
                     }
+                    if close {
+                        let _ = tcp.shutdown().await;
+                    }
+                    done.fetch_add(1, Ordering::SeqCst);
+                    if close {
+                        return;
+                    }
                 }
-                let _ = tcp.write_all(reply.as_bytes()).await;
-                let _ = tcp.shutdown().await;
-                drop(tcp);
-                c.fetch_add(1, Ordering::SeqCst);
             });
         }
     });
-    Closing {
+    Raw {
         addr,
         accepted,
-        closed,
+        answered,
+    }
+}
+
+/// Reads one whole request (its head, then as many bytes as its length says) off `buf` and
+/// the connection; `false` when the connection ends first.
+async fn read_request(tcp: &mut tokio::net::TcpStream, buf: &mut Vec<u8>) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut chunk = [0u8; 8192];
+    loop {
+        let text = String::from_utf8_lossy(buf).to_ascii_lowercase();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let len = text[..end]
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            if buf.len() >= end + 4 + len {
+                buf.drain(..end + 4 + len);
+                return true;
+            }
+        }
+        match tcp.read(&mut chunk).await {
+            Ok(n @ 1..) => buf.extend_from_slice(&chunk[..n]),
+            _ => return false,
+        }
     }
 }
