@@ -8,10 +8,10 @@
 //! its body. A burst read at once is handed over without leaving the task, and written to the
 //! client at once. HTTP/2 (one connection shared by many requests) stays on hyper-util.
 //!
-//! An idle connection is polled by no one. It is looked at when it is taken (a peer that closed
-//! it is seen then, from the readiness the reactor already recorded), a request it had no
-//! chance to send goes again on a new connection (as hyper-util does), and one idle longer
-//! than [`IDLE`] is closed by a sweep.
+//! An idle connection is polled by no one. Taken again, its first poll reads what the peer did
+//! meanwhile (from the readiness the reactor recorded): a peer that closed it gives the request
+//! back unsent, and it goes on another connection (as hyper-util does). One idle longer than
+//! [`IDLE`] is closed by a sweep.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -113,8 +113,11 @@ impl Body {
         let Some(mut lease) = self.lease.take() else {
             return;
         };
-        // A no-op waker: from here on no task waits on this connection.
-        lease.drive(&mut Context::from_waker(Waker::noop()));
+        // Mostly the poll that read the end has already made the connection ask for the next
+        // request; else one more (a no-op waker: from here on no task waits on it).
+        if !lease.send.is_ready() {
+            lease.drive(&mut Context::from_waker(Waker::noop()));
+        }
         if lease.closed || !lease.send.is_ready() {
             return;
         }
@@ -239,6 +242,8 @@ struct Pool {
 }
 
 struct Host {
+    /// Its place in the list, which its leases carry.
+    index: usize,
     https: bool,
     authority: Authority,
     /// Where to connect (scheme and authority) and the `Host` header, made once.
@@ -254,13 +259,13 @@ impl Pool {
         self: &Arc<Self>,
         mut req: Request<Full<Bytes>>,
     ) -> Result<http::Response<Body>, BoxError> {
-        let (host, dst, header) = self.host_of(req.uri())?;
+        let (host, header, mut kept) = self.checkout(req.uri())?;
         req.headers_mut().entry(HOST).or_insert(header);
         origin_form(req.uri_mut());
         loop {
-            let (mut lease, reused) = match self.take(host) {
+            let (mut lease, reused) = match kept.take() {
                 Some(lease) => (lease, true),
-                None => (self.connect(host, &dst).await?, false),
+                None => (self.connect(host).await?, false),
             };
             match exchange(&mut lease, req).await {
                 Ok(resp) => {
@@ -273,24 +278,28 @@ impl Pool {
                 // A kept connection the peer had closed before the request went out: the
                 // request goes again on a new one. A new connection's failure is the answer.
                 Err(mut e) => match e.take_message() {
-                    Some(back) if reused => req = back,
+                    Some(back) if reused => {
+                        req = back;
+                        kept = self.take(host);
+                    }
                     _ => return Err(e.into_error().into()),
                 },
             }
         }
     }
 
-    /// The host's index, where to connect, and its `Host` header.
-    fn host_of(&self, uri: &Uri) -> Result<(usize, Uri, HeaderValue), BoxError> {
+    /// The host's index, its `Host` header and the connection it used last (the warmest), in
+    /// one look at the pool. A kept connection is not probed: one the peer has closed gives
+    /// its request back unsent, which then goes on another.
+    fn checkout(&self, uri: &Uri) -> Result<(usize, HeaderValue, Option<Box<Lease>>), BoxError> {
         let authority = uri.authority().ok_or("the upstream URI has no host")?;
         let https = uri.scheme() == Some(&Scheme::HTTPS);
         let mut hosts = self.hosts.lock().map_err(|_| "connection pool poisoned")?;
-        if let Some(i) = hosts
-            .iter()
-            .position(|h| h.https == https && h.authority == *authority)
+        if let Some(h) = hosts
+            .iter_mut()
+            .find(|h| h.https == https && h.authority == *authority)
         {
-            let h = &hosts[i];
-            return Ok((i, h.dst.clone(), h.header.clone()));
+            return Ok((h.index, h.header.clone(), h.idle.pop()));
         }
         let scheme = if https { Scheme::HTTPS } else { Scheme::HTTP };
         let dst = Uri::builder()
@@ -304,31 +313,21 @@ impl Pool {
             Some(p) if p != default => HeaderValue::from_str(&format!("{}:{p}", authority.host())),
             _ => HeaderValue::from_str(authority.host()),
         }?;
+        let index = hosts.len();
         hosts.push(Host {
+            index,
             https,
             authority: authority.clone(),
-            dst: dst.clone(),
+            dst,
             header: header.clone(),
             idle: Vec::new(),
         });
-        Ok((hosts.len() - 1, dst, header))
+        Ok((index, header, None))
     }
 
-    /// The connection used last (warmest), skipping those closed or idle too long.
+    /// Another kept connection to `host`, after one that had been closed.
     fn take(&self, host: usize) -> Option<Box<Lease>> {
-        let mut hosts = self.hosts.lock().ok()?;
-        let idle = &mut hosts.get_mut(host)?.idle;
-        while let Some(mut lease) = idle.pop() {
-            if lease.idle_since.elapsed() > IDLE {
-                continue;
-            }
-            // A peer's close is seen here: the connection reads its end and finishes.
-            lease.drive(&mut Context::from_waker(Waker::noop()));
-            if !lease.closed && lease.send.is_ready() {
-                return Some(lease);
-            }
-        }
-        None
+        self.hosts.lock().ok()?.get_mut(host)?.idle.pop()
     }
 
     fn put(&self, mut lease: Box<Lease>) {
@@ -340,10 +339,14 @@ impl Pool {
         }
     }
 
-    async fn connect(self: &Arc<Self>, host: usize, dst: &Uri) -> Result<Box<Lease>, BoxError> {
+    async fn connect(self: &Arc<Self>, host: usize) -> Result<Box<Lease>, BoxError> {
+        let dst = {
+            let hosts = self.hosts.lock().map_err(|_| "connection pool poisoned")?;
+            hosts.get(host).ok_or("no such host")?.dst.clone()
+        };
         let mut connector = self.connector.clone();
         std::future::poll_fn(|cx| connector.poll_ready(cx)).await?;
-        let io = connector.call(dst.clone()).await?;
+        let io = connector.call(dst).await?;
         let (send, conn) = http1::Builder::new().handshake(io).await?;
         Ok(Box::new(Lease {
             send,
