@@ -373,13 +373,16 @@ impl Upstream {
         model: &str,
         via: Via<'_>,
     ) -> Result<ChatResponse, UpstreamError> {
+        // Each kind's call boxed: inline, this future was as large as the largest kind's
+        // (SigV4, token grants) for every call, and was copied whole at each level that
+        // awaited it (memcpy was 17 % of a request's instructions, `bench/instructions.sh`).
         match self {
-            Upstream::OpenAi(o) => o.chat(req, model, via).await,
-            Upstream::Anthropic(a) => a.chat(req, model, via).await,
-            Upstream::Gemini(g) => g.chat(req, model, via).await,
-            Upstream::Bedrock(b) => b.chat(req, model, via).await,
-            Upstream::Vertex(v) => v.chat(req, model, via).await,
-            Upstream::Mock(m) => m.chat(req, model, via.waited).await,
+            Upstream::OpenAi(o) => Box::pin(o.chat(req, model, via)).await,
+            Upstream::Anthropic(a) => Box::pin(a.chat(req, model, via)).await,
+            Upstream::Gemini(g) => Box::pin(g.chat(req, model, via)).await,
+            Upstream::Bedrock(b) => Box::pin(b.chat(req, model, via)).await,
+            Upstream::Vertex(v) => Box::pin(v.chat(req, model, via)).await,
+            Upstream::Mock(m) => Box::pin(m.chat(req, model, via.waited)).await,
         }
     }
 
@@ -390,13 +393,14 @@ impl Upstream {
         model: &str,
         via: Via<'_>,
     ) -> Result<ChunkStream, UpstreamError> {
+        // Boxed per kind, as `chat` is.
         match self {
-            Upstream::OpenAi(o) => o.chat_stream(req, model, via).await,
-            Upstream::Anthropic(a) => a.chat_stream(req, model, via).await,
-            Upstream::Gemini(g) => g.chat_stream(req, model, via).await,
-            Upstream::Bedrock(b) => b.chat_stream(req, model, via).await,
-            Upstream::Vertex(v) => v.chat_stream(req, model, via).await,
-            Upstream::Mock(m) => m.chat_stream(req, model).await,
+            Upstream::OpenAi(o) => Box::pin(o.chat_stream(req, model, via)).await,
+            Upstream::Anthropic(a) => Box::pin(a.chat_stream(req, model, via)).await,
+            Upstream::Gemini(g) => Box::pin(g.chat_stream(req, model, via)).await,
+            Upstream::Bedrock(b) => Box::pin(b.chat_stream(req, model, via)).await,
+            Upstream::Vertex(v) => Box::pin(v.chat_stream(req, model, via)).await,
+            Upstream::Mock(m) => Box::pin(m.chat_stream(req, model)).await,
         }
     }
 

@@ -174,7 +174,9 @@ pub async fn consult(
         Decision::Use(plan) => plan,
     };
     ctx.cache = Some("miss");
-    let hit = match lookup(state, snap, &mut plan).await {
+    // Boxed: the lookup (an embedding, the store's futures) would make every request's
+    // future this large, cache or not, and be copied with it.
+    let hit = match Box::pin(lookup(state, snap, &mut plan)).await {
         Looked::Hit(e) => e,
         Looked::Similar(e, similarity) => {
             ctx.cache_similarity = Some(similarity);
