@@ -1,6 +1,7 @@
-//! Frames of one upstream burst written together. hyper's client hands a response body over
-//! one chunk at a time (a one-slot channel from the connection's task), so events the gateway
-//! read from the upstream in one `read` still reach the stream a scheduler pass or more apart.
+//! Frames of one upstream burst written together. An HTTP/1.1 upstream's connection is driven by
+//! the stream's own task (`provider::pool`), so a burst read at once is all there in one poll;
+//! but hyper's HTTP/2 client (and a burst split over reads) hands events over one chunk at a
+//! time (a one-slot channel from the connection's task), a scheduler pass or more apart.
 //! Written as they came, a 20-event answer read at once took 20 `writev`s and as many wake-ups
 //! of the client (`bench/instructions.sh` cannot see it: it is system time). Within a burst,
 //! frames wait while passes keep bringing events; an event after a quiet gap (a model's next
