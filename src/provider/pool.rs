@@ -118,7 +118,7 @@ impl Body {
         if !lease.send.is_ready() {
             lease.drive(&mut Context::from_waker(Waker::noop()));
         }
-        if lease.closed || !lease.send.is_ready() {
+        if lease.conn.is_none() || !lease.send.is_ready() {
             return;
         }
         if let Some(pool) = lease.pool.upgrade() {
@@ -217,9 +217,10 @@ impl HttpBody for Body {
 /// whoever holds the lease.
 struct Lease {
     send: http1::SendRequest<Full<Bytes>>,
-    conn: http1::Connection<Io, Full<Bytes>>,
-    /// The connection future finished (closed, or failed): it is never polled again.
-    closed: bool,
+    /// `None` once the connection has finished (closed, or failed). It is dropped then, as
+    /// a connection task ends: a request queued on it but never sent comes back through its
+    /// callback with the request (`TrySendError`), and the body's sender is gone.
+    conn: Option<http1::Connection<Io, Full<Bytes>>>,
     host: usize,
     idle_since: Instant,
     pool: Weak<Pool>,
@@ -227,8 +228,10 @@ struct Lease {
 
 impl Lease {
     fn drive(&mut self, cx: &mut Context<'_>) {
-        if !self.closed && Pin::new(&mut self.conn).poll(cx).is_ready() {
-            self.closed = true;
+        if let Some(conn) = self.conn.as_mut()
+            && Pin::new(conn).poll(cx).is_ready()
+        {
+            self.conn = None;
         }
     }
 }
@@ -350,8 +353,7 @@ impl Pool {
         let (send, conn) = http1::Builder::new().handshake(io).await?;
         Ok(Box::new(Lease {
             send,
-            conn,
-            closed: false,
+            conn: Some(conn),
             host,
             idle_since: Instant::now(),
             pool: Arc::downgrade(self),

@@ -51,7 +51,14 @@ fn completion_response() -> String {
 #[tokio::test]
 async fn a_kept_connection_the_upstream_closed_is_replaced() {
     use std::sync::atomic::Ordering;
-    let up = raw_upstream(vec![completion_response()], Duration::ZERO, true).await;
+    // It hangs up 100 ms after answering, once the gateway has kept the connection: the
+    // next request finds it dead and must go on a new one at once, not wait for a timeout.
+    let up = raw_upstream(
+        vec![completion_response()],
+        Duration::from_millis(100),
+        true,
+    )
+    .await;
     let gw = gateway(&openai_channel(
         "up",
         &format!("http://{}/v1", up.addr),
@@ -60,7 +67,13 @@ async fn a_kept_connection_the_upstream_closed_is_replaced() {
     ))
     .await;
     for i in 0..4u64 {
+        let started = std::time::Instant::now();
         let resp = gw.chat(chat_body(false)).await;
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "request {i} waited {:?}",
+            started.elapsed()
+        );
         assert_eq!(resp.status(), 200, "request {i}");
         let body: serde_json::Value = resp.json().await.expect("json");
         assert_eq!(body["choices"][0]["message"]["content"], "fresh");

@@ -200,9 +200,9 @@ pub struct Raw {
 }
 
 /// An upstream that answers each request with `parts` (a whole HTTP/1.1 response between
-/// them), written one by one `gap` apart. With `close` it then closes the connection, though
-/// the answer looked reusable (a length, no `connection: close`), else it waits for the
-/// connection's next request.
+/// them), written one by one `gap` apart. With `close` it then closes the connection `gap`
+/// later, though the answer looked reusable (a length, no `connection: close`): the gateway
+/// has kept it by then. Else it waits for the connection's next request.
 pub async fn raw_upstream(parts: Vec<String>, gap: std::time::Duration, close: bool) -> Raw {
     use std::sync::atomic::Ordering;
     use tokio::io::AsyncWriteExt;
@@ -229,6 +229,7 @@ pub async fn raw_upstream(parts: Vec<String>, gap: std::time::Duration, close: b
                         }
                     }
                     if close {
+                        tokio::time::sleep(gap).await;
                         let _ = tcp.shutdown().await;
                     }
                     done.fetch_add(1, Ordering::SeqCst);
