@@ -50,7 +50,6 @@ fn completion_response() -> String {
 
 #[tokio::test]
 async fn a_kept_connection_the_upstream_closed_is_replaced() {
-    use std::sync::atomic::Ordering;
     // It hangs up 100 ms after answering, once the gateway has kept the connection: the
     // next request finds it dead and must go on a new one at once, not wait for a timeout.
     let up = raw_upstream(
@@ -59,13 +58,7 @@ async fn a_kept_connection_the_upstream_closed_is_replaced() {
         true,
     )
     .await;
-    let gw = gateway(&openai_channel(
-        "up",
-        &format!("http://{}/v1", up.addr),
-        1,
-        "",
-    ))
-    .await;
+    let gw = gateway(&openai_channel("up", &up.base_url(), 1, "")).await;
     for i in 0..4u64 {
         let started = std::time::Instant::now();
         let resp = gw.chat(chat_body(false)).await;
@@ -78,19 +71,13 @@ async fn a_kept_connection_the_upstream_closed_is_replaced() {
         let body: serde_json::Value = resp.json().await.expect("json");
         assert_eq!(body["choices"][0]["message"]["content"], "fresh");
         // The upstream hangs up after answering: the connection the gateway kept is dead.
-        until(
-            "the upstream closed the connection",
-            Duration::from_secs(5),
-            async || up.answered.load(Ordering::SeqCst) > i,
-        )
-        .await;
+        up.answered_past(i).await;
     }
-    assert_eq!(up.accepted.load(Ordering::SeqCst), 4);
+    assert_eq!(up.accepted(), 4);
 }
 
 #[tokio::test]
 async fn a_stream_whose_body_ends_after_its_done_event_keeps_its_connection() {
-    use std::sync::atomic::Ordering;
     // The events and `[DONE]` in one chunk; the chunked body's end 50 ms later. The gateway
     // has finished the client's stream by then, and reads that end on its own.
     let events = "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\
@@ -107,23 +94,12 @@ async fn a_stream_whose_body_ends_after_its_done_event_keeps_its_connection() {
         false,
     )
     .await;
-    let gw = gateway(&openai_channel(
-        "up",
-        &format!("http://{}/v1", up.addr),
-        1,
-        "",
-    ))
-    .await;
+    let gw = gateway(&openai_channel("up", &up.base_url(), 1, "")).await;
     for i in 0..3u64 {
         let resp = gw.chat(chat_body(true)).await;
         assert_eq!(resp.status(), 200, "request {i}");
         assert_eq!(sse_text(&resp.text().await.expect("body")), "late");
-        until(
-            "the upstream wrote the body's end",
-            Duration::from_secs(5),
-            async || up.answered.load(Ordering::SeqCst) > i,
-        )
-        .await;
+        up.answered_past(i).await;
     }
-    assert_eq!(up.accepted.load(Ordering::SeqCst), 1);
+    assert_eq!(up.accepted(), 1);
 }

@@ -199,6 +199,27 @@ pub struct Raw {
     pub answered: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
+impl Raw {
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    pub fn accepted(&self) -> u64 {
+        self.accepted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Waits until more than `n` answers are written to their end (and, closing, closed).
+    pub async fn answered_past(&self, n: u64) {
+        let done = &self.answered;
+        super::wait::until(
+            "the upstream finished its answer",
+            std::time::Duration::from_secs(5),
+            async || done.load(std::sync::atomic::Ordering::SeqCst) > n,
+        )
+        .await;
+    }
+}
+
 /// An upstream that answers each request with `parts` (a whole HTTP/1.1 response between
 /// them), written one by one `gap` apart. With `close` it then closes the connection `gap`
 /// later, though the answer looked reusable (a length, no `connection: close`): the gateway
