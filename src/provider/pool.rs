@@ -90,8 +90,6 @@ pub struct Body {
     /// Always there but while a drop hands it to the draining task.
     inner: Option<Incoming>,
     lease: Option<Box<Lease>>,
-    /// Read by the draining task: dropped, it closes its connection.
-    draining: bool,
 }
 
 /// A body left unread is read on at most this long, and this far, to keep its connection.
@@ -103,7 +101,6 @@ impl Body {
         Body {
             inner: Some(inner),
             lease: None,
-            draining: false,
         }
     }
 
@@ -149,7 +146,7 @@ impl Drop for Body {
     /// reader that left half way (a client gone) costs the upstream at most [`DRAIN_BYTES`]
     /// more before its connection is closed.
     fn drop(&mut self) {
-        if self.lease.is_none() || self.ends_now() || self.draining {
+        if self.lease.is_none() || self.ends_now() {
             return;
         }
         let (Some(inner), Some(lease)) = (self.inner.take(), self.lease.take()) else {
@@ -162,7 +159,6 @@ impl Drop for Body {
             let mut body = Body {
                 inner: Some(inner),
                 lease: Some(lease),
-                draining: true,
             };
             let mut read = 0;
             let _ = tokio::time::timeout(DRAIN_WITHIN, async {
@@ -174,6 +170,8 @@ impl Drop for Body {
                 }
             })
             .await;
+            // Not kept by now: its connection closes here, not drained again.
+            body.lease = None;
         });
     }
 }
@@ -245,8 +243,6 @@ struct Pool {
 }
 
 struct Host {
-    /// Its place in the list, which its leases carry.
-    index: usize,
     https: bool,
     authority: Authority,
     /// Where to connect (scheme and authority) and the `Host` header, made once.
@@ -275,7 +271,6 @@ impl Pool {
                     return Ok(resp.map(|inner| Body {
                         inner: Some(inner),
                         lease: Some(lease),
-                        draining: false,
                     }));
                 }
                 // A kept connection the peer had closed before the request went out: the
@@ -298,11 +293,12 @@ impl Pool {
         let authority = uri.authority().ok_or("the upstream URI has no host")?;
         let https = uri.scheme() == Some(&Scheme::HTTPS);
         let mut hosts = self.hosts.lock().map_err(|_| "connection pool poisoned")?;
-        if let Some(h) = hosts
-            .iter_mut()
-            .find(|h| h.https == https && h.authority == *authority)
+        if let Some(i) = hosts
+            .iter()
+            .position(|h| h.https == https && h.authority == *authority)
         {
-            return Ok((h.index, h.header.clone(), h.idle.pop()));
+            let h = &mut hosts[i];
+            return Ok((i, h.header.clone(), h.idle.pop()));
         }
         let scheme = if https { Scheme::HTTPS } else { Scheme::HTTP };
         let dst = Uri::builder()
@@ -318,7 +314,6 @@ impl Pool {
         }?;
         let index = hosts.len();
         hosts.push(Host {
-            index,
             https,
             authority: authority.clone(),
             dst,
