@@ -72,6 +72,17 @@ pub fn hex(bytes: &[u8]) -> String {
     s
 }
 
+/// The 32 bytes a master key's base64 text holds (surrounding blanks ignored), or what it is
+/// instead. The store opens its key with this, and `check` refuses the config by it.
+pub fn key_bytes(text: &str) -> Result<[u8; 32], &'static str> {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD
+        .decode(text.trim())
+        .map_err(|_| "text that is not base64")?
+        .try_into()
+        .map_err(|_| "another length")
+}
+
 /// The bytes lowercase or uppercase hex text spells; `None` for anything else.
 pub fn unhex(text: &str) -> Option<Vec<u8>> {
     if !text.len().is_multiple_of(2) {

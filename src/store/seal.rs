@@ -43,12 +43,7 @@ impl std::fmt::Debug for MasterKey {
 impl MasterKey {
     /// From `SWITCHYARD_MASTER_KEY` (or `[store] master_key`): 32 bytes, base64.
     pub fn from_base64(text: &str) -> Result<MasterKey, SealError> {
-        let bytes = B64
-            .decode(text.trim())
-            .map_err(|_| SealError::BadMasterKey("text that is not base64"))?;
-        let bytes: [u8; 32] = bytes
-            .try_into()
-            .map_err(|_| SealError::BadMasterKey("another length"))?;
+        let bytes = crate::secret::key_bytes(text).map_err(SealError::BadMasterKey)?;
         let unbound = UnboundKey::new(&AES_256_GCM, &bytes)
             .map_err(|_| SealError::BadMasterKey("a bad key"))?;
         let fingerprint = digest::digest(&digest::SHA256, &bytes);

@@ -89,15 +89,13 @@ fn store(cfg: &FileConfig) -> Result<Option<StoreSettings>, FieldError> {
     }
     // Checked here too (the store checks it again as it opens), so that `check` refuses a
     // key that would stop the gateway at start, such as an empty `${VAR}`.
-    if let Some(k) = &s.master_key {
-        use base64::Engine;
-        let decoded = base64::engine::general_purpose::STANDARD.decode(k.trim());
-        if !decoded.is_ok_and(|b| b.len() == 32) {
-            return Err(field(
-                "store.master_key",
-                "must be 32 bytes, base64-encoded",
-            ));
-        }
+    if let Some(k) = &s.master_key
+        && crate::secret::key_bytes(k).is_err()
+    {
+        return Err(field(
+            "store.master_key",
+            "must be 32 bytes, base64-encoded",
+        ));
     }
     let days = |n: std::num::NonZeroU32| Duration::from_secs(u64::from(n.get()) * 86_400);
     Ok(Some(StoreSettings {
